@@ -1,0 +1,32 @@
+# make test        the whole suite, under the race detector, after making sure
+#                  the local services it talks to are up (installing them if needed)
+# make quickstart  the main example; needs no external service
+# make bench       the benchmarks, each beside its baseline
+
+GO       ?= go
+SERVICES ?=
+
+.PHONY: test services quickstart bench fuzz lint
+
+test: services lint
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+# The core suite needs no service; the store and adapter suites list theirs
+# in SERVICES as they arrive. A service that cannot start is reported, and
+# its tests skip (or fail under DEDUP_TEST_REQUIRE=1).
+services:
+	@[ -z "$(SERVICES)" ] || ./scripts/services.sh $(SERVICES) || true
+
+lint:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+quickstart:
+	$(GO) run ./examples/quickstart
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzComposite -fuzztime 30s ./idstrategy
+	$(GO) test -run '^$$' -fuzz FuzzCanonicalJSON -fuzztime 30s ./idstrategy

@@ -1,0 +1,170 @@
+package dedup_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/clock"
+)
+
+// TestBadMessages: each bad message is a clear error that dead-letters it,
+// and the handler never runs for it.
+func TestBadMessages(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		id     string
+		want   error
+		reason dedup.Reason
+		text   string
+	}{
+		{"empty id", "", dedup.ErrNoKey, dedup.ReasonNoKey, "empty"},
+		{"1 MB id", strings.Repeat("x", 1<<20), dedup.ErrInvalidKey, dedup.ReasonInvalidKey, "over the limit"},
+		{"invalid UTF-8", "order-\xff\xfe", dedup.ErrInvalidKey, dedup.ReasonInvalidKey, "UTF-8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewFake(epoch)
+			var calls atomic.Int64
+			rcv := newReceiver(t, newMemstore(t, clk), func(ctx context.Context, o order) (string, error) {
+				calls.Add(1)
+				return "ok", nil
+			}, &dedup.Config{Clock: clk})
+			res, err := rcv.Handle(t.Context(), order{ID: tt.id})
+			require.ErrorIs(t, err, tt.want)
+			require.Contains(t, err.Error(), tt.text)
+			require.Less(t, len(err.Error()), 300, "the error does not echo a huge id")
+			d := dedup.Decide(res, err, rcv.Policy())
+			require.Equal(t, dedup.DeadLetter, d.Action)
+			require.Equal(t, tt.reason, d.Reason)
+			require.Zero(t, calls.Load())
+		})
+	}
+}
+
+func TestKeyFuncErrorIsNoKey(t *testing.T) {
+	t.Parallel()
+	errMissing := errors.New("header Message-Id missing")
+	rcv, err := dedup.NewReceiver(newMemstore(t, clock.NewFake(epoch)),
+		func(order) (string, error) { return "", errMissing },
+		func(ctx context.Context, o order) (string, error) { return "ok", nil }, nil)
+	require.NoError(t, err)
+	_, err = rcv.Handle(t.Context(), order{ID: "o-1"})
+	require.ErrorIs(t, err, dedup.ErrNoKey)
+	require.ErrorIs(t, err, errMissing)
+}
+
+func TestNilMessage(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	rcv, err := dedup.NewReceiver(newMemstore(t, clock.NewFake(epoch)),
+		func(o *order) (string, error) { return o.ID, nil },
+		func(ctx context.Context, o *order) (string, error) { calls.Add(1); return "ok", nil }, nil)
+	require.NoError(t, err)
+	res, err := rcv.Handle(t.Context(), nil)
+	require.ErrorIs(t, err, dedup.ErrNoKey)
+	require.Contains(t, err.Error(), "nil")
+	require.Equal(t, dedup.DeadLetter, dedup.Decide(res, err, rcv.Policy()).Action)
+	require.Zero(t, calls.Load())
+}
+
+// unencodable cannot be marshalled to JSON.
+type unencodable struct{ C chan int }
+
+// TestResultNotStored: a result the codec cannot encode, or one over the
+// size limit, does not lose the effect: the record completes without a
+// result, the delivery is acknowledged, and a redelivery is a duplicate.
+func TestResultNotStored(t *testing.T) {
+	t.Parallel()
+	t.Run("codec cannot encode", func(t *testing.T) {
+		t.Parallel()
+		clk := clock.NewFake(epoch)
+		var calls atomic.Int64
+		rcv := newReceiver(t, newMemstore(t, clk), func(ctx context.Context, o order) (unencodable, error) {
+			calls.Add(1)
+			return unencodable{C: make(chan int)}, nil
+		}, &dedup.Config{Clock: clk})
+		res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
+		require.ErrorIs(t, err, dedup.ErrResultNotStored)
+		require.Contains(t, err.Error(), "encode")
+		require.Equal(t, dedup.StatusProcessed, res.Status)
+		require.NotNil(t, res.Value.C, "the first caller still gets its value")
+		require.Equal(t, dedup.Ack, dedup.Decide(res, err, rcv.Policy()).Action)
+
+		res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
+		require.NoError(t, err)
+		require.Equal(t, dedup.StatusDuplicate, res.Status)
+		require.Nil(t, res.Value.C, "duplicates get the zero value")
+		require.Equal(t, int64(1), calls.Load())
+	})
+	t.Run("over the size limit", func(t *testing.T) {
+		t.Parallel()
+		clk := clock.NewFake(epoch)
+		var calls atomic.Int64
+		rcv := newReceiver(t, newMemstore(t, clk), func(ctx context.Context, o order) (string, error) {
+			calls.Add(1)
+			return strings.Repeat("r", 2048), nil
+		}, &dedup.Config{Clock: clk, MaxResultSize: 1024})
+		res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
+		require.ErrorIs(t, err, dedup.ErrResultNotStored)
+		require.Contains(t, err.Error(), "over MaxResultSize 1024")
+		require.Equal(t, dedup.StatusProcessed, res.Status)
+		require.Equal(t, dedup.Ack, dedup.Decide(res, err, rcv.Policy()).Action)
+		require.Equal(t, uint64(1), rcv.Stats().ResultsNotStored)
+
+		res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
+		require.NoError(t, err)
+		require.Equal(t, dedup.StatusDuplicate, res.Status)
+		require.Empty(t, res.Value)
+		require.Equal(t, int64(1), calls.Load())
+	})
+}
+
+func TestInvalidConfig(t *testing.T) {
+	t.Parallel()
+	store := newMemstore(t, clock.NewFake(epoch))
+	h := func(ctx context.Context, o order) (string, error) { return "", nil }
+	tests := []struct {
+		name string
+		cfg  dedup.Config
+		text string
+	}{
+		{"negative lease", dedup.Config{Lease: -time.Second}, "Lease"},
+		{"lease below the minimum", dedup.Config{Lease: time.Millisecond}, "at least"},
+		{"negative retention", dedup.Config{Retention: -time.Hour}, "Retention"},
+		{"negative max attempts", dedup.Config{MaxAttempts: -1}, "MaxAttempts"},
+		{"negative result size", dedup.Config{MaxResultSize: -1}, "MaxResultSize"},
+		{"negative id length", dedup.Config{MaxIDLength: -1}, "MaxIDLength"},
+		{"negative store retry delay", dedup.Config{StoreRetryDelay: -time.Second}, "StoreRetryDelay"},
+		{"namespace with a colon", dedup.Config{Namespace: "a:b"}, "Namespace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := dedup.NewReceiver(store, orderID, h, &tt.cfg)
+			require.ErrorIs(t, err, dedup.ErrInvalidConfig)
+			require.Contains(t, err.Error(), tt.text)
+		})
+	}
+	t.Run("nil arguments", func(t *testing.T) {
+		_, err := dedup.NewReceiver[order, string](nil, orderID, h, nil)
+		require.ErrorIs(t, err, dedup.ErrInvalidConfig)
+		_, err = dedup.NewReceiver[order, string](store, nil, h, nil)
+		require.ErrorIs(t, err, dedup.ErrInvalidConfig)
+		_, err = dedup.NewReceiver[order, string](store, orderID, nil, nil)
+		require.ErrorIs(t, err, dedup.ErrInvalidConfig)
+	})
+	t.Run("zero values take the defaults", func(t *testing.T) {
+		rcv, err := dedup.NewReceiver(store, orderID, h, &dedup.Config{})
+		require.NoError(t, err)
+		require.Equal(t, dedup.DefaultNamespace, rcv.Namespace())
+		require.Equal(t, dedup.DefaultMaxAttempts, rcv.Policy().MaxAttempts)
+	})
+}

@@ -1,0 +1,114 @@
+package dedup_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/clock"
+)
+
+// TestHandleBatch: a batch with duplicates inside it and of earlier
+// messages, a failing message and a message without a key gives, per
+// message, what Handle gives, and each effect happens once.
+func TestHandleBatch(t *testing.T) {
+	t.Parallel()
+	for _, batching := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batch store %v", batching), func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewFake(epoch)
+			var store dedup.Store = newMemstore(t, clk)
+			if !batching {
+				store = &faultyStore{Store: store}
+			}
+			_, isBatch := store.(dedup.BatchStore)
+			require.Equal(t, batching, isBatch)
+			effects := map[string]int{}
+			var calls atomic.Int64
+			rcv := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+				calls.Add(1)
+				if o.ID == "bad" {
+					return "", errTransient
+				}
+				effects[o.ID]++
+				return "r-" + o.ID, nil
+			}, &dedup.Config{Clock: clk})
+
+			_, err := rcv.Handle(t.Context(), order{ID: "old"})
+			require.NoError(t, err)
+
+			msgs := []order{{ID: "a"}, {ID: "b"}, {ID: "a"}, {ID: "old"}, {ID: "bad"}, {ID: ""}, {ID: "c"}, {ID: "b"}}
+			out := rcv.HandleBatch(t.Context(), msgs)
+			require.Len(t, out, len(msgs))
+			want := []struct {
+				status dedup.Status
+				value  string
+				action dedup.Action
+			}{
+				{dedup.StatusProcessed, "r-a", dedup.Ack},
+				{dedup.StatusProcessed, "r-b", dedup.Ack},
+				{dedup.StatusDuplicate, "r-a", dedup.Ack},
+				{dedup.StatusDuplicate, "r-old", dedup.Ack},
+				{dedup.StatusNone, "", dedup.Retry},
+				{dedup.StatusNone, "", dedup.DeadLetter},
+				{dedup.StatusProcessed, "r-c", dedup.Ack},
+				{dedup.StatusDuplicate, "r-b", dedup.Ack},
+			}
+			for i, w := range want {
+				require.Equal(t, w.status, out[i].Result.Status, "message %d (%s)", i, msgs[i].ID)
+				require.Equal(t, w.value, out[i].Result.Value, "message %d", i)
+				require.Equal(t, w.action, dedup.Decide(out[i].Result, out[i].Err, rcv.Policy()).Action, "message %d", i)
+			}
+			require.Equal(t, map[string]int{"old": 1, "a": 1, "b": 1, "c": 1}, effects)
+
+			// The batch's records answer later single deliveries.
+			for _, id := range []string{"a", "b", "c"} {
+				res, err := rcv.Handle(t.Context(), order{ID: id})
+				require.NoError(t, err)
+				require.Equal(t, dedup.StatusDuplicate, res.Status)
+				require.Equal(t, "r-"+id, res.Value)
+			}
+			res, err := rcv.Handle(t.Context(), order{ID: "bad"})
+			require.ErrorIs(t, err, errTransient)
+			require.Equal(t, 2, res.Attempt, "the failed batch item was released as failed")
+		})
+	}
+}
+
+func TestHandleBatchStoreDown(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	store := newMemstore(t, clk)
+	var calls atomic.Int64
+	h := func(ctx context.Context, o order) (string, error) { calls.Add(1); return "ok", nil }
+	rcv := newReceiver(t, &downBatchStore{store}, h, &dedup.Config{Clock: clk})
+	out := rcv.HandleBatch(t.Context(), []order{{ID: "a"}, {ID: "b"}})
+	for _, o := range out {
+		require.ErrorIs(t, o.Err, dedup.ErrStoreUnavailable)
+		require.Equal(t, dedup.Retry, dedup.Decide(o.Result, o.Err, rcv.Policy()).Action)
+	}
+	require.Zero(t, calls.Load())
+
+	open := newReceiver(t, &downBatchStore{store}, h, &dedup.Config{Clock: clk, FailOpen: true})
+	out = open.HandleBatch(t.Context(), []order{{ID: "a"}, {ID: "b"}})
+	for _, o := range out {
+		require.NoError(t, o.Err)
+		require.Equal(t, dedup.StatusBypassed, o.Result.Status)
+	}
+	require.Equal(t, int64(2), calls.Load())
+}
+
+// downBatchStore is a batch store whose server is unreachable.
+type downBatchStore struct{ dedup.BatchStore }
+
+func (s *downBatchStore) AcquireBatch(ctx context.Context, items []dedup.AcquireItem) []dedup.AcquireOutcome {
+	out := make([]dedup.AcquireOutcome, len(items))
+	for i := range out {
+		out[i].Err = errConnRefused
+	}
+	return out
+}

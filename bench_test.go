@@ -1,0 +1,118 @@
+package dedup_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/clock"
+)
+
+// The benchmarks of one run compare Handle with its baseline, the bare
+// handler call:
+//
+//	go test -run '^$' -bench . -benchmem .
+func BenchmarkHandle(b *testing.B) {
+	ctx := context.Background()
+	empty := func(ctx context.Context, o order) (struct{}, error) { return struct{}{}, nil }
+	small := func(ctx context.Context, o order) (receipt, error) { return receipt{OrderID: o.ID, Charge: 1999}, nil }
+
+	b.Run("baseline=bare-handler", func(b *testing.B) {
+		b.ReportAllocs()
+		o := order{ID: "o-1"}
+		for b.Loop() {
+			_, _ = empty(ctx, o)
+		}
+	})
+	b.Run("new-key/empty-result", func(b *testing.B) {
+		rcv := newReceiver(b, newMemstore(b, clock.Real()), empty, nil)
+		ids := makeIDs(b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if _, err := rcv.Handle(ctx, order{ID: ids[i]}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("duplicate/empty-result", func(b *testing.B) {
+		rcv := newReceiver(b, newMemstore(b, clock.Real()), empty, nil)
+		o := order{ID: "o-1"}
+		if _, err := rcv.Handle(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			res, _ := rcv.Handle(ctx, o)
+			if res.Status != dedup.StatusDuplicate {
+				b.Fatal(res.Status)
+			}
+		}
+	})
+	b.Run("duplicate/small-json-result", func(b *testing.B) {
+		rcv := newReceiver(b, newMemstore(b, clock.Real()), small, nil)
+		o := order{ID: "o-1"}
+		if _, err := rcv.Handle(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			res, _ := rcv.Handle(ctx, o)
+			if res.Status != dedup.StatusDuplicate {
+				b.Fatal(res.Status)
+			}
+		}
+	})
+	b.Run("duplicate/parallel/empty-result", func(b *testing.B) {
+		rcv := newReceiver(b, newMemstore(b, clock.Real()), empty, nil)
+		o := order{ID: "o-1"}
+		if _, err := rcv.Handle(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				_, _ = rcv.Handle(ctx, o)
+			}
+		})
+	})
+}
+
+// BenchmarkHandleBatch: 100 new messages per HandleBatch call against
+// memstore, beside 100 Handle calls.
+func BenchmarkHandleBatch(b *testing.B) {
+	ctx := context.Background()
+	h := func(ctx context.Context, o order) (struct{}, error) { return struct{}{}, nil }
+	const size = 100
+	for _, mode := range []string{"handle-x100", "handle-batch-100"} {
+		b.Run(mode, func(b *testing.B) {
+			rcv := newReceiver(b, newMemstore(b, clock.Real()), h, nil)
+			msgs := make([]order, size)
+			n := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				for i := range msgs {
+					n++
+					msgs[i] = order{ID: strconv.Itoa(n)}
+				}
+				if mode == "handle-batch-100" {
+					rcv.HandleBatch(ctx, msgs)
+				} else {
+					for _, m := range msgs {
+						_, _ = rcv.Handle(ctx, m)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
+
+func makeIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "o-" + strconv.Itoa(i)
+	}
+	return ids
+}

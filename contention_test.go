@@ -1,0 +1,162 @@
+package dedup_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/clock"
+)
+
+// TestExactlyOnceUnderContention: 64 workers deliver each of 1,000 ids 3
+// times in random order, and the handler fails transiently now and then, so
+// the simulated broker redelivers. Each id's effect happens exactly once,
+// none is lost, and every duplicate gets the first result.
+func TestExactlyOnceUnderContention(t *testing.T) {
+	t.Parallel()
+	const ids, copies, workers = 1000, 3, 64
+	store := newMemstore(t, clock.Real())
+
+	var effects [ids]atomic.Int64
+	var nonce atomic.Int64
+	rcv := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+		if rand.IntN(10) == 0 {
+			return "", errTransient
+		}
+		var n int
+		fmt.Sscan(o.ID[2:], &n)
+		effects[n].Add(1)
+		return fmt.Sprintf("receipt-%s-%d", o.ID, nonce.Add(1)), nil
+	}, &dedup.Config{Namespace: "contention", Backoff: func(int) time.Duration { return 0 }})
+
+	deliveries := make([]order, 0, ids*copies)
+	for i := range ids {
+		for range copies {
+			deliveries = append(deliveries, order{ID: fmt.Sprintf("o-%d", i)})
+		}
+	}
+	rand.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+
+	var mu sync.Mutex
+	answers := make(map[string][]string) // id -> every value acked
+	queue := make(chan order, len(deliveries))
+	for _, d := range deliveries {
+		queue <- d
+	}
+	var pending sync.WaitGroup
+	pending.Add(len(deliveries))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for o := range queue {
+				res, err := rcv.Handle(context.Background(), o)
+				switch d := dedup.Decide(res, err, rcv.Policy()); d.Action {
+				case dedup.Ack:
+					require.NoError(t, err)
+					mu.Lock()
+					answers[o.ID] = append(answers[o.ID], res.Value)
+					mu.Unlock()
+					pending.Done()
+				case dedup.Retry:
+					queue <- o // the broker redelivers
+				default:
+					t.Errorf("%s: unexpected %v (%v)", o.ID, d.Action, err)
+					pending.Done()
+				}
+			}
+		})
+	}
+	pending.Wait()
+	close(queue)
+	wg.Wait()
+
+	for i := range ids {
+		id := fmt.Sprintf("o-%d", i)
+		require.Equal(t, int64(1), effects[i].Load(), "effects of %s", id)
+		require.Len(t, answers[id], copies, "acks of %s", id)
+		for _, v := range answers[id] {
+			require.Equal(t, answers[id][0], v, "%s: every delivery gets the first result", id)
+		}
+	}
+}
+
+// TestConcurrentDuplicatesShareOneClaim: concurrent deliveries of one key
+// inside one process wait for the first instead of each asking the store.
+// The store here cannot answer from memory (no Peeker), so without the
+// shared flight the waiting deliveries would find the key in flight.
+func TestConcurrentDuplicatesShareOneClaim(t *testing.T) {
+	t.Parallel()
+	const n = 50
+	store := &faultyStore{Store: newMemstore(t, clock.Real())}
+	release := make(chan struct{})
+	var calls atomic.Int64
+	rcv := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+		calls.Add(1)
+		<-release
+		return "first", nil
+	}, nil)
+
+	var started, wg sync.WaitGroup
+	started.Add(n)
+	results := make([]dedup.Result[string], n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			started.Done()
+			results[i], errs[i] = rcv.Handle(context.Background(), order{ID: "o-1"})
+		})
+	}
+	started.Wait()
+	time.Sleep(50 * time.Millisecond) // let the deliveries pile up behind the first
+	close(release)
+	wg.Wait()
+
+	processed := 0
+	for i := range n {
+		require.NoError(t, errs[i])
+		require.Equal(t, "first", results[i].Value)
+		require.NotEqual(t, dedup.StatusInFlight, results[i].Status)
+		if results[i].Status == dedup.StatusProcessed {
+			processed++
+		}
+	}
+	require.Equal(t, 1, processed)
+	require.Equal(t, int64(1), calls.Load())
+	require.Less(t, store.acquires.Load(), int64(n), "waiters did not each go to the store")
+}
+
+// TestConcurrentDuplicateWithOtherPayload: a waiter whose fingerprint
+// differs from the first delivery's gets ErrKeyReused, as the store would
+// have answered.
+func TestConcurrentDuplicateWithOtherPayload(t *testing.T) {
+	t.Parallel()
+	store := &faultyStore{Store: newMemstore(t, clock.Real())}
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	rcv, err := dedup.NewReceiver(store, func(o signedOrder) (string, error) { return o.ID, nil },
+		func(ctx context.Context, o signedOrder) (int, error) {
+			close(entered)
+			<-release
+			return o.Amount, nil
+		}, nil)
+	require.NoError(t, err)
+
+	var wg sync.WaitGroup
+	var firstErr error
+	wg.Go(func() { _, firstErr = rcv.Handle(context.Background(), signedOrder{ID: "o-1", Amount: 10}) })
+	<-entered
+	var otherErr error
+	wg.Go(func() { _, otherErr = rcv.Handle(context.Background(), signedOrder{ID: "o-1", Amount: 99}) })
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	require.NoError(t, firstErr)
+	require.ErrorIs(t, otherErr, dedup.ErrKeyReused)
+}

@@ -1,0 +1,31 @@
+package dedup
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// DefaultMaxIDLength is the longest message id accepted by default, in bytes.
+const DefaultMaxIDLength = 512
+
+// KeyFunc derives a message's id. It returns an error matching ErrNoKey when
+// the message carries none; package idstrategy has ready-made ones.
+type KeyFunc[M any] func(M) (string, error)
+
+// ValidateID checks that id is usable as a message id: not empty, at most
+// maxLen bytes (DefaultMaxIDLength when maxLen <= 0) and valid UTF-8. The
+// error matches ErrNoKey (empty) or ErrInvalidKey.
+func ValidateID(id string, maxLen int) error {
+	if maxLen <= 0 {
+		maxLen = DefaultMaxIDLength
+	}
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: the id is empty", ErrNoKey)
+	case len(id) > maxLen:
+		return fmt.Errorf("%w: the id is %d bytes, over the limit of %d (hash long ids with idstrategy.HashLong)", ErrInvalidKey, len(id), maxLen)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: the id is not valid UTF-8", ErrInvalidKey)
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+package dedup_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/clock"
+)
+
+const testLease = 30 * time.Second
+
+// TestLeaseExpiryTakeover: a worker that stalls past its lease (its
+// heartbeat cannot run: here its clock never moves) loses the key to the
+// next delivery; its late completion fails with ErrLeaseLost and does not
+// overwrite the newer result.
+func TestLeaseExpiryTakeover(t *testing.T) {
+	t.Parallel()
+	storeClock := clock.NewFake(epoch)
+	store := newMemstore(t, storeClock)
+
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	stale := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+		close(entered)
+		<-release
+		return "stale", nil
+	}, &dedup.Config{Clock: clock.NewFake(epoch), Lease: testLease})
+	var fresh atomic.Int64
+	next := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+		fresh.Add(1)
+		return "fresh", nil
+	}, &dedup.Config{Clock: storeClock, Lease: testLease})
+
+	var wg sync.WaitGroup
+	var staleRes dedup.Result[string]
+	var staleErr error
+	wg.Go(func() { staleRes, staleErr = stale.Handle(context.Background(), order{ID: "o-1"}) })
+	<-entered
+
+	res, err := next.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusInFlight, res.Status, "the lease still holds")
+	require.Equal(t, testLease, res.RetryAfter)
+	require.Equal(t, dedup.Retry, dedup.Decide(res, err, next.Policy()).Action)
+
+	storeClock.Advance(testLease + time.Second)
+	res, err = next.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusProcessed, res.Status, "the expired lease was taken over")
+	require.Equal(t, 2, res.Attempt)
+	require.Equal(t, "fresh", res.Value)
+
+	close(release)
+	wg.Wait()
+	require.ErrorIs(t, staleErr, dedup.ErrLeaseLost)
+	require.Equal(t, dedup.Ack, dedup.Decide(staleRes, staleErr, stale.Policy()).Action,
+		"the stale worker's effect happened; the new holder owns the record")
+	require.Equal(t, uint64(1), stale.Stats().LeaseLost)
+
+	res, err = next.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, "fresh", res.Value, "the stale completion did not overwrite the newer result")
+	require.Equal(t, int64(1), fresh.Load())
+}
+
+// beatingOrder counts the heartbeats the broker would receive.
+type beatingOrder struct {
+	ID    string
+	beats *atomic.Int64
+}
+
+func (o beatingOrder) Heartbeat(context.Context) error { o.beats.Add(1); return nil }
+
+// TestHeartbeatKeepsSlowHandlerLease: a handler that runs for twice its
+// lease keeps the key, because the heartbeat extends it every third of a
+// lease, and the message hears every beat.
+func TestHeartbeatKeepsSlowHandlerLease(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	store := newMemstore(t, clk)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	keyOf := func(o beatingOrder) (string, error) { return o.ID, nil }
+	slow, err := dedup.NewReceiver(store, keyOf, func(ctx context.Context, o beatingOrder) (string, error) {
+		close(entered)
+		<-release
+		return "slow", ctx.Err()
+	}, &dedup.Config{Clock: clk, Lease: testLease})
+	require.NoError(t, err)
+	other, err := dedup.NewReceiver(store, keyOf, func(ctx context.Context, o beatingOrder) (string, error) {
+		return "other", nil
+	}, &dedup.Config{Clock: clk, Lease: testLease})
+	require.NoError(t, err)
+
+	var beats atomic.Int64
+	msg := beatingOrder{ID: "o-1", beats: &beats}
+	var wg sync.WaitGroup
+	var res dedup.Result[string]
+	var resErr error
+	wg.Go(func() { res, resErr = slow.Handle(context.Background(), msg) })
+	<-entered
+
+	for range 6 { // two leases, in steps of a third
+		clk.Advance(testLease / 3)
+		r, err := other.Handle(t.Context(), msg)
+		require.NoError(t, err)
+		require.Equal(t, dedup.StatusInFlight, r.Status, "the heartbeat keeps the key")
+	}
+	require.Equal(t, int64(6), beats.Load())
+
+	close(release)
+	wg.Wait()
+	require.NoError(t, resErr)
+	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, 1, res.Attempt)
+	require.Zero(t, clk.Pending(), "the heartbeat timer is stopped once the handler returns")
+}
+
+// TestLostLeaseCancelsHandler: when the heartbeat finds the lease taken
+// over, the handler's context is cancelled with ErrLeaseLost as its cause.
+func TestLostLeaseCancelsHandler(t *testing.T) {
+	t.Parallel()
+	storeClock := clock.NewFake(epoch)
+	workerClock := clock.NewFake(epoch)
+	store := newMemstore(t, storeClock)
+
+	entered := make(chan struct{})
+	var cause error
+	stale := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+		close(entered)
+		<-ctx.Done()
+		cause = context.Cause(ctx)
+		return "", ctx.Err()
+	}, &dedup.Config{Clock: workerClock, Lease: testLease})
+	next := newReceiver(t, store, func(ctx context.Context, o order) (string, error) { return "fresh", nil },
+		&dedup.Config{Clock: storeClock, Lease: testLease})
+
+	var wg sync.WaitGroup
+	var staleErr error
+	wg.Go(func() { _, staleErr = stale.Handle(context.Background(), order{ID: "o-1"}) })
+	<-entered
+	storeClock.Advance(testLease + time.Second)
+	res, err := next.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusProcessed, res.Status)
+
+	workerClock.Advance(testLease / 3) // the stale worker's heartbeat runs
+	wg.Wait()
+	require.ErrorIs(t, cause, dedup.ErrLeaseLost)
+	require.Error(t, staleErr)
+
+	res, err = next.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, "fresh", res.Value)
+}

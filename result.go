@@ -1,0 +1,70 @@
+package dedup
+
+import "time"
+
+// Status is what Handle did with a message.
+type Status uint8
+
+const (
+	// StatusNone: nothing was done for this delivery; the error says why.
+	StatusNone Status = iota
+	// StatusProcessed: the handler ran and succeeded; Value is its result.
+	StatusProcessed
+	// StatusDuplicate: the message was processed before; Value is the first
+	// result, replayed.
+	StatusDuplicate
+	// StatusInFlight: another delivery holds the key right now; retry after
+	// RetryAfter.
+	StatusInFlight
+	// StatusBypassed: the store was unavailable and the receiver is
+	// fail-open, so the handler ran without protection.
+	StatusBypassed
+)
+
+// String returns the status's name.
+func (s Status) String() string {
+	switch s {
+	case StatusProcessed:
+		return "processed"
+	case StatusDuplicate:
+		return "duplicate"
+	case StatusInFlight:
+		return "in-flight"
+	case StatusBypassed:
+		return "bypassed"
+	default:
+		return "none"
+	}
+}
+
+// Done reports whether the message's effect has happened (processed,
+// duplicate or bypassed): such a delivery is acknowledged, whatever error
+// came with it.
+func (s Status) Done() bool {
+	return s == StatusProcessed || s == StatusDuplicate || s == StatusBypassed
+}
+
+// Result is the outcome of one delivery.
+type Result[R any] struct {
+	// Status says what happened.
+	Status Status
+	// Value is the handler's result (processed, bypassed) or the first
+	// result replayed (duplicate). Concurrent duplicates inside one process
+	// share the first delivery's value.
+	Value R
+	// Key is the store key: namespace, ':', message id. Empty when the
+	// message had no usable id.
+	Key string
+	// Attempt is the claim's attempt number (1 for the first delivery that
+	// ran the handler), or the holder's for in-flight and duplicate results.
+	Attempt int
+	// RetryAfter is, for StatusInFlight, how long the other delivery's lease
+	// still runs.
+	RetryAfter time.Duration
+}
+
+// Outcome pairs a Result with its error, for HandleBatch.
+type Outcome[R any] struct {
+	Result Result[R]
+	Err    error
+}

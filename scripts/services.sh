@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Makes sure the local services the test suite talks to are running on their
+# standard ports, starting them (or installing them from Debian's packages)
+# when they are not. Usage: scripts/services.sh [redis] [postgres] [nats] [rabbitmq]
+# (no argument: all of them). A service that cannot be brought up is reported;
+# the tests that need it then skip, or fail under DEDUP_TEST_REQUIRE=1.
+set -u
+
+log() { printf 'services: %s\n' "$*" >&2; }
+
+up() { # host port
+	(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+
+wait_up() { # name port seconds
+	local i
+	for ((i = 0; i < $3 * 2; i++)); do
+		if up 127.0.0.1 "$2"; then
+			log "$1 is up on 127.0.0.1:$2"
+			return 0
+		fi
+		sleep 0.5
+	done
+	log "$1 did not come up on 127.0.0.1:$2 within $3s"
+	return 1
+}
+
+apt_updated=
+install() { # package...
+	if ! command -v apt-get >/dev/null; then
+		log "cannot install $*: no apt-get"
+		return 1
+	fi
+	local sudo=
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
+	if [ -z "$apt_updated" ]; then
+		$sudo apt-get update -qq >&2 || return 1
+		apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >&2
+}
+
+redis() {
+	up 127.0.0.1 6379 && return 0
+	command -v redis-server >/dev/null || install redis-server || return 1
+	mkdir -p /var/lib/redis /var/log/redis 2>/dev/null
+	redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+		--dir /var/lib/redis --logfile /var/log/redis/ci.log >&2
+	wait_up redis 6379 30
+}
+
+postgres() {
+	up 127.0.0.1 5432 && return 0
+	[ -d /etc/postgresql ] && [ -n "$(ls /etc/postgresql 2>/dev/null)" ] || install postgresql || return 1
+	pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start >&2
+	wait_up postgres 5432 60
+}
+
+nats() {
+	up 127.0.0.1 4222 && return 0
+	[ -x /usr/sbin/nats-server ] || install nats-server || return 1
+	mkdir -p /var/lib/nats-server
+	start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+		-a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log >&2
+	wait_up nats 4222 30
+}
+
+rabbitmq() {
+	up 127.0.0.1 5672 && return 0
+	command -v rabbitmq-server >/dev/null || install rabbitmq-server || return 1
+	rabbitmq-server -detached >&2
+	local i
+	for ((i = 0; i < 60; i++)); do
+		rabbitmqctl await_startup >/dev/null 2>&1 && break
+		sleep 2
+	done
+	wait_up rabbitmq 5672 10
+}
+
+status=0
+for svc in "${@:-redis postgres nats rabbitmq}"; do
+	for s in $svc; do
+		"$s" || { log "$s is not available"; status=1; }
+	done
+done
+exit $status
