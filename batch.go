@@ -27,18 +27,19 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 	var todo []int                           // indexes that go to the store
 	var items []AcquireItem
 	for i, m := range msgs {
-		key, err := r.keyOf(m)
+		id, err := r.idOf(m)
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
+		key := r.prefix + id
 		keys[i] = key
 		if _, seen := first[key]; seen {
 			continue
 		}
 		first[key] = i
 		if r.peeker != nil {
-			if rec, ok := r.peeker.Peek(key); ok {
+			if rec := r.peeker.Peek(r.prefix, id); rec != nil {
 				out[i].Result, out[i].Err = r.replay(m, rec)
 				continue
 			}
@@ -65,7 +66,7 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 	hbIndex := make([]int, len(items))
 	for k, c := range claims {
 		if c.Err == nil && c.Claim.Acquired {
-			hbIndex[k] = hb.add(items[k].Key, c.Claim.Token, beaterOf(msgs[todo[k]]))
+			hbIndex[k] = hb.add(items[k].Key, c.Claim.Token, r.beaterOf(msgs[todo[k]]))
 		}
 	}
 	hb.start()

@@ -25,6 +25,22 @@ func BenchmarkHandle(b *testing.B) {
 			_, _ = empty(ctx, o)
 		}
 	})
+	b.Run("baseline=store-acquire-complete", func(b *testing.B) {
+		store := newMemstore(b, clock.Real())
+		ids := makeIDs(b.N)
+		req := dedup.AcquireRequest{Lease: dedup.DefaultLease}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			c, err := store.Acquire(ctx, "default:"+ids[i], req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := store.Complete(ctx, "default:"+ids[i], c.Token, nil, dedup.DefaultRetention); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("new-key/empty-result", func(b *testing.B) {
 		rcv := newReceiver(b, newMemstore(b, clock.Real()), empty, nil)
 		ids := makeIDs(b.N)

@@ -31,7 +31,8 @@ var (
 	ErrUndecodable = errors.New("dedup: undecodable message")
 	// ErrNotFound: an Inspector has no record for the key.
 	ErrNotFound = errors.New("dedup: record not found")
-	// ErrInvalidConfig: a Config field is out of range.
+	// ErrInvalidConfig: a Config field, option or store argument (a lease or
+	// retention) is out of range.
 	ErrInvalidConfig = errors.New("dedup: invalid config")
 )
 

@@ -22,7 +22,7 @@ type heartbeat struct {
 	lease    time.Duration
 	interval time.Duration
 	logger   *slog.Logger
-	ctx      context.Context // values of the caller's context, never cancelled
+	parent   context.Context // the caller's context, for its values
 
 	mu      sync.Mutex
 	stopped bool
@@ -48,7 +48,7 @@ func (r *Receiver[M, R]) newHeartbeat(ctx context.Context) *heartbeat {
 		lease:    r.cfg.Lease,
 		interval: r.cfg.Lease / 3,
 		logger:   r.cfg.Logger,
-		ctx:      context.WithoutCancel(ctx),
+		parent:   ctx,
 	}
 	h.entries = h.one[:0]
 	return h
@@ -127,7 +127,9 @@ func (h *heartbeat) beat() {
 // after start, so they are read without the lock.
 func (h *heartbeat) extend(i int) {
 	e := &h.entries[i]
-	ctx, cancel := context.WithTimeout(h.ctx, h.interval)
+	// The extension must not die with the caller's context (a shutdown
+	// lets handlers finish), but must not outlast the next beat either.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.parent), h.interval)
 	defer cancel()
 	err := h.store.Extend(ctx, e.key, e.token, h.lease)
 	switch {

@@ -33,6 +33,7 @@ type Receiver[M, R any] struct {
 	// fingerprints: whether M implements Fingerprinter, decided once so that
 	// the hot path does not box every message into an interface.
 	fingerprints fingerprintMode
+	heartbeats   bool // M implements Heartbeater, or may (an interface type)
 	zeroSize     bool // R carries no data: nothing to encode or decode
 	nillable     bool // M can be nil (pointer, interface, map...)
 	flight       singleflight.Group
@@ -84,6 +85,7 @@ func NewReceiver[M, R any](store Store, key KeyFunc[M], handler Handler[M, R], c
 	case mt.Implements(reflect.TypeFor[Fingerprinter]()):
 		r.fingerprints = fingerprintAlways
 	}
+	r.heartbeats = mt.Kind() == reflect.Interface || mt.Implements(reflect.TypeFor[Heartbeater]())
 	return r, nil
 }
 
@@ -109,15 +111,16 @@ func (r *Receiver[M, R]) Policy() Policy {
 // ErrLeaseLost, a store error on completion): the effect happened, so the
 // delivery must still be acknowledged. Decide applies all of these rules.
 func (r *Receiver[M, R]) Handle(ctx context.Context, msg M) (Result[R], error) {
-	key, err := r.keyOf(msg)
+	id, err := r.idOf(msg)
 	if err != nil {
 		return Result[R]{}, err
 	}
 	if r.peeker != nil {
-		if rec, ok := r.peeker.Peek(key); ok {
+		if rec := r.peeker.Peek(r.prefix, id); rec != nil {
 			return r.replay(msg, rec)
 		}
 	}
+	key := r.prefix + id // the one allocation of a new message's key
 	fp, err := r.fingerprintOf(msg)
 	if err != nil {
 		return Result[R]{Key: key}, err
@@ -158,8 +161,8 @@ func (r *Receiver[M, R]) follow(key, fp string, out *flightOutcome[R]) (Result[R
 	return res, out.err
 }
 
-// keyOf returns the store key of msg, validated.
-func (r *Receiver[M, R]) keyOf(msg M) (string, error) {
+// idOf returns the id of msg, validated.
+func (r *Receiver[M, R]) idOf(msg M) (string, error) {
 	if r.nillable && isNil(msg) {
 		return "", fmt.Errorf("%w: the message is nil", ErrNoKey)
 	}
@@ -173,7 +176,7 @@ func (r *Receiver[M, R]) keyOf(msg M) (string, error) {
 	if err := ValidateID(id, r.cfg.MaxIDLength); err != nil {
 		return "", err
 	}
-	return r.prefix + id, nil
+	return id, nil
 }
 
 func (r *Receiver[M, R]) fingerprintOf(msg M) (string, error) {
@@ -192,7 +195,7 @@ func (r *Receiver[M, R]) fingerprintOf(msg M) (string, error) {
 }
 
 // replay answers a delivery whose key is completed.
-func (r *Receiver[M, R]) replay(msg M, rec Record) (Result[R], error) {
+func (r *Receiver[M, R]) replay(msg M, rec *Record) (Result[R], error) {
 	res := Result[R]{Status: StatusDuplicate, Key: rec.Key, Attempt: rec.Attempt}
 	if r.fingerprints != fingerprintNever && rec.Fingerprint != "" {
 		fp, err := r.fingerprintOf(msg)
@@ -207,12 +210,21 @@ func (r *Receiver[M, R]) replay(msg M, rec Record) (Result[R], error) {
 	if r.zeroSize || len(rec.Result) == 0 {
 		return res, nil
 	}
-	if err := r.cfg.Codec.Unmarshal(rec.Result, &res.Value); err != nil {
+	var err error
+	if res.Value, err = r.decode(rec.Result); err != nil {
 		// The effect happened: the status stays Duplicate so the delivery is
 		// acknowledged, but the caller learns that the value is missing.
 		return res, fmt.Errorf("dedup: decode stored result of %q: %w", rec.Key, err)
 	}
 	return res, nil
+}
+
+// decode is apart from replay so that only a stored result that is really
+// decoded pays for the value escaping to the codec.
+func (r *Receiver[M, R]) decode(data []byte) (R, error) {
+	var v R
+	err := r.cfg.Codec.Unmarshal(data, &v)
+	return v, err
 }
 
 // claimAndRun is one delivery through the store: claim, run, complete.
@@ -229,7 +241,9 @@ func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M)
 func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, err error) (Result[R], error) {
 	res := Result[R]{Key: key}
 	switch {
-	case errors.Is(err, ErrKeyReused):
+	case errors.Is(err, ErrKeyReused), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidConfig):
+		// The store refused this request, not the service: running the
+		// handler unprotected (fail-open) would be wrong.
 		return res, err
 	case ctx.Err() != nil:
 		return res, fmt.Errorf("dedup: acquire %q: %w", key, context.Cause(ctx))
@@ -258,7 +272,7 @@ func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, clai
 	rec := claim.Record
 	if !claim.Acquired {
 		if rec.State == StateCompleted {
-			return r.replay(msg, rec)
+			return r.replay(msg, &rec)
 		}
 		r.stats.inFlight.Add(1)
 		wait := max(rec.LeaseUntil.Sub(r.cfg.Clock.Now()), 0)
@@ -344,7 +358,7 @@ func (r *Receiver[M, R]) runClaimed(ctx context.Context, key string, token Token
 	if hb == nil {
 		hb = r.newHeartbeat(ctx)
 		defer hb.stop()
-		idx = hb.add(key, token, beaterOf(msg))
+		idx = hb.add(key, token, r.beaterOf(msg))
 		hb.start()
 	} else {
 		defer hb.finish(idx)
@@ -374,8 +388,12 @@ func isNil[M any](msg M) bool {
 	return !v.IsValid() || v.IsNil()
 }
 
-// beaterOf returns msg's Heartbeat method, if it has one.
-func beaterOf[M any](msg M) func(context.Context) error {
+// beaterOf returns msg's Heartbeat method, if it has one. Other messages
+// are not boxed into an interface to find out.
+func (r *Receiver[M, R]) beaterOf(msg M) func(context.Context) error {
+	if !r.heartbeats {
+		return nil
+	}
 	if b, ok := any(msg).(Heartbeater); ok {
 		return b.Heartbeat
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"time"
 )
 
@@ -17,8 +18,25 @@ import (
 //
 // Errors: Complete, Release and Extend return an error matching
 // [ErrLeaseLost] when token no longer holds the key; Acquire returns an
-// error matching [ErrKeyReused] on a fingerprint mismatch; an unreachable
-// backend is reported with an error matching [ErrStoreUnavailable].
+// error matching [ErrKeyReused] on a fingerprint mismatch; an empty key is
+// [ErrInvalidKey] and a non-positive lease or retention [ErrInvalidConfig],
+// and such a refused call changes nothing; a cancelled context is returned
+// as the context's error. Any other error (an unreachable backend) is what
+// the receiver's fail-open or fail-closed policy applies to; stores should
+// make it match [ErrStoreUnavailable].
+//
+// Rules that every store keeps, beyond the state machine:
+//   - A token holds its key until another Acquire takes the key over. After
+//     its lease deadline and before a takeover, Complete, Release and Extend
+//     may succeed (memstore) or report ErrLeaseLost (a store whose expired
+//     records vanish); either way the outcome is consistent.
+//   - A processing record whose lease expired may be forgotten by the store
+//     (its attempt count with it); completed and failed records are kept
+//     for their retention unless a bounded store evicts them and counts it.
+//   - The fingerprint stored is the first non-empty one of a claim that
+//     acquired the key.
+//   - Record.Result returned by any method may be shared with the store and
+//     must be treated as read-only; Complete copies the bytes it is given.
 type Store interface {
 	// Acquire claims key for the caller if it is absent, failed, or
 	// processing under an expired lease, and reports the record holding it
@@ -41,11 +59,29 @@ type Store interface {
 // Peeker is an optional ability of stores that can answer for a completed
 // record from process memory, without I/O (memstore, the local tier of
 // tieredstore). The receiver asks it before anything else, so a duplicate of
-// a completed message costs no round trip and no lock beyond the store's own.
+// a completed message costs no round trip and no allocation.
+//
+// The key comes in two parts, as [SplitKey] cuts it: prefix is the key up to
+// and including its first ':' (the receiver's namespace), id the rest. The
+// receiver never has to join them for a duplicate, and a store may keep
+// its records under the two parts. A store may answer false for a key cut
+// any other way; it must never answer with another key's record.
 type Peeker interface {
-	// Peek returns the completed record held for key in memory, if any. It
-	// must never return a record that is not completed, and never block.
-	Peek(key string) (Record, bool)
+	// Peek returns the completed record held for prefix+id in memory, or
+	// nil. It must never return a record that is not completed or expired,
+	// and never wait on I/O (a short in-memory lock is fine). Completed
+	// records are immutable, so the record may be the store's own: the
+	// caller must not modify it.
+	Peek(prefix, id string) *Record
+}
+
+// SplitKey cuts key after its first ':' into the prefix (namespace and
+// colon) and the id; a key without a colon has an empty prefix. The parts
+// share key's memory. Stores that implement Peeker use it to index records
+// the way the receiver looks them up.
+func SplitKey(key string) (prefix, id string) {
+	i := strings.IndexByte(key, ':')
+	return key[:i+1], key[i+1:]
 }
 
 // BatchStore is an optional ability of stores that can run many operations
@@ -54,7 +90,8 @@ type Peeker interface {
 type BatchStore interface {
 	Store
 	// AcquireBatch runs Acquire for every item; the outcome at index i
-	// belongs to items[i].
+	// belongs to items[i]. A key repeated in items is claimed by its first
+	// item only. A cancelled context fails every item with its error.
 	AcquireBatch(ctx context.Context, items []AcquireItem) []AcquireOutcome
 	// CompleteBatch runs Complete for every item; the error at index i
 	// belongs to items[i] and is nil on success.

@@ -1,0 +1,47 @@
+// Package memstore is the in-process [dedup.Store], the embedded default:
+// no server to run, and a duplicate of a completed message answered from
+// memory without I/O ([Store.Peek]).
+//
+//	store, err := memstore.New(nil) // 100_000 records, real time
+//	if err != nil { ... }
+//	rcv, err := dedup.NewReceiver(store, key, handler, &dedup.Config{Namespace: "billing"})
+//
+// # What it guarantees
+//
+// Every method is one atomic step under one mutex: of many concurrent
+// Acquires of a key exactly one claims it, and a claim whose lease was
+// taken over is fenced off by its token ([dedup.ErrLeaseLost]). It passes
+// [github.com/dedup-go/dedup/store/storetest].
+//
+// It guarantees nothing beyond its process:
+//
+//   - Single process only. Two processes (two replicas of a consumer) with
+//     a memstore each deduplicate independently, so a message delivered to
+//     both runs twice. Share a store across processes (redisstore, pgstore)
+//     when a broker can deliver one message to more than one process.
+//   - Lost on restart. Every record, completed or in flight, is forgotten
+//     when the process ends, so a redelivery after a restart runs again.
+//
+// # Capacity and eviction
+//
+// Options.Capacity bounds the completed and failed records; past it the
+// least recently used one is evicted. Evicting a completed record before
+// its retention ends breaks deduplication for that key: a duplicate
+// arriving later runs the handler again. [Store.Stats] counts these
+// evictions; size Capacity above the message rate times the retention, and
+// watch the count.
+//
+// A processing record is never evicted for room: a second delivery would
+// run while the first still works. Claims are kept apart, bounded by the
+// same Capacity, and when that many are processing Acquire fails with an
+// error matching [dedup.ErrStoreUnavailable] (the receiver then refuses or
+// bypasses the delivery, as configured) until a claim completes, fails, or
+// its lease expires.
+//
+// # Time and expiry
+//
+// Leases and retention are read from Options.Clock, so a [clock.Fake]
+// drives them in tests. Expiry is lazy: a record is found expired when it
+// is next touched, and an expired claim is swept only when Acquire needs
+// its room. The store starts no goroutine and needs no Close.
+package memstore

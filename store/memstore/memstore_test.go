@@ -1,0 +1,260 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/store/memstore"
+	"github.com/dedup-go/dedup/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// setup returns a store of the given capacity on a fake clock.
+func setup(t testing.TB, capacity int) (*memstore.Store, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(epoch)
+	s, err := memstore.New(&memstore.Options{Capacity: capacity, Clock: clk})
+	require.NoError(t, err)
+	return s, clk
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		s, clk := setup(t, 0)
+		return storetest.Harness{Store: s, Advance: clk.Advance, Now: clk.Now}
+	})
+}
+
+// TestConformanceCoreOnly hides the optional abilities, as a store without
+// them would: their subtests must skip, the others must not need them.
+func TestConformanceCoreOnly(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		s, clk := setup(t, 0)
+		return storetest.Harness{Store: struct{ dedup.Store }{s}, Advance: clk.Advance}
+	})
+}
+
+func TestConformanceRealClock(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("sleeps through leases")
+	}
+	// One store for every subtest, as a shared server would be: the suite
+	// must isolate by key alone.
+	s, err := memstore.New(nil)
+	require.NoError(t, err)
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		return storetest.Harness{Store: s, Advance: time.Sleep, Tick: 20 * time.Millisecond, Now: time.Now}
+	})
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	s, err := memstore.New(nil)
+	require.NoError(t, err)
+	require.Equal(t, memstore.DefaultCapacity, s.Stats().Capacity)
+
+	_, err = memstore.New(&memstore.Options{Capacity: -1})
+	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
+}
+
+const (
+	lease     = 10 * time.Second
+	retention = time.Minute
+)
+
+var ctx = context.Background()
+
+func acquire(t *testing.T, s *memstore.Store, key string) dedup.Claim {
+	t.Helper()
+	c, err := s.Acquire(ctx, key, dedup.AcquireRequest{Lease: lease})
+	require.NoError(t, err)
+	return c
+}
+
+func complete(t *testing.T, s *memstore.Store, key string) {
+	t.Helper()
+	c := acquire(t, s, key)
+	require.True(t, c.Acquired, "Acquire(%q)", key)
+	require.NoError(t, s.Complete(ctx, key, c.Token, []byte(key), retention))
+}
+
+func TestEvictionIsCounted(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, 2)
+	complete(t, s, "a")
+	complete(t, s, "b")
+	require.NotNil(t, s.Peek("", "a")) // a is now more recently used than b
+	complete(t, s, "c")
+
+	st := s.Stats()
+	require.Equal(t, uint64(1), st.Evictions, "b was evicted before its retention ended")
+	require.Equal(t, 2, st.Len)
+	require.Nil(t, s.Peek("", "b"))
+	require.NotNil(t, s.Peek("", "a"))
+	require.True(t, acquire(t, s, "b").Acquired, "an evicted key is forgotten: its duplicate runs again")
+}
+
+func TestEvictionOfExpiredIsNotCounted(t *testing.T) {
+	t.Parallel()
+	s, clk := setup(t, 2)
+	complete(t, s, "a")
+	c := acquire(t, s, "b")
+	require.NoError(t, s.Release(ctx, "b", c.Token, dedup.Failure{Error: "boom", Retention: retention}))
+	clk.Advance(retention + time.Second)
+	complete(t, s, "c") // evicts a, expired
+	complete(t, s, "d") // evicts b, failed and expired
+	require.Zero(t, s.Stats().Evictions)
+}
+
+func TestEvictionOfFailedIsNotCounted(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, 1)
+	c := acquire(t, s, "failed")
+	require.NoError(t, s.Release(ctx, "failed", c.Token, dedup.Failure{Error: "boom", Retention: retention}))
+	complete(t, s, "done")
+	require.Zero(t, s.Stats().Evictions)
+}
+
+func TestProcessingSurvivesCapacityPressure(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, 3)
+	held := acquire(t, s, "held")
+	require.True(t, held.Acquired)
+	for i := range 20 {
+		complete(t, s, fmt.Sprintf("other-%d", i))
+	}
+	require.Equal(t, 3, s.Stats().Len)
+	require.Equal(t, uint64(17), s.Stats().Evictions)
+
+	again := acquire(t, s, "held")
+	require.False(t, again.Acquired, "a processing record must never be evicted for room")
+	require.NoError(t, s.Complete(ctx, "held", held.Token, []byte("ok"), retention))
+	rec := s.Peek("", "held")
+	require.NotNil(t, rec)
+	require.Equal(t, "ok", string(rec.Result))
+}
+
+func TestInFlightBound(t *testing.T) {
+	t.Parallel()
+	s, clk := setup(t, 2)
+	a, b := acquire(t, s, "a"), acquire(t, s, "b")
+
+	_, err := s.Acquire(ctx, "c", dedup.AcquireRequest{Lease: lease})
+	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
+	require.ErrorContains(t, err, "Options.Capacity", "the error must say which limit was hit")
+	require.Equal(t, 2, s.Stats().InFlight)
+
+	// Keys already held still answer: only new claims need room.
+	require.False(t, acquire(t, s, "a").Acquired)
+
+	// A completed claim makes room.
+	require.NoError(t, s.Complete(ctx, "a", a.Token, nil, retention))
+	require.True(t, acquire(t, s, "c").Acquired)
+
+	// So does an expired lease nobody took over: its claim is swept, and
+	// its holder has lost it.
+	_, err = s.Acquire(ctx, "d", dedup.AcquireRequest{Lease: lease})
+	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
+	clk.Advance(lease + time.Second)
+	require.True(t, acquire(t, s, "d").Acquired)
+	require.ErrorIs(t, s.Complete(ctx, "b", b.Token, nil, retention), dedup.ErrLeaseLost)
+}
+
+func TestInFlightBoundKeepsFailedRecord(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, 2)
+	c := acquire(t, s, "failed")
+	require.NoError(t, s.Release(ctx, "failed", c.Token, dedup.Failure{Error: "boom", Retention: retention}))
+	held := acquire(t, s, "held")
+	acquire(t, s, "held too")
+
+	_, err := s.Acquire(ctx, "failed", dedup.AcquireRequest{Lease: lease})
+	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
+
+	// The refused retry lost nothing: once there is room, it counts on.
+	require.NoError(t, s.Complete(ctx, "held", held.Token, nil, retention))
+	retry := acquire(t, s, "failed")
+	require.True(t, retry.Acquired)
+	require.Equal(t, 2, retry.Record.Attempt)
+	require.Equal(t, "boom", retry.Record.LastError)
+}
+
+func TestSweepSkipsLiveClaims(t *testing.T) {
+	t.Parallel()
+	s, clk := setup(t, 2)
+	acquire(t, s, "a")
+	clk.Advance(lease / 2)
+	acquire(t, s, "b")
+	clk.Advance(lease/2 + time.Second) // a expired, b did not
+
+	require.True(t, acquire(t, s, "c").Acquired, "the expired claim of a makes room")
+	_, err := s.Acquire(ctx, "d", dedup.AcquireRequest{Lease: lease})
+	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
+	require.False(t, acquire(t, s, "b").Acquired, "the sweep must leave live claims alone")
+}
+
+func TestScanOrder(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, 0)
+	for _, key := range []string{"k:c", "k:a", "k:b"} {
+		complete(t, s, key)
+	}
+	acquire(t, s, "k:0")
+	var keys []string
+	require.NoError(t, s.Scan(ctx, "k:", func(rec dedup.Record) bool {
+		keys = append(keys, rec.Key)
+		return true
+	}))
+	require.Equal(t, []string{"k:0", "k:a", "k:b", "k:c"}, keys)
+}
+
+// TestDuplicatesAllocateNothing is not parallel: AllocsPerRun counts the
+// allocations of the whole process.
+func TestDuplicatesAllocateNothing(t *testing.T) {
+	s, _ := setup(t, 0)
+	complete(t, s, "done")
+	acquire(t, s, "held")
+	var found, claimed bool
+
+	allocs := testing.AllocsPerRun(1000, func() { found = s.Peek("", "done") != nil })
+	require.True(t, found, "Peek must find the completed record")
+	require.Zero(t, allocs, "Peek of a completed record")
+
+	allocs = testing.AllocsPerRun(1000, func() { found = s.Peek("", "absent") != nil })
+	require.False(t, found)
+	require.Zero(t, allocs, "Peek of an absent key")
+
+	// A duplicate that reaches Acquire, of a completed or an in-flight key,
+	// costs nothing either.
+	for _, key := range []string{"done", "held"} {
+		allocs = testing.AllocsPerRun(1000, func() {
+			c, _ := s.Acquire(ctx, key, dedup.AcquireRequest{Lease: lease})
+			claimed = claimed || c.Acquired
+		})
+		require.False(t, claimed, "Acquire claimed %q, which was taken", key)
+		require.Zero(t, allocs, "Acquire of %q", key)
+	}
+}
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, 10)
+	complete(t, s, "a")
+	acquire(t, s, "b")
+	require.Equal(t, memstore.Stats{Len: 1, InFlight: 1, Capacity: 10}, s.Stats())
+}

@@ -1,0 +1,32 @@
+package memstore
+
+// Stats is a snapshot of a Store's size and of what it had to forget.
+type Stats struct {
+	// Len is the number of completed and failed records held. Expiry is
+	// lazy, so it includes expired records not yet touched or evicted.
+	Len int
+	// InFlight is the number of processing records, including claims whose
+	// lease expired that no Acquire has taken over or swept yet.
+	InFlight int
+	// Capacity is the bound of Len, and separately of InFlight.
+	Capacity int
+	// Evictions counts completed records evicted for room before their
+	// retention ended. Each one is a key whose duplicate would run the
+	// handler again; a steadily growing count means Capacity is too small
+	// for the retention and the message rate. Evicted failed records and
+	// expired ones are not counted: forgetting them loses an attempt count
+	// at most.
+	Evictions uint64
+}
+
+// Stats returns the store's current Stats.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{
+		Len:       s.settled.Len(),
+		InFlight:  len(s.claims),
+		Capacity:  s.capacity,
+		Evictions: s.evictions,
+	}
+}
