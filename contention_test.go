@@ -96,6 +96,8 @@ func TestConcurrentDuplicatesShareOneClaim(t *testing.T) {
 	const n = 50
 	store := &faultyStore{Store: newMemstore(t, clock.Real())}
 	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
 	var calls atomic.Int64
 	rcv := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
 		calls.Add(1)
@@ -115,7 +117,7 @@ func TestConcurrentDuplicatesShareOneClaim(t *testing.T) {
 	}
 	started.Wait()
 	time.Sleep(50 * time.Millisecond) // let the deliveries pile up behind the first
-	close(release)
+	releaseOnce()
 	wg.Wait()
 
 	processed := 0
@@ -140,6 +142,8 @@ func TestConcurrentDuplicateWithOtherPayload(t *testing.T) {
 	store := &faultyStore{Store: newMemstore(t, clock.Real())}
 	entered := make(chan struct{})
 	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
 	rcv, err := dedup.NewReceiver(store, func(o signedOrder) (string, error) { return o.ID, nil },
 		func(ctx context.Context, o signedOrder) (int, error) {
 			close(entered)
@@ -155,7 +159,7 @@ func TestConcurrentDuplicateWithOtherPayload(t *testing.T) {
 	var otherErr error
 	wg.Go(func() { _, otherErr = rcv.Handle(context.Background(), signedOrder{ID: "o-1", Amount: 99}) })
 	time.Sleep(20 * time.Millisecond)
-	close(release)
+	releaseOnce()
 	wg.Wait()
 	require.NoError(t, firstErr)
 	require.ErrorIs(t, otherErr, dedup.ErrKeyReused)

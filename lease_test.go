@@ -26,6 +26,8 @@ func TestLeaseExpiryTakeover(t *testing.T) {
 
 	entered := make(chan struct{})
 	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // a failing test must not leave the handler blocked
 	stale := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
 		close(entered)
 		<-release
@@ -56,7 +58,7 @@ func TestLeaseExpiryTakeover(t *testing.T) {
 	require.Equal(t, 2, res.Attempt)
 	require.Equal(t, "fresh", res.Value)
 
-	close(release)
+	releaseOnce()
 	wg.Wait()
 	require.ErrorIs(t, staleErr, dedup.ErrLeaseLost)
 	require.Equal(t, dedup.Ack, dedup.Decide(staleRes, staleErr, stale.Policy()).Action,
@@ -87,6 +89,8 @@ func TestHeartbeatKeepsSlowHandlerLease(t *testing.T) {
 	store := newMemstore(t, clk)
 	entered := make(chan struct{})
 	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // a failing test must not leave the handler blocked
 	keyOf := func(o beatingOrder) (string, error) { return o.ID, nil }
 	slow, err := dedup.NewReceiver(store, keyOf, func(ctx context.Context, o beatingOrder) (string, error) {
 		close(entered)
@@ -115,7 +119,7 @@ func TestHeartbeatKeepsSlowHandlerLease(t *testing.T) {
 	}
 	require.Equal(t, int64(6), beats.Load())
 
-	close(release)
+	releaseOnce()
 	wg.Wait()
 	require.NoError(t, resErr)
 	require.Equal(t, dedup.StatusProcessed, res.Status)
