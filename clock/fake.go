@@ -46,19 +46,25 @@ func (c *Fake) Advance(d time.Duration) {
 	c.Set(target)
 }
 
-// Set moves the clock to t (never backwards) and runs every function now due,
-// including ones scheduled by the functions it runs.
+// Set moves the clock to t (never backwards) and runs every function due by
+// then. The clock steps to each function's deadline before running it, so a
+// function that schedules another (a heartbeat re-arming itself) sees the
+// time it was due at, and the new one runs too if it falls due by t.
 func (c *Fake) Set(t time.Time) {
 	for {
 		c.mu.Lock()
-		if t.After(c.now) {
-			c.now = t
-		}
-		due := c.popDue()
-		c.mu.Unlock()
+		due := c.popDue(t)
 		if due == nil {
+			if t.After(c.now) {
+				c.now = t
+			}
+			c.mu.Unlock()
 			return
 		}
+		if due.when.After(c.now) {
+			c.now = due.when
+		}
+		c.mu.Unlock()
 		due.f()
 	}
 }
@@ -70,11 +76,11 @@ func (c *Fake) Pending() int {
 	return len(c.timers)
 }
 
-// popDue removes and returns the earliest due timer, or nil.
-func (c *Fake) popDue() *fakeTimer {
+// popDue removes and returns the earliest timer due by until, or nil.
+func (c *Fake) popDue(until time.Time) *fakeTimer {
 	i := -1
 	for j, t := range c.timers {
-		if t.when.After(c.now) {
+		if t.when.After(until) {
 			continue
 		}
 		if i < 0 || t.when.Before(c.timers[i].when) || (t.when.Equal(c.timers[i].when) && t.seq < c.timers[i].seq) {
