@@ -29,14 +29,7 @@ import (
 //
 // It panics if there are no parts or a part is nil.
 func Composite[M any](parts ...dedup.KeyFunc[M]) dedup.KeyFunc[M] {
-	if len(parts) == 0 {
-		misconfigured("Composite", "no parts")
-	}
-	for i, p := range parts {
-		if p == nil {
-			misconfigured("Composite", "part %d of %d is nil", i+1, len(parts))
-		}
-	}
+	requireFuncs("Composite", "part", "parts", parts)
 	parts = append([]dedup.KeyFunc[M](nil), parts...) // the caller may reuse its slice
 	const strategy = "composite"
 	return func(m M) (string, error) {

@@ -19,17 +19,27 @@ func ContentHash[M any](body func(M) ([]byte, error)) dedup.KeyFunc[M] {
 	if body == nil {
 		misconfigured("ContentHash", "body is nil")
 	}
-	const strategy = "content hash"
 	return func(m M) (string, error) {
-		data, err := body(m)
+		data, err := readBody("content hash", body, m)
 		if err != nil {
-			return "", within(strategy+", reading the body", err)
-		}
-		if len(data) == 0 {
-			return "", noKey(strategy, "the body is empty")
+			return "", err
 		}
 		return hashBytes("sha256:", data), nil
 	}
+}
+
+// readBody returns the body a hashing strategy hashes. An empty body is
+// ErrNoKey: hashing it would make every empty message a duplicate of the
+// first.
+func readBody[M any](strategy string, body func(M) ([]byte, error), m M) ([]byte, error) {
+	data, err := body(m)
+	if err != nil {
+		return nil, within(strategy+", reading the body", err)
+	}
+	if len(data) == 0 {
+		return nil, noKey(strategy, "the body is empty")
+	}
+	return data, nil
 }
 
 // CanonicalJSON uses "json-sha256:" and the hex SHA-256 of the body's
@@ -71,12 +81,9 @@ func CanonicalJSON[M any](body func(M) ([]byte, error)) dedup.KeyFunc[M] {
 	}
 	const strategy = "canonical JSON"
 	return func(m M) (string, error) {
-		data, err := body(m)
+		data, err := readBody(strategy, body, m)
 		if err != nil {
-			return "", within(strategy+", reading the body", err)
-		}
-		if len(data) == 0 {
-			return "", noKey(strategy, "the body is empty")
+			return "", err
 		}
 		c := getCanonicalizer()
 		defer putCanonicalizer(c)

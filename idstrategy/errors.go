@@ -115,6 +115,19 @@ func recoverLongError(id string, err error) (string, error) {
 // returning an error for every message would have every message dead-lettered
 // (the Receiver treats key errors as poison), so failing loudly at
 // construction loses nothing while an error later would.
+// requireFuncs panics, through misconfigured, when fns is empty or holds a
+// nil function; one and many name them ("part", "parts").
+func requireFuncs[M any](constructor, one, many string, fns []dedup.KeyFunc[M]) {
+	if len(fns) == 0 {
+		misconfigured(constructor, "no %s", many)
+	}
+	for i, f := range fns {
+		if f == nil {
+			misconfigured(constructor, "%s %d of %d is nil", one, i+1, len(fns))
+		}
+	}
+}
+
 func misconfigured(constructor, format string, args ...any) {
 	panic(fmt.Errorf("idstrategy: %s: %w: %s", constructor, dedup.ErrInvalidConfig, fmt.Sprintf(format, args...)))
 }

@@ -26,14 +26,7 @@ import (
 //
 // It panics if there are no strategies or one of them is nil.
 func FirstOf[M any](strategies ...dedup.KeyFunc[M]) dedup.KeyFunc[M] {
-	if len(strategies) == 0 {
-		misconfigured("FirstOf", "no strategies")
-	}
-	for i, s := range strategies {
-		if s == nil {
-			misconfigured("FirstOf", "strategy %d of %d is nil", i+1, len(strategies))
-		}
-	}
+	requireFuncs("FirstOf", "strategy", "strategies", strategies)
 	strategies = append([]dedup.KeyFunc[M](nil), strategies...) // the caller may reuse its slice
 	const strategy = "first of"
 	return func(m M) (string, error) {

@@ -264,21 +264,9 @@ func checkSettle(ctx context.Context, op, key string, token dedup.Token, retenti
 
 // complete is Complete on checked arguments and a copied result, under s.mu.
 func (s *Store) complete(key string, token dedup.Token, result []byte, retention time.Duration, now time.Time) error {
-	c, ok := s.claims[key]
-	if !ok || c.token != token {
-		return errLeaseLost("complete", key)
-	}
-	delete(s.claims, key)
-	s.settle(key, dedup.Record{
-		Key:         key,
-		State:       dedup.StateCompleted,
-		Attempt:     c.attempt,
-		Fingerprint: c.fingerprint,
-		Result:      result,
-		LastError:   c.lastError,
-		ExpiresAt:   now.Add(retention),
-	}, now)
-	return nil
+	return s.finish("complete", key, token, now, func(c *claim) dedup.Record {
+		return dedup.Record{State: dedup.StateCompleted, Result: result, LastError: c.lastError, ExpiresAt: now.Add(retention)}
+	})
 }
 
 // Release records the failure of the key held by token and frees the key
@@ -290,19 +278,22 @@ func (s *Store) Release(ctx context.Context, key string, token dedup.Token, fail
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.finish("release", key, token, now, func(*claim) dedup.Record {
+		return dedup.Record{State: dedup.StateFailed, LastError: failure.Error, ExpiresAt: now.Add(failure.Retention)}
+	})
+}
+
+// finish ends the claim token holds on key with the settled record next
+// returns, which keeps the claim's key, attempt and fingerprint. Under s.mu.
+func (s *Store) finish(op, key string, token dedup.Token, now time.Time, next func(*claim) dedup.Record) error {
 	c, ok := s.claims[key]
 	if !ok || c.token != token {
-		return errLeaseLost("release", key)
+		return errLeaseLost(op, key)
 	}
 	delete(s.claims, key)
-	s.settle(key, dedup.Record{
-		Key:         key,
-		State:       dedup.StateFailed,
-		Attempt:     c.attempt,
-		Fingerprint: c.fingerprint,
-		LastError:   failure.Error,
-		ExpiresAt:   now.Add(failure.Retention),
-	}, now)
+	rec := next(&c)
+	rec.Key, rec.Attempt, rec.Fingerprint = key, c.attempt, c.fingerprint
+	s.settle(key, rec, now)
 	return nil
 }
 
