@@ -27,6 +27,8 @@ quickstart:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzComposite -fuzztime 30s ./idstrategy
-	$(GO) test -run '^$$' -fuzz FuzzCanonicalJSON -fuzztime 30s ./idstrategy
+	for f in FuzzComposite FuzzCanonicalJSON FuzzCanonicalize FuzzStrategies; do \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./idstrategy || exit 1; \
+	done
