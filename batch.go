@@ -53,6 +53,35 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 		items = append(items, AcquireItem{Key: key, Request: AcquireRequest{Lease: r.cfg.Lease, Fingerprint: fp}})
 	}
 
+	if len(items) > 0 {
+		r.runBatch(ctx, msgs, keys, todo, items, out)
+	}
+
+	// Later messages of a key repeated inside the batch follow the first.
+	for i := range msgs {
+		key := keys[i]
+		if key == "" || first[key] == i {
+			continue
+		}
+		fp, err := r.fingerprintOf(msgs[i])
+		if err != nil {
+			out[i] = Outcome[R]{Result: Result[R]{Key: key}, Err: err}
+			continue
+		}
+		f := out[first[key]]
+		ffp := ""
+		if r.fingerprints != fingerprintNever {
+			ffp, _ = r.fingerprintOf(msgs[first[key]])
+		}
+		out[i].Result, out[i].Err = r.follow(key, fp, &flightOutcome[R]{res: f.Result, err: f.Err, fingerprint: ffp})
+	}
+	return out
+}
+
+// runBatch claims items in one round trip, runs the handlers of the claimed
+// ones in order under one heartbeat, and completes the successes in a second
+// round trip. todo[k] is the index in msgs of items[k]; outcomes go to out.
+func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, todo []int, items []AcquireItem, out []Outcome[R]) {
 	// Phase 1: claim everything in one round trip.
 	claims := r.batcher.AcquireBatch(ctx, items)
 	if len(claims) != len(items) {
@@ -114,24 +143,4 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 			out[i].Result, out[i].Err = r.completed(ctx, out[i].Result, encErrs[k], err)
 		}
 	}
-
-	// Later messages of a key repeated inside the batch follow the first.
-	for i := range msgs {
-		key := keys[i]
-		if key == "" || first[key] == i {
-			continue
-		}
-		fp, err := r.fingerprintOf(msgs[i])
-		if err != nil {
-			out[i] = Outcome[R]{Result: Result[R]{Key: key}, Err: err}
-			continue
-		}
-		f := out[first[key]]
-		ffp := ""
-		if r.fingerprints != fingerprintNever {
-			ffp, _ = r.fingerprintOf(msgs[first[key]])
-		}
-		out[i].Result, out[i].Err = r.follow(key, fp, &flightOutcome[R]{res: f.Result, err: f.Err, fingerprint: ffp})
-	}
-	return out
 }

@@ -112,3 +112,39 @@ func (s *downBatchStore) AcquireBatch(ctx context.Context, items []dedup.Acquire
 	}
 	return out
 }
+
+// TestHandleBatchHeartbeatHoldsWaitingClaims: while the first handler of a
+// batch runs for two leases, the heartbeat keeps every claim of the batch,
+// including the ones still waiting their turn.
+func TestHandleBatchHeartbeatHoldsWaitingClaims(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	store := newMemstore(t, clk)
+	cfg := &dedup.Config{Clock: clk, Lease: testLease}
+	other := newReceiver(t, store, func(ctx context.Context, o order) (string, error) { return "other", nil }, cfg)
+	var waiting []dedup.Status
+	rcv := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+		if o.ID == "slow" {
+			for range 6 { // two leases, in steps of a third
+				clk.Advance(testLease / 3)
+				res, err := other.Handle(ctx, order{ID: "waiting"})
+				require.NoError(t, err)
+				waiting = append(waiting, res.Status)
+			}
+		}
+		return "batch " + o.ID, nil
+	}, cfg)
+
+	out := rcv.HandleBatch(t.Context(), []order{{ID: "slow"}, {ID: "waiting"}})
+	for i, o := range out {
+		require.NoError(t, o.Err)
+		require.Equal(t, dedup.StatusProcessed, o.Result.Status, "message %d", i)
+		require.Equal(t, 1, o.Result.Attempt, "message %d kept its first claim", i)
+	}
+	require.Equal(t, "batch waiting", out[1].Result.Value)
+	require.Len(t, waiting, 6)
+	for _, s := range waiting {
+		require.Equal(t, dedup.StatusInFlight, s, "the waiting claim was never taken over")
+	}
+	require.Zero(t, clk.Pending(), "the batch heartbeat is stopped")
+}

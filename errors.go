@@ -43,10 +43,12 @@ type HandlerError struct {
 	Err     error
 }
 
+// Error describes the failure with the key and attempt.
 func (e *HandlerError) Error() string {
 	return fmt.Sprintf("dedup: handler failed for %q (attempt %d): %v", e.Key, e.Attempt, e.Err)
 }
 
+// Unwrap returns the handler's error.
 func (e *HandlerError) Unwrap() error { return e.Err }
 
 // PanicError is a recovered handler panic, with the panicking goroutine's stack.
@@ -55,6 +57,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error gives the panic value and the stack.
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("dedup: handler panicked: %v\n%s", e.Value, e.Stack)
 }
@@ -66,10 +69,12 @@ type StoreError struct {
 	Err error
 }
 
+// Error names the failed operation and key.
 func (e *StoreError) Error() string {
 	return fmt.Sprintf("dedup: store %s %q: %v", e.Op, e.Key, e.Err)
 }
 
+// Unwrap returns the store's own error.
 func (e *StoreError) Unwrap() error { return e.Err }
 
 // Is makes every StoreError match ErrStoreUnavailable.

@@ -110,6 +110,12 @@ func (r *Receiver[M, R]) Policy() Policy {
 // A Done status may come with an error too (ErrResultNotStored,
 // ErrLeaseLost, a store error on completion): the effect happened, so the
 // delivery must still be acknowledged. Decide applies all of these rules.
+//
+// Deliveries of one key that arrive while another delivery of it runs in
+// this process wait for that one and share its outcome (a duplicate when it
+// succeeded); they do not give up when their own ctx is cancelled, but the
+// wait is bounded by the first delivery's handler, which runs under ctx.
+// A cancelled ctx never stops the recording of a handler that succeeded.
 func (r *Receiver[M, R]) Handle(ctx context.Context, msg M) (Result[R], error) {
 	id, err := r.idOf(msg)
 	if err != nil {
