@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/idstrategy"
 )
 
 // TestBadMessages: each bad message is a clear error that dead-letters it,
@@ -167,4 +168,36 @@ func TestInvalidConfig(t *testing.T) {
 		require.Equal(t, dedup.DefaultNamespace, rcv.Namespace())
 		require.Equal(t, dedup.DefaultMaxAttempts, rcv.Policy().MaxAttempts)
 	})
+}
+
+// TestLongIDsThroughStrategies: a 1 MB id from a strategy is poison, unless
+// the receiver opted into hashing long ids: then its copies deduplicate.
+func TestLongIDsThroughStrategies(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	long := strings.Repeat("x", 1<<20)
+	byID := func(o order) string { return o.ID }
+	var calls atomic.Int64
+	h := func(ctx context.Context, o order) (string, error) { calls.Add(1); return "ok", nil }
+
+	strict, err := dedup.NewReceiver(newMemstore(t, clk), idstrategy.Field("ID", byID), h, &dedup.Config{Clock: clk})
+	require.NoError(t, err)
+	res, err := strict.Handle(t.Context(), order{ID: long})
+	require.ErrorIs(t, err, dedup.ErrInvalidKey)
+	require.Equal(t, dedup.DeadLetter, dedup.Decide(res, err, strict.Policy()).Action)
+	require.Zero(t, calls.Load())
+
+	hashed, err := dedup.NewReceiver(newMemstore(t, clk), idstrategy.HashLong(idstrategy.Field("ID", byID), 128), h, &dedup.Config{Clock: clk})
+	require.NoError(t, err)
+	first, err := hashed.Handle(t.Context(), order{ID: long})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusProcessed, first.Status)
+	require.Less(t, len(first.Key), 128+len("default:"))
+	again, err := hashed.Handle(t.Context(), order{ID: long})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusDuplicate, again.Status)
+	other, err := hashed.Handle(t.Context(), order{ID: long[1:] + "y"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusProcessed, other.Status, "another long id is another message")
+	require.Equal(t, int64(2), calls.Load())
 }
