@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/idstrategy"
@@ -24,14 +23,7 @@ func TestByType(t *testing.T) {
 	withFallback := idstrategy.ByType(orderType, cases, idstrategy.ContentHash(orderBody))
 	without := idstrategy.ByType(orderType, cases, nil)
 	typed := func(typ string) map[string]string { return map[string]string{"Type": typ} }
-	tests := []struct {
-		name   string
-		key    dedup.KeyFunc[order]
-		in     order
-		want   string
-		target error
-		msg    string
-	}{
+	tests := []keyCase[order]{
 		{name: "first case", key: without, in: order{Headers: typed("order.created"), ID: "o", Tenant: "t"}, want: "o"},
 		{name: "second case", key: without, in: order{Headers: typed("tenant.moved"), ID: "o", Tenant: "t"}, want: "t"},
 		{name: "unknown type, fallback", key: withFallback, in: order{Headers: typed("other"), Body: []byte("hello")},
@@ -51,18 +43,7 @@ func TestByType(t *testing.T) {
 		{name: "fallback without id", key: withFallback, in: order{},
 			target: dedup.ErrNoKey, msg: "idstrategy: by type, fallback: content hash:"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			id, err := tt.key(tt.in)
-			if tt.target != nil {
-				wantErr(t, id, err, tt.target, tt.msg)
-				require.Less(t, len(err.Error()), 300)
-				return
-			}
-			wantID(t, id, err, tt.want)
-		})
-	}
+	runKeyCases(t, nil, tests)
 }
 
 func TestByTypeCopiesTheMap(t *testing.T) {
@@ -100,13 +81,7 @@ func TestByGoType(t *testing.T) {
 		idstrategy.Case(idstrategy.Field("RefundID", func(r *refunded) string { return r.RefundID })),
 		idstrategy.Case(idstrategy.Method[idstrategy.IdempotencyKeyer]()),
 	)
-	tests := []struct {
-		name   string
-		in     any
-		want   string
-		target error
-		msg    string
-	}{
+	tests := []keyCase[any]{
 		{name: "struct", in: created{OrderID: "o1"}, want: "o1"},
 		{name: "pointer", in: &refunded{RefundID: "r1"}, want: "r1"},
 		{name: "interface", in: &shipped{ShipmentID: "s1"}, want: "shipment-s1"},
@@ -118,17 +93,7 @@ func TestByGoType(t *testing.T) {
 		{name: "nil", in: nil, target: dedup.ErrNoKey, msg: "the message is nil"},
 		{name: "nil pointer of an interface case", in: (*shipped)(nil), target: dedup.ErrNoKey, msg: "the message is nil"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			id, err := key(tt.in)
-			if tt.target != nil {
-				wantErr(t, id, err, tt.target, tt.msg)
-				return
-			}
-			wantID(t, id, err, tt.want)
-		})
-	}
+	runKeyCases(t, key, tests)
 }
 
 func TestByGoTypeFallback(t *testing.T) {

@@ -24,13 +24,7 @@ func pairKey() dedup.KeyFunc[pair] {
 func TestComposite(t *testing.T) {
 	t.Parallel()
 	key := pairKey()
-	tests := []struct {
-		name   string
-		in     pair
-		want   string
-		target error
-		msg    string
-	}{
+	tests := []keyCase[pair]{
 		{name: "readable", in: pair{"tenant-7", "order-42"}, want: "tenant-7:order-42"},
 		{name: "colon in the first part", in: pair{"a:b", "c"}, want: `a\:b:c`},
 		{name: "colon in the second part", in: pair{"a", "b:c"}, want: `a:b\:c`},
@@ -44,17 +38,7 @@ func TestComposite(t *testing.T) {
 		{name: "too long together", in: pair{exactLimit, "x"}, target: dedup.ErrInvalidKey, msg: "idstrategy: composite: dedup: invalid message id: the id is 514 bytes"},
 		{name: "a megabyte", in: pair{megabyte, "x"}, target: dedup.ErrInvalidKey, msg: "over the limit"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			id, err := key(tt.in)
-			if tt.target != nil {
-				wantErr(t, id, err, tt.target, tt.msg)
-				return
-			}
-			wantID(t, id, err, tt.want)
-		})
-	}
+	runKeyCases(t, key, tests)
 }
 
 func TestCompositeOfStrategies(t *testing.T) {

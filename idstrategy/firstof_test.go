@@ -15,13 +15,7 @@ func TestFirstOf(t *testing.T) {
 		idstrategy.Field("ID", orderID),
 		idstrategy.ContentHash(orderBody),
 	)
-	tests := []struct {
-		name   string
-		in     order
-		want   string
-		target error
-		msg    string
-	}{
+	tests := []keyCase[order]{
 		{name: "header first", in: order{Headers: map[string]string{"Message-Id": "h"}, ID: "f", Body: []byte("b")}, want: "h"},
 		{name: "field when the header is missing", in: order{ID: "f", Body: []byte("b")}, want: "f"},
 		{name: "field when the header is empty", in: order{Headers: map[string]string{"Message-Id": ""}, ID: "f"}, want: "f"},
@@ -36,17 +30,7 @@ func TestFirstOf(t *testing.T) {
 		{name: "invalid field does not fall back", in: order{ID: badUTF8, Body: []byte("b")},
 			target: dedup.ErrInvalidKey, msg: `strategy 2 of 3: field "ID"`},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			id, err := key(tt.in)
-			if tt.target != nil {
-				wantErr(t, id, err, tt.target, tt.msg)
-				return
-			}
-			wantID(t, id, err, tt.want)
-		})
-	}
+	runKeyCases(t, key, tests)
 }
 
 func TestFirstOfHandWrittenStrategies(t *testing.T) {

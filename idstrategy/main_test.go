@@ -83,3 +83,35 @@ var (
 	exactLimit = strings.Repeat("y", dedup.DefaultMaxIDLength)
 	overLimit  = strings.Repeat("y", dedup.DefaultMaxIDLength+1)
 )
+
+// keyCase is one row of a strategy's table test: the id the strategy
+// gives for in, or the error (matching target, containing msg).
+type keyCase[M any] struct {
+	name   string
+	key    dedup.KeyFunc[M] // the row's own strategy; nil: the table's
+	in     M
+	want   string
+	target error
+	msg    string
+}
+
+// runKeyCases runs each row in parallel against its strategy, or key.
+func runKeyCases[M any](t *testing.T, key dedup.KeyFunc[M], cases []keyCase[M]) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			k := key
+			if tt.key != nil {
+				k = tt.key
+			}
+			id, err := k(tt.in)
+			if tt.target != nil {
+				wantErr(t, id, err, tt.target, tt.msg)
+				require.Less(t, len(err.Error()), 300, "errors stay short whatever the input")
+				return
+			}
+			wantID(t, id, err, tt.want)
+		})
+	}
+}

@@ -15,14 +15,7 @@ func TestWindowed(t *testing.T) {
 	t.Parallel()
 	daily := idstrategy.Windowed(idstrategy.Field("ID", orderID), 24*time.Hour, orderAt)
 	berlin := time.FixedZone("CEST", 2*60*60)
-	tests := []struct {
-		name   string
-		key    dedup.KeyFunc[order]
-		in     order
-		want   string
-		target error
-		msg    string
-	}{
+	tests := []keyCase[order]{
 		{name: "start of the day", key: daily,
 			in:   order{ID: "report", At: time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC)},
 			want: "report@2024-05-01T00:00:00Z"},
@@ -56,17 +49,7 @@ func TestWindowed(t *testing.T) {
 		{name: "too long with the window", key: daily, in: order{ID: exactLimit[:500], At: time.Now()},
 			target: dedup.ErrInvalidKey, msg: "idstrategy: windowed: dedup: invalid message id: the id is 521 bytes"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			id, err := tt.key(tt.in)
-			if tt.target != nil {
-				wantErr(t, id, err, tt.target, tt.msg)
-				return
-			}
-			wantID(t, id, err, tt.want)
-		})
-	}
+	runKeyCases(t, nil, tests)
 }
 
 func TestWindowedHashLong(t *testing.T) {
