@@ -201,3 +201,40 @@ func TestLongIDsThroughStrategies(t *testing.T) {
 	require.Equal(t, dedup.StatusProcessed, other.Status, "another long id is another message")
 	require.Equal(t, int64(2), calls.Load())
 }
+
+func TestKeyFuncPanicIsPoison(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	rcv, err := dedup.NewReceiver(newMemstore(t, clock.NewFake(epoch)),
+		func(o order) (string, error) { return o.ID[:10], nil }, // out of range for short ids
+		func(ctx context.Context, o order) (string, error) { calls.Add(1); return "ok", nil }, nil)
+	require.NoError(t, err)
+	res, err := rcv.Handle(t.Context(), order{ID: "short"})
+	require.ErrorIs(t, err, dedup.ErrInvalidKey)
+	var pe *dedup.PanicError
+	require.ErrorAs(t, err, &pe)
+	require.Contains(t, string(pe.Stack), "badinput_test.go")
+	require.Equal(t, dedup.DeadLetter, dedup.Decide(res, err, rcv.Policy()).Action)
+	require.Zero(t, calls.Load())
+}
+
+// brokenOrder cannot fingerprint its payload.
+type brokenOrder struct{ ID string }
+
+func (brokenOrder) Fingerprint() (string, error) { return "", errors.New("body is not JSON") }
+
+func TestFingerprintErrorIsPoison(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	rcv, err := dedup.NewReceiver(newMemstore(t, clock.NewFake(epoch)),
+		func(o brokenOrder) (string, error) { return o.ID, nil },
+		func(ctx context.Context, o brokenOrder) (string, error) { calls.Add(1); return "ok", nil }, nil)
+	require.NoError(t, err)
+	res, err := rcv.Handle(t.Context(), brokenOrder{ID: "o-1"})
+	require.ErrorIs(t, err, dedup.ErrUndecodable)
+	require.Contains(t, err.Error(), "body is not JSON")
+	d := dedup.Decide(res, err, rcv.Policy())
+	require.Equal(t, dedup.DeadLetter, d.Action)
+	require.Equal(t, dedup.ReasonUndecodable, d.Reason)
+	require.Zero(t, calls.Load())
+}

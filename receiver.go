@@ -104,8 +104,11 @@ func (r *Receiver[M, R]) Policy() Policy {
 //     (or by a concurrent delivery in this process);
 //   - StatusInFlight, when another delivery holds the key now;
 //   - StatusBypassed, when the store is down and the receiver is fail-open;
-//   - an error otherwise: the handler's (*HandlerError), ErrNoKey,
-//     ErrInvalidKey, ErrKeyReused, ErrAttemptsExhausted, or ErrStoreUnavailable.
+//   - an error otherwise: the handler's (*HandlerError, wrapping a
+//     *PanicError for a panic), ErrNoKey, ErrInvalidKey (also for a key func
+//     that panicked), ErrUndecodable (a payload that cannot be
+//     fingerprinted), ErrKeyReused, ErrAttemptsExhausted, or
+//     ErrStoreUnavailable.
 //
 // A Done status may come with an error too (ErrResultNotStored,
 // ErrLeaseLost, a store error on completion): the effect happened, so the
@@ -168,11 +171,18 @@ func (r *Receiver[M, R]) follow(key, fp string, out *flightOutcome[R]) (Result[R
 }
 
 // idOf returns the id of msg, validated.
-func (r *Receiver[M, R]) idOf(msg M) (string, error) {
+func (r *Receiver[M, R]) idOf(msg M) (id string, err error) {
 	if r.nillable && isNil(msg) {
 		return "", fmt.Errorf("%w: the message is nil", ErrNoKey)
 	}
-	id, err := r.key(msg)
+	defer func() {
+		// A key func that panics on one odd message must not crash-loop the
+		// consumer: the message is poison like any other without a usable id.
+		if p := recover(); p != nil {
+			id, err = "", fmt.Errorf("%w: the key func panicked: %w", ErrInvalidKey, &PanicError{Value: p, Stack: debug.Stack()})
+		}
+	}()
+	id, err = r.key(msg)
 	if err != nil {
 		if errors.Is(err, ErrNoKey) || errors.Is(err, ErrInvalidKey) {
 			return "", err
@@ -195,7 +205,9 @@ func (r *Receiver[M, R]) fingerprintOf(msg M) (string, error) {
 	}
 	fp, err := f.Fingerprint()
 	if err != nil {
-		return "", fmt.Errorf("dedup: fingerprint: %w", err)
+		// The payload cannot be fingerprinted, so it cannot be checked
+		// against the record: poison, not worth retrying.
+		return "", fmt.Errorf("%w: fingerprint: %w", ErrUndecodable, err)
 	}
 	return fp, nil
 }
