@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/idstrategy"
 )
