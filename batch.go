@@ -23,6 +23,7 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 
 	// Phase 0: keys, in-memory duplicates, duplicates inside the batch.
 	keys := make([]string, len(msgs))
+	fps := make([]string, len(msgs))         // each message's fingerprint, computed once
 	first := make(map[string]int, len(msgs)) // key -> index of its first message
 	var todo []int                           // indexes that go to the store
 	var items []AcquireItem
@@ -33,6 +34,10 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 			continue
 		}
 		key := r.prefix + id
+		if fps[i], err = r.fingerprintOf(m); err != nil {
+			out[i] = Outcome[R]{Result: Result[R]{Key: key}, Err: err}
+			continue
+		}
 		keys[i] = key
 		if _, seen := first[key]; seen {
 			continue
@@ -44,13 +49,8 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 				continue
 			}
 		}
-		fp, err := r.fingerprintOf(m)
-		if err != nil {
-			out[i] = Outcome[R]{Result: Result[R]{Key: key}, Err: err}
-			continue
-		}
 		todo = append(todo, i)
-		items = append(items, AcquireItem{Key: key, Request: AcquireRequest{Lease: r.cfg.Lease, Fingerprint: fp}})
+		items = append(items, AcquireItem{Key: key, Request: AcquireRequest{Lease: r.cfg.Lease, Fingerprint: fps[i]}})
 	}
 
 	if len(items) > 0 {
@@ -63,17 +63,8 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 		if key == "" || first[key] == i {
 			continue
 		}
-		fp, err := r.fingerprintOf(msgs[i])
-		if err != nil {
-			out[i] = Outcome[R]{Result: Result[R]{Key: key}, Err: err}
-			continue
-		}
 		f := out[first[key]]
-		ffp := ""
-		if r.fingerprints != fingerprintNever {
-			ffp, _ = r.fingerprintOf(msgs[first[key]])
-		}
-		out[i].Result, out[i].Err = r.follow(key, fp, &flightOutcome[R]{res: f.Result, err: f.Err, fingerprint: ffp})
+		out[i].Result, out[i].Err = r.follow(key, fps[i], &flightOutcome[R]{res: f.Result, err: f.Err, fingerprint: fps[first[key]]})
 	}
 	return out
 }
@@ -117,9 +108,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, 
 		rec := c.Claim.Record
 		v, herr := r.runClaimed(ctx, keys[i], c.Claim.Token, msgs[i], hb, hbIndex[k])
 		if herr != nil {
-			r.stats.handlerErrors.Add(1)
-			r.release(ctx, keys[i], c.Claim.Token, herr.Error())
-			out[i] = Outcome[R]{Result: Result[R]{Key: keys[i], Attempt: rec.Attempt}, Err: &HandlerError{Key: keys[i], Attempt: rec.Attempt, Err: herr}}
+			out[i].Result, out[i].Err = r.handlerFailed(ctx, keys[i], c.Claim.Token, rec.Attempt, herr)
 			continue
 		}
 		out[i].Result = Result[R]{Status: StatusProcessed, Key: keys[i], Attempt: rec.Attempt, Value: v}

@@ -148,3 +148,24 @@ func TestHandleBatchHeartbeatHoldsWaitingClaims(t *testing.T) {
 	}
 	require.Zero(t, clk.Pending(), "the batch heartbeat is stopped")
 }
+
+// TestHandleBatchKeyReusedInsideBatch: a later message of a key with another
+// payload than the batch's first is ErrKeyReused, never the first's result.
+func TestHandleBatchKeyReusedInsideBatch(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	rcv, err := dedup.NewReceiver(newMemstore(t, clock.NewFake(epoch)),
+		func(o signedOrder) (string, error) { return o.ID, nil },
+		func(ctx context.Context, o signedOrder) (int, error) { calls.Add(1); return o.Amount, nil }, nil)
+	require.NoError(t, err)
+
+	out := rcv.HandleBatch(t.Context(), []signedOrder{{"o-1", 10}, {"o-1", 99}, {"o-1", 10}})
+	require.NoError(t, out[0].Err)
+	require.Equal(t, dedup.StatusProcessed, out[0].Result.Status)
+	require.ErrorIs(t, out[1].Err, dedup.ErrKeyReused)
+	require.Equal(t, dedup.DeadLetter, dedup.Decide(out[1].Result, out[1].Err, rcv.Policy()).Action)
+	require.NoError(t, out[2].Err)
+	require.Equal(t, dedup.StatusDuplicate, out[2].Result.Status)
+	require.Equal(t, 10, out[2].Result.Value)
+	require.Equal(t, int64(1), calls.Load())
+}

@@ -308,14 +308,20 @@ func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, clai
 	}
 	v, herr := r.runClaimed(ctx, key, claim.Token, msg, hb, hbIndex)
 	if herr != nil {
-		r.stats.handlerErrors.Add(1)
-		r.release(ctx, key, claim.Token, herr.Error())
-		return res, &HandlerError{Key: key, Attempt: rec.Attempt, Err: herr}
+		return r.handlerFailed(ctx, key, claim.Token, rec.Attempt, herr)
 	}
 	res.Status, res.Value = StatusProcessed, v
 	data, encErr := r.encode(v)
 	err := r.store.Complete(detach(ctx), key, claim.Token, data, r.cfg.Retention)
 	return r.completed(ctx, res, encErr, err)
+}
+
+// handlerFailed releases a claim whose handler failed, so that the next
+// delivery retries it, and reports the failure with its attempt.
+func (r *Receiver[M, R]) handlerFailed(ctx context.Context, key string, token Token, attempt int, herr error) (Result[R], error) {
+	r.stats.handlerErrors.Add(1)
+	r.release(ctx, key, token, herr.Error())
+	return Result[R]{Key: key, Attempt: attempt}, &HandlerError{Key: key, Attempt: attempt, Err: herr}
 }
 
 // completed reports a successful handler whose result was (or was not)
