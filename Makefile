@@ -4,15 +4,15 @@
 # make bench       the benchmarks, each beside its baseline
 
 GO       ?= go
-SERVICES ?=
+SERVICES ?= redis nats
 
 .PHONY: test services quickstart bench fuzz lint
 
 test: services lint
 	$(GO) test -race -count=1 -timeout 30m ./...
 
-# The core suite needs no service; the store and adapter suites list theirs
-# in SERVICES as they arrive. A service that cannot start is reported, and
+# The store and adapter suites need these services; more are listed
+# as their suites arrive. A service that cannot start is reported, and
 # its tests skip (or fail under DEDUP_TEST_REQUIRE=1).
 services:
 	@[ -z "$(SERVICES)" ] || ./scripts/services.sh $(SERVICES) || true
