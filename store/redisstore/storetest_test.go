@@ -1,0 +1,61 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup/store/redisstore"
+	"github.com/dedup-go/dedup/store/storetest"
+)
+
+// tick is the storetest time unit on Redis's real clock: leases of 10
+// ticks, and the tolerance of its time checks. Round trips on loopback
+// take well under a millisecond.
+const tick = 50 * time.Millisecond
+
+// harness runs the conformance suite on a store of c, on Redis's clock.
+func harness(c redis.UniversalClient) func(t *testing.T) storetest.Harness {
+	return func(t *testing.T) storetest.Harness {
+		s := newStore(t, c, nil)
+		return storetest.Harness{
+			Store:   s,
+			Advance: time.Sleep,
+			Tick:    tick,
+			Now: func() time.Time {
+				now, err := serverTime(c)
+				require.NoError(t, err)
+				return now
+			},
+		}
+	}
+}
+
+// serverTime reads the clock the scripts use. In a Cluster every node has
+// its own; they run on this one machine, so they agree.
+func serverTime(c redis.UniversalClient) (time.Time, error) {
+	return c.Time(context.Background()).Result()
+}
+
+func TestStoretest(t *testing.T) {
+	storetest.Run(t, harness(sharedClient(t)))
+}
+
+func TestStoretestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node Redis Cluster")
+	}
+	storetest.Run(t, harness(startCluster(t)))
+}
+
+// TestStoretestPrefix: a store with the default prefix passes too, and
+// keeps its keys under it.
+func TestStoretestDefaultPrefix(t *testing.T) {
+	c := sharedClient(t)
+	s, err := redisstore.New(t.Context(), c, nil)
+	require.NoError(t, err)
+	require.Equal(t, redisstore.DefaultPrefix, s.Prefix())
+}
