@@ -1,0 +1,233 @@
+package nats
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/dedup-go/dedup"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Subscriber runs a dedup.Receiver over a core NATS subscription, plain or
+// in a queue group. Core NATS has no acknowledgements and no redelivery:
+//
+//   - a duplicate is dropped; a duplicate request (a message with a reply
+//     subject) is answered with the stored result, as the first was;
+//   - a request that cannot be done now (in flight elsewhere, handler
+//     error, store down) gets a reply with Dedup-Reason and
+//     Dedup-Retry-After, so the requester sends it again (see
+//     ReplyErrorOf);
+//   - a plain message that cannot be done now is dead-lettered with reason
+//     ReasonNoRedelivery, since nothing would deliver it again, except one
+//     in flight elsewhere, which its holder finishes;
+//   - poison is dead-lettered, and a poison request also gets a reply.
+type Subscriber[T, R any] struct {
+	nc      *natsgo.Conn
+	subject string
+	queue   string
+	rcv     *dedup.Receiver[*Msg[T], R]
+	opts    Options
+	policy  dedup.Policy
+	dl      *deadLetterer
+	encoder ReplyEncoder
+
+	mu      sync.Mutex
+	started bool
+	closing bool // no more dispatches: the subscription is closed
+	sub     *natsgo.Subscription
+	closed  <-chan natsgo.SubStatus
+	sem     chan struct{}
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	stopped chan struct{}
+}
+
+// NewSubscriber returns a Subscriber of subject (in queue group queue, when
+// not empty) that feeds rcv. Replies are encoded by DefaultReplyEncoder
+// unless the subscriber is given another with WithReplyEncoder. opts may be
+// nil for the defaults.
+func NewSubscriber[T, R any](nc *natsgo.Conn, subject, queue string, rcv *dedup.Receiver[*Msg[T], R], opts *Options) (*Subscriber[T, R], error) {
+	switch {
+	case nc == nil:
+		return nil, wrapConfig("connection is nil")
+	case subject == "":
+		return nil, wrapConfig("subject is empty")
+	case rcv == nil:
+		return nil, wrapConfig("receiver is nil")
+	}
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	s := &Subscriber[T, R]{
+		nc: nc, subject: subject, queue: queue, rcv: rcv, opts: o, policy: rcv.Policy(),
+		encoder: DefaultReplyEncoder{}, sem: make(chan struct{}, o.Concurrency), stopped: make(chan struct{}),
+	}
+	if o.DeadLetterSubject != "" {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, fmt.Errorf("dedupnats: JetStream for dead letters: %w", err)
+		}
+		s.dl = &deadLetterer{subject: o.DeadLetterSubject, nc: nc, js: js}
+	}
+	return s, nil
+}
+
+// WithReplyEncoder sets how results are encoded into replies, and returns
+// s. Call it before Start.
+func (s *Subscriber[T, R]) WithReplyEncoder(enc ReplyEncoder) *Subscriber[T, R] {
+	if enc != nil {
+		s.encoder = enc
+	}
+	return s
+}
+
+// Start subscribes and returns once the server has the subscription.
+// Cancelling ctx later is a hard stop: the subscription is dropped and the
+// handlers' contexts are cancelled. A Subscriber starts once.
+func (s *Subscriber[T, R]) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return ErrStarted
+	}
+	workCtx, cancel := context.WithCancel(ctx)
+	sub, err := s.nc.QueueSubscribe(s.subject, s.queue, func(m *natsgo.Msg) { s.dispatch(workCtx, m) })
+	if err != nil {
+		cancel()
+		return fmt.Errorf("dedupnats: subscribe %q: %w", s.subject, err)
+	}
+	s.closed = sub.StatusChanged(natsgo.SubscriptionClosed)
+	if err := s.nc.FlushWithContext(ctx); err != nil {
+		cancel()
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("dedupnats: subscribe %q: %w", s.subject, err)
+	}
+	s.started, s.sub, s.cancel = true, sub, cancel
+	stopWatch := context.AfterFunc(workCtx, func() { _ = sub.Unsubscribe() })
+	go func() { // owned by the subscription: ends when it closes
+		<-s.closed
+		s.mu.Lock()
+		s.closing = true
+		s.mu.Unlock()
+		s.wg.Wait()
+		stopWatch()
+		cancel()
+		close(s.stopped)
+	}()
+	return nil
+}
+
+// Stop drains the subscription (messages already received are handled),
+// waits for the handlers, and returns. When ctx ends first, the handlers'
+// contexts are cancelled and Stop returns ctx's error; Stopped tells when
+// they are gone.
+func (s *Subscriber[T, R]) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.started {
+		s.mu.Unlock()
+		return ErrNotStarted
+	}
+	sub := s.sub
+	s.mu.Unlock()
+	if err := sub.Drain(); err != nil && sub.IsValid() {
+		_ = sub.Unsubscribe()
+	}
+	select {
+	case <-s.stopped:
+		return nil
+	case <-ctx.Done():
+		s.cancel()
+		return ctx.Err()
+	}
+}
+
+// Stopped is closed when the subscription is closed and every handler has
+// returned: after Stop, a hard stop, or the connection closing.
+func (s *Subscriber[T, R]) Stopped() <-chan struct{} { return s.stopped }
+
+// dispatch runs on the subscription's delivery goroutine: it waits for a
+// free worker, so a slow handler slows delivery down (the client buffers
+// meanwhile) instead of starting goroutines without bound.
+func (s *Subscriber[T, R]) dispatch(ctx context.Context, m *natsgo.Msg) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		<-s.sem
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-s.sem }()
+		s.handle(ctx, m)
+	}()
+}
+
+// handle runs one message through the receiver and answers it.
+func (s *Subscriber[T, R]) handle(ctx context.Context, m *natsgo.Msg) {
+	env := &Msg[T]{Subject: m.Subject, Reply: m.Reply, Header: m.Header, Data: m.Data, core: m, fingerprint: s.opts.Fingerprint}
+	res, herr := decodeAndHandle(ctx, s.rcv, s.opts.Decoder, env)
+	d := dedup.Decide(res, herr, s.policy)
+	if m.Reply == "" && d.Action == dedup.Retry {
+		if d.Reason == dedup.ReasonInFlight {
+			d = dedup.Decision{Action: dedup.Ack, Reason: dedup.ReasonInFlight}
+		} else {
+			why := fmt.Errorf("dedupnats: %s, and core NATS does not redeliver", d.Reason)
+			if herr != nil {
+				why = fmt.Errorf("%w: %w", why, herr)
+			}
+			d = dedup.Decision{Action: dedup.DeadLetter, Reason: ReasonNoRedelivery, Err: why}
+		}
+	}
+	serr := s.settle(ctx, env, res, d)
+	if s.opts.OnDecision != nil {
+		s.opts.OnDecision(ctx, Event{Subject: env.Subject, Key: res.Key, Status: res.Status, Decision: d, Err: cmp2(serr, d.Err)})
+	}
+}
+
+// settle replies to a request and publishes a dead letter where the
+// decision says so.
+func (s *Subscriber[T, R]) settle(ctx context.Context, env *Msg[T], res dedup.Result[R], d dedup.Decision) error {
+	sctx, cancel := settleContext(ctx, s.opts.SettleTimeout)
+	defer cancel()
+	var err error
+	if d.Action == dedup.DeadLetter {
+		if s.dl == nil {
+			s.opts.Logger.WarnContext(ctx, "dedupnats: poison message dropped (no DeadLetterSubject)",
+				slog.String("reason", string(d.Reason)), slog.String("subject", env.Subject), slog.Any("error", d.Err))
+		} else {
+			err = s.dl.publish(sctx, deadLetter{subject: env.Subject, header: env.Header, data: env.Data, reason: d.Reason, err: d.Err, key: res.Key})
+		}
+	}
+	if env.Reply != "" {
+		var reply *natsgo.Msg
+		if d.Action == dedup.Ack {
+			body, encErr := s.encoder.Marshal(res.Value)
+			if encErr != nil {
+				d = dedup.Decision{Action: dedup.DeadLetter, Reason: dedup.ReasonNotStored, Err: fmt.Errorf("dedupnats: encode reply: %w", encErr)}
+				reply = errorReply(env.Reply, d)
+			} else {
+				reply = resultReply(env.Reply, res.Status, body)
+			}
+		} else {
+			reply = errorReply(env.Reply, d)
+		}
+		if rerr := s.nc.PublishMsg(reply); rerr != nil {
+			err = cmp2(err, fmt.Errorf("dedupnats: reply to %q: %w", env.Subject, rerr))
+		}
+	}
+	if err != nil {
+		s.opts.Logger.WarnContext(ctx, "dedupnats: settling a message failed", slog.String("subject", env.Subject), slog.Any("error", err))
+	}
+	return err
+}

@@ -1,0 +1,267 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dedup-go/dedup"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Consumer runs a dedup.Receiver over a JetStream pull consumer: it fetches
+// messages, decodes them, hands them to the receiver on a bounded number of
+// workers, and settles each one as dedup.Decide says (Ack, NakWithDelay, or
+// a dead letter followed by Term).
+type Consumer[T, R any] struct {
+	js     jetstream.JetStream
+	cons   jetstream.Consumer
+	rcv    *dedup.Receiver[*Msg[T], R]
+	opts   Options
+	policy dedup.Policy
+	dl     *deadLetterer
+
+	mu         sync.Mutex
+	started    bool
+	maxDeliver int
+	iter       jetstream.MessagesContext
+	cancel     context.CancelFunc // cancels handlers: the hard stop
+	stopWatch  func() bool        // undoes the watch on Start's ctx
+	wg         sync.WaitGroup
+	stopped    chan struct{}
+	err        error // what ended fetching, if not Stop
+}
+
+// NewConsumer returns a Consumer that feeds the messages of cons to rcv. js
+// is the JetStream context cons belongs to; it publishes dead letters.
+// opts may be nil for the defaults.
+func NewConsumer[T, R any](js jetstream.JetStream, cons jetstream.Consumer, rcv *dedup.Receiver[*Msg[T], R], opts *Options) (*Consumer[T, R], error) {
+	switch {
+	case js == nil:
+		return nil, wrapConfig("JetStream is nil")
+	case cons == nil:
+		return nil, wrapConfig("consumer is nil")
+	case rcv == nil:
+		return nil, wrapConfig("receiver is nil")
+	}
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	c := &Consumer[T, R]{js: js, cons: cons, rcv: rcv, opts: o, policy: rcv.Policy(), stopped: make(chan struct{})}
+	if o.DeadLetterSubject != "" {
+		c.dl = &deadLetterer{subject: o.DeadLetterSubject, nc: js.Conn(), js: js}
+	}
+	return c, nil
+}
+
+// Start checks the consumer's redelivery horizon against the receiver's
+// retention (see Options.StrictHorizon) and starts fetching and handling
+// messages. It returns once the workers run. Cancelling ctx later is a hard
+// stop: fetching stops and the handlers' contexts are cancelled. A Consumer
+// starts once.
+func (c *Consumer[T, R]) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return ErrStarted
+	}
+	info, err := c.cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("dedupnats: consumer info: %w", err)
+	}
+	if problem := checkHorizon(info.Config, retentionOf(c.rcv, c.opts.Retention)); problem != "" {
+		if c.opts.StrictHorizon {
+			return &horizonError{msg: "dedupnats: " + problem}
+		}
+		c.opts.Logger.WarnContext(ctx, "dedupnats: "+problem)
+	}
+	iter, err := c.cons.Messages(
+		jetstream.PullMaxMessages(2*c.opts.Concurrency),
+		jetstream.WithMessagesErrOnMissingHeartbeat(false),
+	)
+	if err != nil {
+		return fmt.Errorf("dedupnats: consume: %w", err)
+	}
+	c.started = true
+	c.maxDeliver = info.Config.MaxDeliver
+	c.iter = iter
+	workCtx, cancel := context.WithCancel(ctx)
+	c.cancel = cancel
+	c.stopWatch = context.AfterFunc(workCtx, iter.Stop)
+	for range c.opts.Concurrency {
+		c.wg.Go(func() { c.work(workCtx) })
+	}
+	go func() { // owned by the workers: ends when the last one does
+		c.wg.Wait()
+		c.stopWatch()
+		cancel()
+		close(c.stopped)
+	}()
+	return nil
+}
+
+// Stop stops fetching, lets the workers finish the messages already
+// fetched, and returns when they are done. When ctx ends first, the
+// handlers' contexts are cancelled (their messages are Nak'd for a later
+// redelivery) and Stop returns ctx's error; Stopped tells when the workers
+// are gone.
+func (c *Consumer[T, R]) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.started {
+		c.mu.Unlock()
+		return ErrNotStarted
+	}
+	c.iter.Drain()
+	c.mu.Unlock()
+	select {
+	case <-c.stopped:
+		return nil
+	case <-ctx.Done():
+		c.cancel()
+		c.iter.Stop()
+		return ctx.Err()
+	}
+}
+
+// Stopped is closed when the consumer has stopped: after Stop, a hard stop,
+// or the connection closing. Err says why, in the last case.
+func (c *Consumer[T, R]) Stopped() <-chan struct{} { return c.stopped }
+
+// Err returns the error that stopped fetching when it was not Stop or the
+// cancellation of Start's context (a closed connection), or nil.
+func (c *Consumer[T, R]) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// work is one worker: it takes the next message and handles it until the
+// iterator closes.
+func (c *Consumer[T, R]) work(ctx context.Context) {
+	nc := c.js.Conn()
+	for {
+		m, err := c.iter.Next()
+		if err == nil {
+			c.handle(ctx, m)
+			continue
+		}
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) && !nc.IsClosed() {
+			return
+		}
+		if nc.IsClosed() || errors.Is(err, jetstream.ErrConnectionClosed) || errors.Is(err, natsgo.ErrConnectionClosed) {
+			c.mu.Lock()
+			if c.err == nil {
+				c.err = fmt.Errorf("dedupnats: fetch: %w", err)
+			}
+			c.mu.Unlock()
+			return
+		}
+		// A transient fetch error (a missed heartbeat, a leader change):
+		// the iterator retries its pulls; pause briefly so a persistent
+		// error does not spin.
+		c.opts.Logger.WarnContext(ctx, "dedupnats: fetch failed", slog.Any("error", err))
+		t := time.NewTimer(c.opts.MinRetryDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// handle runs one message through the receiver and settles it.
+func (c *Consumer[T, R]) handle(ctx context.Context, m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		// Not a JetStream delivery: nothing to acknowledge.
+		c.opts.Logger.WarnContext(ctx, "dedupnats: message without JetStream metadata ignored", slog.String("subject", m.Subject()), slog.Any("error", err))
+		return
+	}
+	env := &Msg[T]{
+		Subject:      m.Subject(),
+		Header:       m.Headers(),
+		Data:         m.Data(),
+		Stream:       meta.Stream,
+		Consumer:     meta.Consumer,
+		Sequence:     meta.Sequence.Stream,
+		NumDelivered: meta.NumDelivered,
+		Timestamp:    meta.Timestamp,
+		js:           m,
+		fingerprint:  c.opts.Fingerprint,
+	}
+	res, herr := decodeAndHandle(ctx, c.rcv, c.opts.Decoder, env)
+	d := dedup.Decide(res, herr, c.policy)
+	if d.Action == dedup.Retry && c.maxDeliver > 0 && meta.NumDelivered >= uint64(c.maxDeliver) {
+		// JetStream would not deliver it again: without a dead letter the
+		// message would be lost to this consumer.
+		why := fmt.Errorf("dedupnats: %s on delivery %d of at most %d", d.Reason, meta.NumDelivered, c.maxDeliver)
+		if herr != nil {
+			why = fmt.Errorf("%w: %w", why, herr)
+		}
+		d = dedup.Decision{Action: dedup.DeadLetter, Reason: ReasonMaxDeliver, Err: why}
+	}
+	serr := c.settle(ctx, m, env, res.Key, d)
+	if c.opts.OnDecision != nil {
+		e := Event{Subject: env.Subject, Stream: env.Stream, Sequence: env.Sequence, NumDelivered: env.NumDelivered,
+			Key: res.Key, Status: res.Status, Decision: d, Err: cmp2(serr, d.Err)}
+		c.opts.OnDecision(ctx, e)
+	}
+}
+
+// settle tells JetStream what became of the message.
+func (c *Consumer[T, R]) settle(ctx context.Context, m jetstream.Msg, env *Msg[T], key string, d dedup.Decision) error {
+	sctx, cancel := settleContext(ctx, c.opts.SettleTimeout)
+	defer cancel()
+	var err error
+	switch d.Action {
+	case dedup.Ack:
+		if c.opts.AckSync {
+			err = m.DoubleAck(sctx)
+		} else {
+			err = m.Ack()
+		}
+	case dedup.Retry:
+		err = m.NakWithDelay(max(d.Delay, c.opts.MinRetryDelay))
+	case dedup.DeadLetter:
+		err = c.deadLetter(sctx, m, env, key, d)
+	}
+	if err != nil {
+		c.opts.Logger.WarnContext(ctx, "dedupnats: settling a message failed; JetStream will redeliver it",
+			slog.String("action", d.Action.String()), slog.String("stream", env.Stream), slog.Uint64("sequence", env.Sequence), slog.Any("error", err))
+		return fmt.Errorf("dedupnats: %s %s #%d: %w", d.Action, env.Stream, env.Sequence, err)
+	}
+	return nil
+}
+
+// deadLetter publishes the dead letter, then terminates the message; when
+// the publish fails, the message is Nak'd instead, so that nothing is lost.
+// Plain Term, not TermWithReason: servers before 2.10 do not know the latter
+// and leave the message unacknowledged.
+func (c *Consumer[T, R]) deadLetter(ctx context.Context, m jetstream.Msg, env *Msg[T], key string, d dedup.Decision) error {
+	if c.dl == nil {
+		c.opts.Logger.WarnContext(ctx, "dedupnats: poison message terminated (no DeadLetterSubject)",
+			slog.String("reason", string(d.Reason)), slog.String("stream", env.Stream), slog.Uint64("sequence", env.Sequence), slog.Any("error", d.Err))
+		return m.Term()
+	}
+	err := c.dl.publish(ctx, deadLetter{
+		subject: env.Subject, header: env.Header, data: env.Data, reason: d.Reason, err: d.Err, key: key,
+		stream: env.Stream, consumer: env.Consumer, sequence: env.Sequence, numDelivered: env.NumDelivered,
+	})
+	if err != nil {
+		return errors.Join(err, m.NakWithDelay(c.policy.StoreRetryDelay))
+	}
+	return m.Term()
+}
+
+// cmp2 returns the first non-nil error.
+func cmp2(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}

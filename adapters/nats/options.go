@@ -1,0 +1,139 @@
+package nats
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/dedup-go/dedup"
+)
+
+// Defaults of Options.
+const (
+	DefaultConcurrency   = 8
+	DefaultMinRetryDelay = 100 * time.Millisecond
+	DefaultSettleTimeout = 10 * time.Second
+)
+
+// ReasonMaxDeliver is the reason of a message dead-lettered because its
+// decision was to retry but JetStream would not deliver it again
+// (NumDelivered reached the consumer's MaxDeliver). Without the dead letter,
+// it would stay unacknowledged and be lost to the consumer.
+const ReasonMaxDeliver dedup.Reason = "max-deliver"
+
+// ReasonNoRedelivery is the reason of a core NATS message (not a request)
+// dead-lettered because its decision was to retry, which core NATS cannot
+// do: the dead letter is the only copy left.
+const ReasonNoRedelivery dedup.Reason = "no-redelivery"
+
+// Options configure a Consumer or a Subscriber. A nil *Options means all
+// defaults.
+type Options struct {
+	// Concurrency is how many messages are handled at once. Defaults to 8.
+	Concurrency int
+
+	// DeadLetterSubject receives poison messages (undecodable, no id,
+	// permanent errors, attempts exhausted, key reused): the original data
+	// and headers, plus Dedup-* headers saying why (see the package
+	// documentation). When a stream captures the subject, the publish waits
+	// for the stream's acknowledgement before the message is terminated, so
+	// that nothing is lost. Defaults to "": poison messages are terminated
+	// (JetStream) or dropped (core NATS) with a warning.
+	DeadLetterSubject string
+
+	// Decoder decodes the body into the user's type. Defaults to JSON.
+	Decoder Decoder
+
+	// Fingerprint stores a SHA-256 of the data with each record, so that a
+	// message carrying an id already used with other data is dead-lettered
+	// as key-reused instead of answered with the other message's result.
+	// Defaults to false.
+	Fingerprint bool
+
+	// AckSync waits for the server to confirm each JetStream Ack
+	// (DoubleAck). A lost Ack only causes a redelivery, which dedup answers
+	// as a duplicate, so this mostly costs a round trip. Defaults to false.
+	AckSync bool
+
+	// MinRetryDelay is the shortest NakWithDelay delay, so that a message
+	// in flight elsewhere whose lease is about to end does not spin.
+	// Defaults to 100ms.
+	MinRetryDelay time.Duration
+
+	// SettleTimeout bounds each Ack, Nak, Term, reply and dead-letter
+	// publish, which run even while the consumer stops. Defaults to 10s.
+	SettleTimeout time.Duration
+
+	// Retention is the receiver's dedup.Config.Retention, for the horizon
+	// check at Start. Defaults to the receiver's own when it reports one
+	// (a Retention() time.Duration method), else dedup.DefaultRetention.
+	Retention time.Duration
+
+	// StrictHorizon makes Start fail with ErrHorizon when the retention is
+	// shorter than the consumer's redelivery horizon (or the horizon is
+	// unbounded). Defaults to false: a warning is logged.
+	StrictHorizon bool
+
+	// Logger receives warnings (dead letters, failed acks, the horizon
+	// check). Defaults to discarding everything.
+	Logger *slog.Logger
+
+	// OnDecision, when set, is called after each delivery is settled, from
+	// the goroutine that handled it. Defaults to nil.
+	OnDecision func(ctx context.Context, e Event)
+}
+
+// Event reports one delivery and what was done with it.
+type Event struct {
+	// Subject, Stream, Sequence and NumDelivered identify the delivery
+	// (the last three for JetStream only).
+	Subject      string
+	Stream       string
+	Sequence     uint64
+	NumDelivered uint64
+	// Key is the record's key; empty when the message had no usable id or
+	// could not be decoded.
+	Key string
+	// Status is what the receiver did (StatusNone when it was not called).
+	Status dedup.Status
+	// Decision is what dedup.Decide answered; Decision.Reason is
+	// ReasonMaxDeliver or ReasonNoRedelivery when the adapter turned a retry
+	// into a dead letter.
+	Decision dedup.Decision
+	// Err is the error the decision was taken on, or the error that kept
+	// the decision from being carried out (a failed Ack or dead-letter
+	// publish).
+	Err error
+}
+
+func (o *Options) withDefaults() Options {
+	var out Options
+	if o != nil {
+		out = *o
+	}
+	out.Concurrency = cmp.Or(out.Concurrency, DefaultConcurrency)
+	out.MinRetryDelay = cmp.Or(out.MinRetryDelay, DefaultMinRetryDelay)
+	out.SettleTimeout = cmp.Or(out.SettleTimeout, DefaultSettleTimeout)
+	if out.Decoder == nil {
+		out.Decoder = JSON{}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Concurrency < 0:
+		return wrapConfig("Concurrency is %d; it must be positive", o.Concurrency)
+	case o.MinRetryDelay < 0:
+		return wrapConfig("MinRetryDelay is %v; it must be positive", o.MinRetryDelay)
+	case o.SettleTimeout < 0:
+		return wrapConfig("SettleTimeout is %v; it must be positive", o.SettleTimeout)
+	case o.Retention < 0:
+		return wrapConfig("Retention is %v; it must be positive", o.Retention)
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package nats
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dedup-go/dedup"
+	natsgo "github.com/nats-io/nats.go"
+)
+
+// HeaderStatus is set on every reply the Subscriber sends: the
+// dedup.Status of the delivery ("processed", "duplicate", "bypassed"), or
+// "none" with Dedup-Reason and Dedup-Error when the request was not done.
+const HeaderStatus = "Dedup-Status"
+
+// ReplyEncoder turns a handler's result into a reply body.
+type ReplyEncoder interface {
+	// Marshal encodes v.
+	Marshal(v any) ([]byte, error)
+}
+
+// DefaultReplyEncoder sends a []byte, string or json.RawMessage result as
+// it is, and anything else as JSON.
+type DefaultReplyEncoder struct{}
+
+// Marshal encodes v as described on DefaultReplyEncoder.
+func (DefaultReplyEncoder) Marshal(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case []byte:
+		return x, nil
+	case string:
+		return []byte(x), nil
+	case json.RawMessage:
+		return x, nil
+	}
+	return json.Marshal(v)
+}
+
+// ReplyError is a reply saying the request was not done: it should be sent
+// again later (Retry) or it never will be (dead letter). ReplyErrorOf finds
+// it in a reply.
+type ReplyError struct {
+	// Reason is the decision's reason, such as "in-flight" or "undecodable".
+	Reason dedup.Reason
+	// Message is the error's text, when there was one.
+	Message string
+	// RetryAfter is how long to wait before sending the request again; zero
+	// when it should not be sent again.
+	RetryAfter time.Duration
+}
+
+// Error describes the refusal.
+func (e *ReplyError) Error() string {
+	s := "dedupnats: request not done: " + string(e.Reason)
+	if e.RetryAfter > 0 {
+		s += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// ReplyErrorOf returns the *ReplyError a Subscriber's reply carries, or nil
+// when the reply carries the handler's result.
+func ReplyErrorOf(reply *natsgo.Msg) error {
+	if reply == nil || reply.Header == nil || reply.Header.Get(HeaderReason) == "" {
+		return nil
+	}
+	e := &ReplyError{Reason: dedup.Reason(reply.Header.Get(HeaderReason)), Message: reply.Header.Get(HeaderError)}
+	if ms, err := strconv.ParseInt(reply.Header.Get(HeaderRetryAfter), 10, 64); err == nil && ms > 0 {
+		e.RetryAfter = time.Duration(ms) * time.Millisecond
+	}
+	return e
+}
+
+// resultReply builds the reply carrying a done request's result.
+func resultReply(to string, status dedup.Status, body []byte) *natsgo.Msg {
+	m := natsgo.NewMsg(to)
+	m.Data = body
+	m.Header.Set(HeaderStatus, status.String())
+	return m
+}
+
+// errorReply builds the reply refusing a request.
+func errorReply(to string, d dedup.Decision) *natsgo.Msg {
+	m := natsgo.NewMsg(to)
+	m.Header.Set(HeaderStatus, dedup.StatusNone.String())
+	m.Header.Set(HeaderReason, string(d.Reason))
+	if d.Err != nil {
+		m.Header.Set(HeaderError, oneLine(d.Err.Error()))
+	}
+	if d.Action == dedup.Retry {
+		m.Header.Set(HeaderRetryAfter, strconv.FormatInt(max(d.Delay.Milliseconds(), 1), 10))
+	}
+	return m
+}
+
+var _ ReplyEncoder = DefaultReplyEncoder{}
