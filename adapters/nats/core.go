@@ -94,6 +94,11 @@ func (s *Subscriber[T, R]) Start(ctx context.Context) error {
 	if s.started {
 		return ErrStarted
 	}
+	if s.dl != nil {
+		if err := s.dl.resolve(ctx); err != nil {
+			return err
+		}
+	}
 	workCtx, cancel := context.WithCancel(ctx)
 	sub, err := s.nc.QueueSubscribe(s.subject, s.queue, func(m *natsgo.Msg) { s.dispatch(workCtx, m) })
 	if err != nil {
@@ -101,7 +106,9 @@ func (s *Subscriber[T, R]) Start(ctx context.Context) error {
 		return fmt.Errorf("dedupnats: subscribe %q: %w", s.subject, err)
 	}
 	s.closed = sub.StatusChanged(natsgo.SubscriptionClosed)
-	if err := s.nc.FlushWithContext(ctx); err != nil {
+	fctx, fcancel := withDeadline(ctx, s.opts.SettleTimeout)
+	defer fcancel()
+	if err := s.nc.FlushWithContext(fctx); err != nil {
 		cancel()
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("dedupnats: subscribe %q: %w", s.subject, err)

@@ -30,6 +30,23 @@ type deadLetterer struct {
 	subject string
 	nc      *natsgo.Conn
 	js      jetstream.JetStream
+	stream  string // the stream capturing subject, found by resolve; "" for none
+}
+
+// resolve finds the stream that captures the dead-letter subject, if any:
+// with one, publishes wait for its acknowledgement.
+func (d *deadLetterer) resolve(ctx context.Context) error {
+	name, err := d.js.StreamNameBySubject(ctx, d.subject)
+	switch {
+	case err == nil:
+		d.stream = name
+	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount), errors.Is(err, natsgo.ErrNoResponders):
+		d.stream = ""
+	default:
+		return fmt.Errorf("dedupnats: find the stream of dead-letter subject %q: %w", d.subject, err)
+	}
+	return nil
 }
 
 // deadLetter is what a dead letter says.
@@ -85,9 +102,10 @@ func (d *deadLetterer) message(dl deadLetter) *natsgo.Msg {
 // NATS and flushes, which is all core NATS offers.
 func (d *deadLetterer) publish(ctx context.Context, dl deadLetter) error {
 	m := d.message(dl)
-	_, err := d.js.PublishMsg(ctx, m)
-	if errors.Is(err, jetstream.ErrNoStreamResponse) {
-		m = d.message(dl) // PublishMsg may have added headers
+	var err error
+	if d.stream != "" {
+		_, err = d.js.PublishMsg(ctx, m, jetstream.WithExpectStream(d.stream))
+	} else {
 		m.Header.Del(jetstream.MsgIDHeader)
 		if err = d.nc.PublishMsg(m); err == nil {
 			err = d.nc.FlushWithContext(ctx)

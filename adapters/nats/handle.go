@@ -50,3 +50,12 @@ func retentionOf(rcv any, opt time.Duration) time.Duration {
 func settleContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
 }
+
+// withDeadline gives ctx a deadline if it has none: nats.go's flushes
+// require one.
+func withDeadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}

@@ -80,6 +80,11 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 		}
 		c.opts.Logger.WarnContext(ctx, "dedupnats: "+problem)
 	}
+	if c.dl != nil {
+		if err := c.dl.resolve(ctx); err != nil {
+			return err
+		}
+	}
 	iter, err := c.cons.Messages(
 		jetstream.PullMaxMessages(2*c.opts.Concurrency),
 		jetstream.WithMessagesErrOnMissingHeartbeat(false),

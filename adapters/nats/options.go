@@ -36,9 +36,10 @@ type Options struct {
 	// DeadLetterSubject receives poison messages (undecodable, no id,
 	// permanent errors, attempts exhausted, key reused): the original data
 	// and headers, plus Dedup-* headers saying why (see the package
-	// documentation). When a stream captures the subject, the publish waits
-	// for the stream's acknowledgement before the message is terminated, so
-	// that nothing is lost. Defaults to "": poison messages are terminated
+	// documentation). When a stream captures the subject (looked up at
+	// Start), each publish waits for the stream's acknowledgement before the
+	// message is terminated, so that nothing is lost; otherwise dead letters
+	// go out on core NATS, flushed. Defaults to "": poison messages are terminated
 	// (JetStream) or dropped (core NATS) with a warning.
 	DeadLetterSubject string
 
