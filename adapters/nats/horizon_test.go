@@ -136,11 +136,17 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 		"nil js":       func() error { _, err := dedupnats.NewConsumer(nil, cons, rcv, nil); return err },
 		"nil consumer": func() error { _, err := dedupnats.NewConsumer(js, nil, rcv, nil); return err },
 		"nil receiver": func() error { _, err := dedupnats.NewConsumer[Order, int](js, cons, nil, nil); return err },
-		"concurrency":  func() error { _, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: -1}); return err },
-		"retry delay":  func() error { _, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{MinRetryDelay: -1}); return err },
-		"nil conn":     func() error { _, err := dedupnats.NewSubscriber(nil, "x", "", rcv, nil); return err },
-		"no subject":   func() error { _, err := dedupnats.NewSubscriber(nc, "", "", rcv, nil); return err },
-		"nil rcv":      func() error { _, err := dedupnats.NewSubscriber[Order, int](nc, "x", "", nil, nil); return err },
+		"concurrency": func() error {
+			_, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: -1})
+			return err
+		},
+		"retry delay": func() error {
+			_, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{MinRetryDelay: -1})
+			return err
+		},
+		"nil conn":   func() error { _, err := dedupnats.NewSubscriber(nil, "x", "", rcv, nil); return err },
+		"no subject": func() error { _, err := dedupnats.NewSubscriber(nc, "", "", rcv, nil); return err },
+		"nil rcv":    func() error { _, err := dedupnats.NewSubscriber[Order, int](nc, "x", "", nil, nil); return err },
 	} {
 		err := fn()
 		require.ErrorIs(t, err, dedup.ErrInvalidConfig, name)

@@ -1,17 +1,28 @@
-// Command quickstart shows dedup at work without any external service: it
-// plays an at-least-once broker against a payment handler backed by the
-// in-process memstore, and prints what happened.
+// Command quickstart shows dedup at work on a real broker without any
+// external service: it starts an embedded NATS server with JetStream (in a
+// temporary directory), publishes orders to a stream, and consumes them with
+// a payment handler wrapped by dedup over the in-process memstore. Then it
+// prints what was charged once, what was answered as a duplicate and what
+// was dead-lettered, and exits.
 //
 //	go run ./examples/quickstart
 //
-// The broker redelivers messages, delivers some concurrently, and one worker
-// freezes mid-handler (as a crashed process would) so that its lease expires
-// and a redelivery takes the order over. Each order is charged once, and
-// every duplicate is answered with the first receipt.
+// What happens on the way:
+//   - Worker A charges order 1 and its process dies before acknowledging it:
+//     JetStream redelivers order 1 to worker B after AckWait.
+//   - A producer retry publishes orders 2 and 5 again without Nats-Msg-Id,
+//     so JetStream's own duplicate window cannot catch them.
+//   - The payment gateway times out once on order 3: the message is Nak'd
+//     and retried.
+//   - Charging order 4 takes longer than AckWait: the lease heartbeat tells
+//     JetStream it is in progress, so it is not redelivered meanwhile.
+//   - Two poison messages (not JSON, and no order id) go to the dead-letter
+//     stream with their reason.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,8 +32,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/dedup-go/dedup"
-	"github.com/dedup-go/dedup/clock"
+	dedupnats "github.com/dedup-go/dedup/adapters/nats"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -38,27 +53,17 @@ type Receipt struct {
 	Cents    int    `json:"cents"`
 }
 
-// gateway is the payment provider: its charges are the side effect that must
-// happen once per order.
-type gateway struct {
-	mu      sync.Mutex
-	charges map[string][]string // order id -> charge ids
-	next    int
-}
-
-func (g *gateway) charge(o Order) Receipt {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.next++
-	id := fmt.Sprintf("ch_%03d", g.next)
-	g.charges[o.ID] = append(g.charges[o.ID], id)
-	return Receipt{ChargeID: id, Cents: o.Cents}
-}
-
-const lease = 30 * time.Second
+const (
+	ackWait    = time.Second
+	slowCharge = 1500 * time.Millisecond // order 4: past AckWait
+	subject    = "orders.created"
+	dlqSubject = "dlq.orders"
+)
 
 func main() {
-	if err := run(context.Background(), os.Stdout); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := run(ctx, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
@@ -66,126 +71,350 @@ func main() {
 
 // run plays the scenario and writes its report to w.
 func run(ctx context.Context, w io.Writer) error {
-	// One fake clock drives the store's leases, so the crash below takes no
-	// real 30 seconds.
-	clk := clock.NewFake(time.Now())
-	store, err := memstore.New(&memstore.Options{Clock: clk})
+	url, stopServer, err := startServer()
 	if err != nil {
 		return err
 	}
-	gw := &gateway{charges: map[string][]string{}}
-	charge := func(ctx context.Context, o Order) (Receipt, error) { return gw.charge(o), nil }
-	byID := func(o Order) (string, error) { return o.ID, nil }
-	cfg := &dedup.Config{Namespace: "billing", Lease: lease, Clock: clk, Logger: slog.New(slog.DiscardHandler)}
-	rcv, err := dedup.NewReceiver(store, byID, charge, cfg)
+	defer stopServer()
+
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{subject}}); err != nil {
+		return err
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS_DLQ", Subjects: []string{dlqSubject}}); err != nil {
+		return err
+	}
+	cons, err := js.CreateConsumer(ctx, "ORDERS", jetstream.ConsumerConfig{
+		Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10,
+	})
 	if err != nil {
 		return err
 	}
 
-	orders := []Order{{"order-1", 1999}, {"order-2", 4500}, {"order-3", 1250}, {"order-4", 999}, {"order-5", 30000}}
-	tally := newTally()
-	deliver := func(who string, o Order) {
-		res, err := rcv.Handle(ctx, o)
-		tally.add(who, o, res, err, dedup.Decide(res, err, rcv.Policy()))
+	// The store outlives worker A, as Redis would.
+	store, err := memstore.New(nil)
+	if err != nil {
+		return err
+	}
+	gw := &gateway{charges: map[string][]string{}, failOnce: map[string]bool{"order-3": true}}
+	tally := &tally{byOrder: map[string][]event{}}
+
+	fmt.Fprintln(w, "1. Order 1 is published. Worker A charges it, then its process dies before acknowledging.")
+	if err := publish(ctx, js, Order{"order-1", 1999}, true); err != nil {
+		return err
+	}
+	if err := workerA(ctx, url, store, gw, tally); err != nil {
+		return err
 	}
 
-	fmt.Fprintln(w, "1. Orders 1, 2, 4 and 5 are delivered, then the broker redelivers orders 1 and 2.")
-	for _, o := range orders {
-		if o.ID != "order-3" {
-			deliver("worker-a", o)
+	fmt.Fprintln(w, "2. Orders 2 to 6 are published; a producer retry sends orders 2 and 5 again without Nats-Msg-Id;")
+	fmt.Fprintln(w, "   a message that is not JSON and an order without an id are published too.")
+	for i, o := range []Order{{"order-2", 4500}, {"order-3", 1250}, {"order-4", 999}, {"order-5", 30000}, {"order-6", 7700}} {
+		if err := publish(ctx, js, o, true); err != nil {
+			return err
+		}
+		if i == 0 || i == 3 {
+			if err := publish(ctx, js, o, false); err != nil {
+				return err
+			}
 		}
 	}
-	deliver("worker-b", orders[0])
-	deliver("worker-b", orders[1])
-
-	fmt.Fprintln(w, "2. A producer retry publishes order 3 eight times at once; eight workers take a copy each.")
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Go(func() { deliver(fmt.Sprintf("worker-%c", 'c'+i), orders[2]) })
+	for _, poison := range [][]byte{[]byte(`{"id": "order-7", "cents": `), []byte(`{"cents": 500}`)} {
+		if _, err := js.Publish(ctx, subject, poison); err != nil {
+			return err
+		}
 	}
-	wg.Wait()
 
-	fmt.Fprintln(w, "3. Worker z freezes in the middle of charging order 6; its lease expires.")
-	frozen := make(chan struct{})
-	wake := make(chan struct{})
-	// Worker z is another process: its own receiver, whose clock stands
-	// still while it is frozen, so its heartbeat cannot save its lease.
-	z, err := dedup.NewReceiver(store, byID, func(ctx context.Context, o Order) (Receipt, error) {
-		close(frozen)
-		<-wake // the gateway call hangs: no charge was made
-		return Receipt{ChargeID: "ch_from_the_frozen_worker", Cents: o.Cents}, nil
-	}, &dedup.Config{Namespace: "billing", Lease: lease, Clock: clock.NewFake(time.Now())})
+	fmt.Fprintln(w, "3. Worker B consumes the stream; order 1 comes back to it after AckWait.")
+	rcv, err := newReceiver(store, gw.charge)
 	if err != nil {
 		return err
 	}
-	order6 := Order{"order-6", 7700}
-	var zRes dedup.Result[Receipt]
-	var zErr error
-	wg.Go(func() { zRes, zErr = z.Handle(ctx, order6) })
-	<-frozen
-	deliver("worker-a", order6) // the broker redelivers while z holds the lease: in flight
-	clk.Advance(lease + time.Second)
-	deliver("worker-a", order6) // the lease has expired: the redelivery takes over
-	close(wake)
-	wg.Wait()
-	tally.add("worker-z", order6, zRes, zErr, dedup.Decide(zRes, zErr, z.Policy()))
-	deliver("worker-b", order6)
-
-	fmt.Fprintln(w, "4. A message without an order id arrives.")
-	deliver("worker-a", Order{Cents: 100})
+	b, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{
+		Concurrency:       4,
+		DeadLetterSubject: dlqSubject,
+		OnDecision:        tally.record("worker-b"),
+	})
+	if err != nil {
+		return err
+	}
+	if err := b.Start(ctx); err != nil {
+		return err
+	}
+	dead, waitErr := waitUntilSettled(ctx, js, cons, 2)
+	if err := b.Stop(ctx); err != nil {
+		return err
+	}
+	if waitErr != nil {
+		return waitErr
+	}
 
 	fmt.Fprintln(w)
-	tally.print(w, gw)
+	tally.print(w, gw, dead)
 	return nil
 }
 
-// tally records what each delivery came to.
-type tally struct {
-	mu    sync.Mutex
-	lines map[string][]string
-	dead  []string
+// startServer starts an embedded NATS server with JetStream in a temporary
+// directory, on a free port.
+func startServer() (url string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "dedup-quickstart-")
+	if err != nil {
+		return "", nil, err
+	}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	srv.Start()
+	stop = func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		_ = os.RemoveAll(dir)
+	}
+	if !srv.ReadyForConnections(10 * time.Second) {
+		stop()
+		return "", nil, errors.New("the embedded NATS server did not start")
+	}
+	return srv.ClientURL(), stop, nil
 }
 
-func newTally() *tally { return &tally{lines: map[string][]string{}} }
+// publish publishes o, with its id as Nats-Msg-Id when withID is set.
+func publish(ctx context.Context, js jetstream.JetStream, o Order, withID bool) error {
+	data, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	m := natsgo.NewMsg(subject)
+	m.Data = data
+	if withID {
+		m.Header.Set(jetstream.MsgIDHeader, o.ID)
+	}
+	_, err = js.PublishMsg(ctx, m)
+	return err
+}
 
-func (t *tally) add(who string, o Order, res dedup.Result[Receipt], err error, d dedup.Decision) {
+// newReceiver wraps charge: orders are keyed by the id in their body, which
+// every copy carries, with or without Nats-Msg-Id.
+func newReceiver(store dedup.Store, charge dedup.Handler[*dedupnats.Msg[Order], Receipt]) (*dedup.Receiver[*dedupnats.Msg[Order], Receipt], error) {
+	return dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }), charge, &dedup.Config{
+		Namespace: "billing",
+		Lease:     600 * time.Millisecond, // the heartbeat (InProgress) beats at a third of it, well inside AckWait
+		Backoff:   func(int) time.Duration { return 100 * time.Millisecond },
+		Logger:    slog.New(slog.DiscardHandler),
+	})
+}
+
+// workerA is a process that charges order 1 and dies (its connection
+// closes) before the acknowledgement goes out.
+func workerA(ctx context.Context, url string, store dedup.Store, gw *gateway, t *tally) error {
+	nc, err := natsgo.Connect(url, natsgo.MaxReconnects(0))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cons, err := js.Consumer(ctx, "ORDERS", "billing")
+	if err != nil {
+		return err
+	}
+	charged, die := make(chan struct{}), make(chan struct{})
+	rcv, err := newReceiver(store, func(ctx context.Context, m *dedupnats.Msg[Order]) (Receipt, error) {
+		r, err := gw.charge(ctx, m)
+		close(charged)
+		<-die // the process dies between the charge and the acknowledgement
+		return r, err
+	})
+	if err != nil {
+		return err
+	}
+	a, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1, OnDecision: t.record("worker-a")})
+	if err != nil {
+		return err
+	}
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-charged:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	nc.Close()
+	close(die)
+	select {
+	case <-a.Stopped():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitUntilSettled waits until every message is acknowledged or terminated
+// and the dead letters are in their stream, and returns them.
+func waitUntilSettled(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, deadLetters int) ([]jetstream.Msg, error) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		dlq, err := js.Stream(ctx, "ORDERS_DLQ")
+		if err != nil {
+			return nil, err
+		}
+		dinfo, err := dlq.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 && dinfo.State.Msgs >= uint64(deadLetters) {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the stream to be consumed: %w", ctx.Err())
+		}
+	}
+	oc, err := js.OrderedConsumer(ctx, "ORDERS_DLQ", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	batch, err := oc.FetchNoWait(deadLetters)
+	if err != nil {
+		return nil, err
+	}
+	var out []jetstream.Msg
+	for m := range batch.Messages() {
+		out = append(out, m)
+	}
+	return out, batch.Error()
+}
+
+// gateway is the payment provider: its charges are the side effect that must
+// happen once per order.
+type gateway struct {
+	mu       sync.Mutex
+	charges  map[string][]string // order id -> charge ids
+	failOnce map[string]bool     // orders whose first charge times out
+	next     int
+}
+
+func (g *gateway) charge(ctx context.Context, m *dedupnats.Msg[Order]) (Receipt, error) {
+	o := m.Body
+	if o.ID == "order-4" {
+		select {
+		case <-time.After(slowCharge):
+		case <-ctx.Done():
+			return Receipt{}, ctx.Err()
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failOnce[o.ID] {
+		delete(g.failOnce, o.ID)
+		return Receipt{}, errors.New("payment gateway timeout")
+	}
+	g.next++
+	id := fmt.Sprintf("ch_%03d", g.next)
+	g.charges[o.ID] = append(g.charges[o.ID], id)
+	return Receipt{ChargeID: id, Cents: o.Cents}, nil
+}
+
+// tally records every delivery's outcome.
+type tally struct {
+	mu      sync.Mutex
+	byOrder map[string][]event
+}
+
+type event struct {
+	worker string
+	dedupnats.Event
+}
+
+// record returns an OnDecision hook for worker.
+func (t *tally) record(worker string) func(context.Context, dedupnats.Event) {
+	return func(_ context.Context, e dedupnats.Event) {
+		if e.Decision.Action == dedup.DeadLetter {
+			return // read back from the dead-letter stream
+		}
+		_, id, _ := cutKey(e.Key)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.byOrder[id] = append(t.byOrder[id], event{worker: worker, Event: e})
+	}
+}
+
+// cutKey splits a record key ("billing:order-1").
+func cutKey(key string) (ns, id string, ok bool) {
+	for i := range len(key) {
+		if key[i] == ':' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", key, false
+}
+
+func (t *tally) print(w io.Writer, gw *gateway, dead []jetstream.Msg) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var line string
-	switch {
-	case d.Action == dedup.DeadLetter:
-		t.dead = append(t.dead, fmt.Sprintf("%s: dead-lettered (%s): %v", who, d.Reason, err))
-		return
-	case errors.Is(err, dedup.ErrLeaseLost):
-		line = fmt.Sprintf("%s: woke up after losing its lease: its result was refused (%s)", who, d.Action)
-	case res.Status == dedup.StatusInFlight:
-		line = fmt.Sprintf("%s: in flight elsewhere -> %s in %v", who, d.Action, d.Delay.Round(time.Second))
-	default:
-		line = fmt.Sprintf("%s: %-9s %s (attempt %d) -> %s", who, res.Status, res.Value.ChargeID, res.Attempt, d.Action)
-	}
-	t.lines[o.ID] = append(t.lines[o.ID], line)
-}
-
-func (t *tally) print(w io.Writer, gw *gateway) {
-	ids := make([]string, 0, len(t.lines))
-	for id := range t.lines {
+	ids := make([]string, 0, len(t.byOrder))
+	for id := range t.byOrder {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	for _, id := range ids {
-		lines := t.lines[id]
-		sort.Strings(lines) // concurrent deliveries finish in any order
-		fmt.Fprintf(w, "%s  charged %d time(s): %v\n", id, len(gw.charges[id]), gw.charges[id])
-		for _, l := range lines {
-			fmt.Fprintln(w, "    "+l)
-		}
-	}
-	for _, d := range t.dead {
-		fmt.Fprintln(w, "poison  "+d)
-	}
 	once := true
 	for _, id := range ids {
-		once = once && len(gw.charges[id]) == 1
+		charges := gw.charges[id]
+		once = once && len(charges) == 1
+		fmt.Fprintf(w, "%s  charged %d time(s): %v\n", id, len(charges), charges)
+		events := t.byOrder[id]
+		sort.SliceStable(events, func(i, j int) bool {
+			if events[i].Sequence != events[j].Sequence {
+				return events[i].Sequence < events[j].Sequence
+			}
+			return events[i].NumDelivered < events[j].NumDelivered
+		})
+		for _, e := range events {
+			fmt.Fprintf(w, "    %s  seq %d, delivery %d: %s\n", e.worker, e.Sequence, e.NumDelivered, describe(e.Event))
+		}
+		if id == "order-4" && len(events) == 1 {
+			fmt.Fprintf(w, "    (charging took %v, past the %v AckWait: the heartbeat's InProgress kept it from being redelivered)\n", slowCharge, ackWait)
+		}
 	}
-	fmt.Fprintf(w, "\nEvery order charged exactly once: %v\n", once)
+	for _, m := range dead {
+		h := m.Headers()
+		fmt.Fprintf(w, "poison  seq %s dead-lettered (%s) to %s: %s\n", h.Get(dedupnats.HeaderSequence), h.Get(dedupnats.HeaderReason), dlqSubject, h.Get(dedupnats.HeaderError))
+	}
+	fmt.Fprintf(w, "\nEvery order charged exactly once: %v\n", once && len(ids) == 6)
+}
+
+// describe says what one delivery came to.
+func describe(e dedupnats.Event) string {
+	d := e.Decision
+	switch {
+	case d.Action == dedup.Ack && e.Err != nil && d.Reason == dedup.ReasonProcessed:
+		return "processed, but the ack was lost with the process"
+	case d.Reason == dedup.ReasonDuplicate:
+		return "duplicate: answered with the first receipt -> ack"
+	case d.Reason == dedup.ReasonProcessed:
+		return "processed -> ack"
+	case d.Action == dedup.Retry && d.Reason == dedup.ReasonHandlerError:
+		return fmt.Sprintf("handler failed (%v) -> nak, retry in %v", errors.Unwrap(e.Err), d.Delay.Round(100*time.Millisecond))
+	case d.Action == dedup.Retry:
+		return fmt.Sprintf("%s -> nak, retry in %v", d.Reason, d.Delay.Round(100*time.Millisecond))
+	}
+	return fmt.Sprintf("%s -> %s", d.Reason, d.Action)
 }
