@@ -8,10 +8,15 @@ import (
 	"github.com/dedup-go/dedup"
 )
 
-// AcquireBatch runs Acquire for every item in one pipelined round trip
-// (one per node of a Cluster). Each item is its own script run, atomic on
-// its key; a key repeated in items is claimed by its first item, which the
-// later ones find holding it.
+// maxMany bounds the keys of one multi-key script run, which holds the
+// server for its whole run.
+const maxMany = 1000
+
+// AcquireBatch runs Acquire for every item in one round trip. On a single
+// server (or a Sentinel-managed one) the batch is one script run that
+// claims the keys in order; on a Cluster it is a pipeline of one script
+// run per key (one round trip per node). Either way a key repeated in
+// items is claimed by its first item, which the later ones find holding it.
 func (s *Store) AcquireBatch(ctx context.Context, items []dedup.AcquireItem) []dedup.AcquireOutcome {
 	out := make([]dedup.AcquireOutcome, len(items))
 	tokens := make([]dedup.Token, len(items))
@@ -23,17 +28,24 @@ func (s *Store) AcquireBatch(ctx context.Context, items []dedup.AcquireItem) []d
 		tokens[i] = dedup.NewToken()
 		calls = append(calls, scriptCall{index: i, key: it.Key, script: acquireScript, args: s.acquireArgs(tokens[i], it.Request)})
 	}
-	s.pipeline(ctx, "acquire", calls, func(i int, reply []any, err error) {
+	done := func(i int, reply []any, err error) {
 		if err != nil {
 			out[i].Err = err
 			return
 		}
 		out[i].Claim, out[i].Err = claimOf(items[i].Key, tokens[i], reply)
-	})
+	}
+	if s.oneServer() {
+		// ARGV: abandoned once, then token, lease, fingerprint per key.
+		s.many(ctx, "acquire", acquireManyScript, calls, []any{ms(s.abandonedTTL)}, func(c scriptCall) []any { return c.args[:3] }, done)
+	} else {
+		s.pipeline(ctx, "acquire", calls, done)
+	}
 	return out
 }
 
-// CompleteBatch runs Complete for every item in one pipelined round trip.
+// CompleteBatch runs Complete for every item in one round trip, as
+// AcquireBatch does.
 func (s *Store) CompleteBatch(ctx context.Context, items []dedup.CompleteItem) []error {
 	errs := make([]error, len(items))
 	var calls []scriptCall
@@ -43,13 +55,58 @@ func (s *Store) CompleteBatch(ctx context.Context, items []dedup.CompleteItem) [
 		}
 		calls = append(calls, scriptCall{index: i, key: it.Key, script: settleScript, args: s.completeArgs(it.Token, it.Result, it.Retention)})
 	}
-	s.pipeline(ctx, "complete", calls, func(i int, reply []any, err error) {
+	done := func(i int, reply []any, err error) {
 		if err == nil {
 			err = settledOf("complete", items[i].Key, reply)
 		}
 		errs[i] = err
-	})
+	}
+	if s.oneServer() {
+		// ARGV: token, result, retention per key.
+		s.many(ctx, "complete", completeManyScript, calls, nil, func(c scriptCall) []any {
+			return []any{c.args[0], c.args[3], c.args[4]}
+		}, done)
+	} else {
+		s.pipeline(ctx, "complete", calls, done)
+	}
 	return errs
+}
+
+// oneServer reports whether every key lives on the one server the client
+// talks to, so that a script may touch many keys.
+func (s *Store) oneServer() bool {
+	_, ok := s.client.(*redis.Client) // a single server, or Sentinel's master
+	return ok
+}
+
+// many runs calls through a multi-key script, up to maxMany keys a run:
+// ARGV is head, then argsOf each call. done gets each key's own answer.
+func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls []scriptCall, head []any, argsOf func(scriptCall) []any, done func(index int, reply []any, err error)) {
+	for len(calls) > 0 {
+		chunk := calls[:min(len(calls), maxMany)]
+		calls = calls[len(chunk):]
+		keys := make([]string, len(chunk))
+		args := append(make([]any, 0, len(head)+3*len(chunk)), head...)
+		for i, c := range chunk {
+			keys[i] = s.redisKey(c.key)
+			args = append(args, argsOf(c)...)
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.timeout)
+		replies, err := script.Run(cctx, s.client, keys, args...).Slice()
+		cancel()
+		for i, c := range chunk {
+			if err != nil {
+				done(c.index, nil, s.fail(ctx, op, c.key, err))
+				continue
+			}
+			reply, ok := field[[]any](replies, i)
+			if !ok {
+				done(c.index, nil, errReply(op, c.key, replies))
+				continue
+			}
+			done(c.index, reply, nil)
+		}
+	}
 }
 
 // scriptCall is one script run of a pipeline, for the item at index.
@@ -60,7 +117,7 @@ type scriptCall struct {
 	args   []any
 }
 
-// pipeline runs calls by SHA in one round trip and hands each reply to
+// pipeline runs calls by SHA in one round trip (one per Cluster node) and hands each reply to
 // done. Calls that the server answered NOSCRIPT (it restarted, or someone
 // ran SCRIPT FLUSH) did nothing, so their scripts are loaded again and they
 // run once more, in a second round trip.

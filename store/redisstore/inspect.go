@@ -152,11 +152,18 @@ func hashRecord(key string, h map[string]string) (rec dedup.Record, ok bool) {
 		Attempt:     int(num("a")),
 		Fingerprint: h["f"],
 		LastError:   h["e"],
-		LeaseUntil:  timeOf(num("l")),
-		ExpiresAt:   timeOf(num("x")),
 	}
-	if r := h["r"]; r != "" {
-		rec.Result = []byte(r)
+	// A field the state does not read may be left from an earlier state.
+	switch state {
+	case dedup.StateProcessing:
+		rec.LeaseUntil = timeOf(num("l"))
+	case dedup.StateCompleted:
+		if r := h["r"]; r != "" {
+			rec.Result = []byte(r)
+		}
+		rec.ExpiresAt = timeOf(num("x"))
+	default:
+		rec.ExpiresAt = timeOf(num("x"))
 	}
 	return rec, true
 }

@@ -96,15 +96,23 @@ func New(ctx context.Context, client redis.UniversalClient, opts *Options) (*Sto
 func (s *Store) load(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := s.client.Ping(cctx).Err(); err != nil {
-		return s.fail(ctx, "connect", "", fmt.Errorf("Redis at %s does not answer: %w", s.addrs(), err))
-	}
+	err := s.client.Ping(cctx).Err()
 	for _, sc := range scripts {
-		if err := sc.Load(cctx, s.client).Err(); err != nil {
-			return s.fail(ctx, "connect", "", fmt.Errorf("load scripts into Redis at %s: %w", s.addrs(), err))
+		if err != nil {
+			break
 		}
+		err = sc.Load(cctx, s.client).Err()
 	}
-	return nil
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("redisstore: connect to Redis at %s: %w", s.addrs(), ctx.Err())
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("redisstore: %w: Redis at %s did not answer within %v (Options.Timeout): %w", dedup.ErrStoreUnavailable, s.addrs(), s.timeout, err)
+	default:
+		return fmt.Errorf("redisstore: %w: Redis at %s: %w", dedup.ErrStoreUnavailable, s.addrs(), err)
+	}
 }
 
 // addrs names the servers the client talks to, for error messages.

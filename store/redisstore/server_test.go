@@ -67,13 +67,24 @@ func deleteAll(t testing.TB, c redis.UniversalClient, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	del := func(ctx context.Context, node redis.UniversalClient) error {
-		iter := node.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			if err := node.Del(ctx, iter.Val()).Err(); err != nil {
+		var cursor uint64
+		for {
+			keys, next, err := node.Scan(ctx, cursor, prefix+"*", 1000).Result()
+			if err != nil {
 				return err
 			}
+			// One DEL per key: the keys of a Cluster node span many slots.
+			pipe := node.Pipeline()
+			for _, k := range keys {
+				pipe.Del(ctx, k)
+			}
+			if _, err := pipe.Exec(ctx); err != nil && len(keys) > 0 {
+				return err
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
 		}
-		return iter.Err()
 	}
 	var err error
 	if cc, ok := c.(*redis.ClusterClient); ok {
