@@ -86,7 +86,7 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 		}
 	}
 	iter, err := c.cons.Messages(
-		jetstream.PullMaxMessages(2*c.opts.Concurrency),
+		jetstream.PullMaxMessages(c.opts.Prefetch),
 		jetstream.WithMessagesErrOnMissingHeartbeat(false),
 	)
 	if err != nil {
@@ -220,20 +220,20 @@ func (c *Consumer[T, R]) handle(ctx context.Context, m jetstream.Msg) {
 
 // settle tells JetStream what became of the message.
 func (c *Consumer[T, R]) settle(ctx context.Context, m jetstream.Msg, env *Msg[T], key string, d dedup.Decision) error {
-	sctx, cancel := settleContext(ctx, c.opts.SettleTimeout)
-	defer cancel()
 	var err error
-	switch d.Action {
-	case dedup.Ack:
-		if c.opts.AckSync {
-			err = m.DoubleAck(sctx)
-		} else {
-			err = m.Ack()
-		}
-	case dedup.Retry:
+	switch {
+	case d.Action == dedup.Ack && !c.opts.AckSync:
+		err = m.Ack() // no context: it does not wait, and a timer per message costs
+	case d.Action == dedup.Ack:
+		sctx, cancel := settleContext(ctx, c.opts.SettleTimeout)
+		err = m.DoubleAck(sctx)
+		cancel()
+	case d.Action == dedup.Retry:
 		err = m.NakWithDelay(max(d.Delay, c.opts.MinRetryDelay))
-	case dedup.DeadLetter:
+	case d.Action == dedup.DeadLetter:
+		sctx, cancel := settleContext(ctx, c.opts.SettleTimeout)
 		err = c.deadLetter(sctx, m, env, key, d)
+		cancel()
 	}
 	if err != nil {
 		c.opts.Logger.WarnContext(ctx, "dedupnats: settling a message failed; JetStream will redeliver it",

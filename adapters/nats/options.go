@@ -12,6 +12,7 @@ import (
 // Defaults of Options.
 const (
 	DefaultConcurrency   = 8
+	DefaultPrefetch      = 128
 	DefaultMinRetryDelay = 100 * time.Millisecond
 	DefaultSettleTimeout = 10 * time.Second
 )
@@ -32,6 +33,12 @@ const ReasonNoRedelivery dedup.Reason = "no-redelivery"
 type Options struct {
 	// Concurrency is how many messages are handled at once. Defaults to 8.
 	Concurrency int
+
+	// Prefetch is how many JetStream messages the client pulls ahead of the
+	// workers (PullMaxMessages). Each waits in the buffer with its AckWait
+	// running, so keep it small next to AckWait x throughput. Defaults to
+	// 128.
+	Prefetch int
 
 	// DeadLetterSubject receives poison messages (undecodable, no id,
 	// permanent errors, attempts exhausted, key reused): the original data
@@ -114,6 +121,7 @@ func (o *Options) withDefaults() Options {
 		out = *o
 	}
 	out.Concurrency = cmp.Or(out.Concurrency, DefaultConcurrency)
+	out.Prefetch = cmp.Or(out.Prefetch, DefaultPrefetch)
 	out.MinRetryDelay = cmp.Or(out.MinRetryDelay, DefaultMinRetryDelay)
 	out.SettleTimeout = cmp.Or(out.SettleTimeout, DefaultSettleTimeout)
 	if out.Decoder == nil {
@@ -129,6 +137,8 @@ func (o *Options) validate() error {
 	switch {
 	case o.Concurrency < 0:
 		return wrapConfig("Concurrency is %d; it must be positive", o.Concurrency)
+	case o.Prefetch < 0:
+		return wrapConfig("Prefetch is %d; it must be positive", o.Prefetch)
 	case o.MinRetryDelay < 0:
 		return wrapConfig("MinRetryDelay is %v; it must be positive", o.MinRetryDelay)
 	case o.SettleTimeout < 0:
