@@ -120,7 +120,10 @@ func consumeDedup(b *testing.B, js jetstream.JetStream, cons jetstream.Consumer,
 	store, err := memstore.New(&memstore.Options{Capacity: count + 1000})
 	require.NoError(b, err)
 	rcv, err := dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }),
-		func(_ context.Context, m *dedupnats.Msg[Order]) (struct{}, error) { handle(m.Body); return struct{}{}, nil }, nil)
+		func(_ context.Context, m *dedupnats.Msg[Order]) (struct{}, error) {
+			handle(m.Body)
+			return struct{}{}, nil
+		}, nil)
 	require.NoError(b, err)
 	var acked atomic.Int64
 	done := make(chan struct{})
@@ -139,4 +142,3 @@ func consumeDedup(b *testing.B, js jetstream.JetStream, cons jetstream.Consumer,
 		b.Fatal(err)
 	}
 }
-

@@ -1,0 +1,140 @@
+package nats_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dedup-go/dedup"
+	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/store/memstore"
+)
+
+// runServer starts an embedded NATS server with JetStream for an example.
+func runServer() (url string, stop func()) {
+	dir, _ := os.MkdirTemp("", "dedupnats-example-")
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		panic(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		panic("nats-server did not start")
+	}
+	return srv.ClientURL(), func() { srv.Shutdown(); srv.WaitForShutdown(); _ = os.RemoveAll(dir) }
+}
+
+// A JetStream consumer wrapped by dedup: the order published twice (the
+// second time without Nats-Msg-Id, so JetStream cannot tell) is charged
+// once, keyed on the order id in its body.
+func ExampleNewConsumer() {
+	url, stop := runServer()
+	defer stop()
+	ctx := context.Background()
+	nc, _ := natsgo.Connect(url)
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	_, _ = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders"}})
+	cons, _ := js.CreateConsumer(ctx, "ORDERS", jetstream.ConsumerConfig{
+		Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 10,
+	})
+	for _, body := range []string{`{"id":"o-1","cents":500}`, `{"id":"o-2","cents":700}`, `{"id":"o-1","cents":500}`} {
+		_, _ = js.Publish(ctx, "orders", []byte(body))
+	}
+
+	type Order struct {
+		ID    string `json:"id"`
+		Cents int    `json:"cents"`
+	}
+	var mu sync.Mutex
+	charged := map[string]int{}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	charge := func(ctx context.Context, m *dedupnats.Msg[Order]) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		charged[m.Body.ID] += m.Body.Cents
+		return "receipt-" + m.Body.ID, nil
+	}
+	store, _ := memstore.New(nil)
+	rcv, _ := dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }), charge,
+		&dedup.Config{Namespace: "billing"})
+	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{
+		Concurrency: 1,
+		OnDecision:  func(_ context.Context, e dedupnats.Event) { defer wg.Done(); fmt.Println(e.Sequence, e.Decision.Reason) },
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		panic(err)
+	}
+	wg.Wait()
+	_ = c.Stop(ctx)
+	fmt.Println(charged)
+	// Output:
+	// 1 processed
+	// 2 processed
+	// 3 duplicate
+	// map[o-1:500 o-2:700]
+}
+
+// A core NATS request sent twice with the same id is answered twice with
+// the same reply; the handler runs once.
+func ExampleNewSubscriber() {
+	url, stop := runServer()
+	defer stop()
+	ctx := context.Background()
+	nc, _ := natsgo.Connect(url)
+	defer nc.Close()
+
+	runs := 0
+	quote := func(ctx context.Context, m *dedupnats.Msg[[]byte]) ([]byte, error) {
+		runs++ // one worker: no lock needed
+		return fmt.Appendf(nil, "quote #%d for %s", runs, m.Body), nil
+	}
+	store, _ := memstore.New(nil)
+	rcv, _ := dedup.NewReceiver(store, dedupnats.Header[[]byte]("Request-Id"), quote, &dedup.Config{Namespace: "quotes"})
+	sub, _ := dedupnats.NewSubscriber(nc, "quotes", "", rcv, &dedupnats.Options{Concurrency: 1, Decoder: dedupnats.Raw{}})
+	if err := sub.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() { _ = sub.Stop(ctx) }()
+
+	for range 2 {
+		req := natsgo.NewMsg("quotes")
+		req.Header.Set("Request-Id", "req-42")
+		req.Data = []byte("10 widgets")
+		reply, err := nc.RequestMsg(req, 5*time.Second)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s (%s)\n", reply.Data, reply.Header.Get(dedupnats.HeaderStatus))
+	}
+	fmt.Println("handler runs:", runs)
+	// Output:
+	// quote #1 for 10 widgets (processed)
+	// quote #1 for 10 widgets (duplicate)
+	// handler runs: 1
+}
+
+// The redelivery horizon of a consumer with a BackOff schedule: its last
+// entry repeats up to MaxDeliver.
+func ExampleHorizon() {
+	h, bounded := dedupnats.Horizon(jetstream.ConsumerConfig{
+		MaxDeliver: 5,
+		BackOff:    []time.Duration{time.Second, 10 * time.Second, time.Minute},
+	})
+	fmt.Println(h, bounded)
+	_, bounded = dedupnats.Horizon(jetstream.ConsumerConfig{AckWait: 30 * time.Second, MaxDeliver: -1})
+	fmt.Println(bounded)
+	// Output:
+	// 3m11s true
+	// false
+}
