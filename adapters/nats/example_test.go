@@ -67,7 +67,10 @@ func ExampleNewConsumer() {
 		&dedup.Config{Namespace: "billing"})
 	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{
 		Concurrency: 1,
-		OnDecision:  func(_ context.Context, e dedupnats.Event) { defer wg.Done(); fmt.Println(e.Sequence, e.Decision.Reason) },
+		OnDecision: func(_ context.Context, e dedupnats.Event) {
+			defer wg.Done()
+			fmt.Println(e.Sequence, e.Decision.Reason)
+		},
 	})
 	if err != nil {
 		panic(err)

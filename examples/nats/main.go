@@ -1,0 +1,159 @@
+// Command nats consumes a JetStream stream and answers core NATS requests
+// through dedup, against the NATS server at $NATS_URL (default
+// nats://127.0.0.1:4222, JetStream enabled). It creates its own stream under
+// a random name, publishes orders with duplicates and a poison message,
+// prints what happened, deletes the stream and exits.
+//
+//	go run ./examples/nats
+package main
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dedup-go/dedup"
+	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/store/memstore"
+)
+
+// Order is the message the producers publish.
+type Order struct {
+	ID    string `json:"id"`
+	Cents int    `json:"cents"`
+}
+
+func main() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := cmp.Or(os.Getenv("NATS_URL"), natsgo.DefaultURL)
+	if err := run(ctx, url, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "nats example:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, url string, w io.Writer) error {
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	suffix := hex.EncodeToString(b)
+	stream, subject, dlq := "EXAMPLE_ORDERS_"+suffix, "example."+suffix+".orders", "example."+suffix+".dlq"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject, dlq}}); err != nil {
+		return err
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+	cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable: "billing", FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxDeliver: 10,
+	})
+	if err != nil {
+		return err
+	}
+
+	// JetStream: ten orders, each published twice (the copy without
+	// Nats-Msg-Id), and one poison message.
+	for i := range 10 {
+		data, _ := json.Marshal(Order{ID: fmt.Sprintf("order-%d", i), Cents: 100 * i})
+		m := natsgo.NewMsg(subject)
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("order-%d", i))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			return err
+		}
+		if _, err := js.Publish(ctx, subject, data); err != nil {
+			return err
+		}
+	}
+	if _, err := js.Publish(ctx, subject, []byte("not json")); err != nil {
+		return err
+	}
+
+	var charges atomic.Int64
+	charge := func(ctx context.Context, m *dedupnats.Msg[Order]) (string, error) {
+		charges.Add(1)
+		return "receipt-" + m.Body.ID, nil
+	}
+	store, err := memstore.New(nil)
+	if err != nil {
+		return err
+	}
+	rcv, err := dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }), charge,
+		&dedup.Config{Namespace: "billing"})
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	reasons := map[dedup.Reason]int{}
+	var settled sync.WaitGroup
+	settled.Add(21)
+	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{
+		DeadLetterSubject: dlq,
+		OnDecision: func(_ context.Context, e dedupnats.Event) {
+			mu.Lock()
+			reasons[e.Decision.Reason]++
+			mu.Unlock()
+			settled.Done()
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	settled.Wait()
+	if err := c.Stop(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "JetStream: 21 messages, %d charges; decisions %v\n", charges.Load(), reasons)
+
+	// Core NATS: the same request twice gets the same reply.
+	quotes := 0
+	quote := func(ctx context.Context, m *dedupnats.Msg[Order]) (string, error) {
+		quotes++ // Concurrency 1
+		return fmt.Sprintf("quote #%d: %d cents", quotes, m.Body.Cents), nil
+	}
+	qrcv, err := dedup.NewReceiver(store, dedupnats.Header[Order]("Request-Id"), quote, &dedup.Config{Namespace: "quotes"})
+	if err != nil {
+		return err
+	}
+	sub, err := dedupnats.NewSubscriber(nc, "example."+suffix+".quote", "", qrcv, &dedupnats.Options{Concurrency: 1})
+	if err != nil {
+		return err
+	}
+	if err := sub.Start(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = sub.Stop(context.WithoutCancel(ctx)) }()
+	for range 2 {
+		req := natsgo.NewMsg("example." + suffix + ".quote")
+		req.Header.Set("Request-Id", "q-1")
+		req.Data, _ = json.Marshal(Order{ID: "order-1", Cents: 4200})
+		reply, err := nc.RequestMsg(req, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "core request q-1: %s (%s)\n", reply.Data, reply.Header.Get(dedupnats.HeaderStatus))
+	}
+	fmt.Fprintf(w, "quote handler ran %d time(s)\n", quotes)
+	return nil
+}
