@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/internal/redistest"
 )
 
 // The benchmarks run against the shared Redis, each beside its baseline: a
@@ -19,7 +20,7 @@ import (
 //	go test -run '^$' -bench . -benchmem -count 5 ./store/redisstore
 
 func benchReceiver(b *testing.B) (*redis.Client, *dedup.Receiver[string, struct{}]) {
-	c := sharedClient(b)
+	c := redistest.Client(b)
 	store := newStore(b, c, nil)
 	rcv, err := dedup.NewReceiver(store, func(id string) (string, error) { return id, nil },
 		func(context.Context, string) (struct{}, error) { return struct{}{}, nil },
@@ -43,9 +44,8 @@ func ids(n int) []string {
 // two script round trips) against one SET NX round trip.
 func BenchmarkNewMessage(b *testing.B) {
 	b.Run("baseline=SETNX", func(b *testing.B) {
-		c := sharedClient(b)
-		prefix := testPrefix()
-		b.Cleanup(func() { deleteAll(b, c, prefix) })
+		c := redistest.Client(b)
+		prefix := redistest.Prefix(b, c)
 		keys := ids(b.N)
 		ctx := context.Background()
 		b.ResetTimer()
@@ -91,9 +91,8 @@ func BenchmarkNewMessageParallel(b *testing.B) {
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 	}
 	b.Run("baseline=SETNX", func(b *testing.B) {
-		c := sharedClient(b)
-		prefix := testPrefix()
-		b.Cleanup(func() { deleteAll(b, c, prefix) })
+		c := redistest.Client(b)
+		prefix := redistest.Prefix(b, c)
 		parallel(b, func(ctx context.Context, key string) error {
 			return c.SetNX(ctx, prefix+key, "1", time.Minute).Err()
 		})

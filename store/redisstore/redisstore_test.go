@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
@@ -104,7 +105,7 @@ func silentServer(t *testing.T) string {
 // abandoned-claim grace while processing, and its retention once settled.
 func TestTTLFollowsState(t *testing.T) {
 	t.Parallel()
-	c := sharedClient(t)
+	c := redistest.Client(t)
 	const (
 		lease     = 2 * time.Second
 		abandoned = 5 * time.Second
@@ -142,7 +143,7 @@ func TestTTLFollowsState(t *testing.T) {
 // out of attempts.
 func TestAbandonedClaimKeepsAttempts(t *testing.T) {
 	t.Parallel()
-	s := newStore(t, sharedClient(t), nil)
+	s := newStore(t, redistest.Client(t), nil)
 	ctx := t.Context()
 	for want := 1; want <= 3; want++ {
 		c, err := s.Acquire(ctx, "crashy", dedup.AcquireRequest{Lease: 30 * time.Millisecond})
@@ -190,7 +191,7 @@ func TestScriptsReloaded(t *testing.T) {
 // error, not a panic or a silent overwrite.
 func TestForeignKey(t *testing.T) {
 	t.Parallel()
-	c := sharedClient(t)
+	c := redistest.Client(t)
 	s := newStore(t, c, nil)
 	ctx := t.Context()
 	require.NoError(t, c.Set(ctx, s.Prefix()+"foreign", "not a record", time.Minute).Err())
@@ -206,7 +207,7 @@ func TestForeignKey(t *testing.T) {
 // itself only.
 func TestScanEscapesPattern(t *testing.T) {
 	t.Parallel()
-	s := newStore(t, sharedClient(t), nil)
+	s := newStore(t, redistest.Client(t), nil)
 	ctx := t.Context()
 	for _, key := range []string{"a*:1", "ab:1", "a?:1", "a[b]:1"} {
 		c, err := s.Acquire(ctx, key, dedup.AcquireRequest{Lease: time.Minute})

@@ -2,8 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net"
 	"os/exec"
 	"strconv"
@@ -15,35 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
 
 const installRedis = "scripts/services.sh redis (apt-get install redis-server)"
-
-// sharedClient returns a client of the shared Redis (127.0.0.1:6379 or
-// DEDUP_TEST_REDIS), closed when t ends.
-func sharedClient(t testing.TB) *redis.Client {
-	t.Helper()
-	addr := testenv.Redis.Addr(t)
-	opts := &redis.Options{Addr: addr}
-	if strings.Contains(addr, "://") {
-		var err error
-		opts, err = redis.ParseURL(addr)
-		require.NoError(t, err)
-	}
-	c := redis.NewClient(opts)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// testPrefix is a key prefix no other test uses, so tests share a Redis
-// without flushing it.
-func testPrefix() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "dedup-test:" + hex.EncodeToString(b[:]) + ":"
-}
 
 // newStore returns a store on c under a fresh prefix, whose keys are
 // deleted when t ends.
@@ -54,47 +29,11 @@ func newStore(t testing.TB, c redis.UniversalClient, opts *redisstore.Options) *
 		o = *opts
 	}
 	if o.Prefix == "" {
-		o.Prefix = testPrefix()
+		o.Prefix = redistest.Prefix(t, c)
 	}
 	s, err := redisstore.New(context.Background(), c, &o)
 	require.NoError(t, err)
-	t.Cleanup(func() { deleteAll(t, c, o.Prefix) })
 	return s
-}
-
-// deleteAll removes the keys under prefix, on every master of a Cluster.
-func deleteAll(t testing.TB, c redis.UniversalClient, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	del := func(ctx context.Context, node redis.UniversalClient) error {
-		var cursor uint64
-		for {
-			keys, next, err := node.Scan(ctx, cursor, prefix+"*", 1000).Result()
-			if err != nil {
-				return err
-			}
-			// One DEL per key: the keys of a Cluster node span many slots.
-			pipe := node.Pipeline()
-			for _, k := range keys {
-				pipe.Del(ctx, k)
-			}
-			if _, err := pipe.Exec(ctx); err != nil && len(keys) > 0 {
-				return err
-			}
-			if cursor = next; cursor == 0 {
-				return nil
-			}
-		}
-	}
-	var err error
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return del(ctx, m) })
-	} else {
-		err = del(ctx, c)
-	}
-	if err != nil {
-		t.Logf("clean up keys %s*: %v", prefix, err)
-	}
 }
 
 // server is a redis-server of the test's own, which it may stop and start.

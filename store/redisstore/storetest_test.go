@@ -2,12 +2,15 @@ package redisstore_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store/redisstore"
 	"github.com/dedup-go/dedup/store/storetest"
 )
@@ -41,7 +44,7 @@ func serverTime(c redis.UniversalClient) (time.Time, error) {
 }
 
 func TestStoretest(t *testing.T) {
-	storetest.Run(t, harness(sharedClient(t)))
+	storetest.Run(t, harness(redistest.Client(t)))
 }
 
 func TestStoretestCluster(t *testing.T) {
@@ -51,11 +54,18 @@ func TestStoretestCluster(t *testing.T) {
 	storetest.Run(t, harness(startCluster(t)))
 }
 
-// TestStoretestPrefix: a store with the default prefix passes too, and
-// keeps its keys under it.
-func TestStoretestDefaultPrefix(t *testing.T) {
-	c := sharedClient(t)
+// TestDefaultPrefix: a store without a prefix keeps its keys under
+// DefaultPrefix.
+func TestDefaultPrefix(t *testing.T) {
+	c := redistest.Client(t)
 	s, err := redisstore.New(t.Context(), c, nil)
 	require.NoError(t, err)
 	require.Equal(t, redisstore.DefaultPrefix, s.Prefix())
+	key := strings.TrimPrefix(redistest.Prefix(t, c), "dedup-test:") + "k"
+	t.Cleanup(func() { c.Del(context.Background(), redisstore.DefaultPrefix+key) })
+	_, err = s.Acquire(t.Context(), key, dedup.AcquireRequest{Lease: time.Minute})
+	require.NoError(t, err)
+	n, err := c.Exists(t.Context(), redisstore.DefaultPrefix+key).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
 }
