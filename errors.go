@@ -80,6 +80,16 @@ func (e *StoreError) Unwrap() error { return e.Err }
 // Is makes every StoreError match ErrStoreUnavailable.
 func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }
 
+// storeError returns err as a *StoreError of op on key: err itself when the
+// store already returned one, so that its message does not repeat.
+func storeError(op, key string, err error) *StoreError {
+	var serr *StoreError
+	if errors.As(err, &serr) && serr.Op == op && serr.Key == key {
+		return serr
+	}
+	return &StoreError{Op: op, Key: key, Err: err}
+}
+
 // permanentError marks an error as not worth retrying.
 type permanentError struct{ err error }
 

@@ -267,7 +267,7 @@ func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, e
 		return res, fmt.Errorf("dedup: acquire %q: %w", key, context.Cause(ctx))
 	}
 	r.stats.storeErrors.Add(1)
-	serr := &StoreError{Op: "acquire", Key: key, Err: err}
+	serr := storeError("acquire", key, err)
 	if !r.cfg.FailOpen {
 		r.cfg.Logger.WarnContext(ctx, "dedup: store unavailable, delivery refused (fail-closed)", slog.String("key", key), slog.Any("error", err))
 		return res, serr
@@ -337,7 +337,7 @@ func (r *Receiver[M, R]) completed(ctx context.Context, res Result[R], encErr, s
 	case storeErr != nil:
 		r.stats.resultsNotStored.Add(1)
 		r.cfg.Logger.WarnContext(ctx, "dedup: handler succeeded but completion failed; a redelivery may run it again", slog.String("key", res.Key), slog.Any("error", storeErr))
-		return res, &StoreError{Op: "complete", Key: res.Key, Err: storeErr}
+		return res, storeError("complete", res.Key, storeErr)
 	case encErr != nil:
 		r.stats.resultsNotStored.Add(1)
 		r.cfg.Logger.WarnContext(ctx, "dedup: result not stored; duplicates get the zero value", slog.String("key", res.Key), slog.Any("error", encErr))

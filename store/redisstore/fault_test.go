@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,6 +106,7 @@ func TestOutageFailClosed(t *testing.T) {
 		require.Equal(t, dedup.Retry, d.Action, "a delivery during the outage: %v", d.Err)
 		require.Equal(t, dedup.ReasonStoreUnavailable, d.Reason)
 		require.ErrorIs(t, d.Err, dedup.ErrStoreUnavailable)
+		require.Equal(t, 1, strings.Count(d.Err.Error(), "acquire"), "the store's error is not wrapped twice: %v", d.Err)
 	}
 	require.Zero(t, run.outageRuns, "a handler ran unprotected under fail-closed")
 	require.Len(t, run.effects, payments, "payments lost")
