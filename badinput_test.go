@@ -167,6 +167,10 @@ func TestInvalidConfig(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, dedup.DefaultNamespace, rcv.Namespace())
 		require.Equal(t, dedup.DefaultMaxAttempts, rcv.Policy().MaxAttempts)
+		require.Equal(t, dedup.DefaultRetention, rcv.Retention())
+		set, err := dedup.NewReceiver(store, orderID, h, &dedup.Config{Retention: time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, time.Hour, set.Retention())
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"reflect"
 	"runtime/debug"
+	"time"
 
 	"golang.org/x/sync/singleflight"
 )
@@ -91,6 +92,12 @@ func NewReceiver[M, R any](store Store, key KeyFunc[M], handler Handler[M, R], c
 
 // Namespace returns the namespace of the receiver's keys.
 func (r *Receiver[M, R]) Namespace() string { return r.cfg.Namespace }
+
+// Retention returns how long the receiver's records are kept once
+// completed or failed (Config.Retention). Adapters check it against the
+// broker's redelivery horizon: a duplicate arriving after the record
+// expired runs again.
+func (r *Receiver[M, R]) Retention() time.Duration { return r.cfg.Retention }
 
 // Policy returns the retry policy that Decide should apply to this
 // receiver's results.

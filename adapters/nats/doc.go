@@ -79,7 +79,7 @@
 // MaxDeliver deliveries, or AckWait x MaxDeliver) and logs a warning when
 // the retention is shorter or MaxDeliver is unlimited; with
 // Options.StrictHorizon, Start fails with [ErrHorizon]. The retention is
-// Options.Retention, else the receiver's default of 24h.
+// the receiver's ([dedup.Receiver.Retention]).
 //
 // # Lifecycle
 //

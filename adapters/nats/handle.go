@@ -32,18 +32,6 @@ func decodeBody[T any](dec Decoder, env *Msg[T]) (err error) {
 	return nil
 }
 
-// retentionOf returns the retention to check the horizon against: the
-// option, else the receiver's own if it reports one, else the default.
-func retentionOf(rcv any, opt time.Duration) time.Duration {
-	if opt > 0 {
-		return opt
-	}
-	if r, ok := rcv.(interface{ Retention() time.Duration }); ok {
-		return r.Retention()
-	}
-	return dedup.DefaultRetention
-}
-
 // settleContext is the context of an Ack, Nak, Term, reply or dead letter:
 // it outlives a cancelled handler context (the outcome must still be
 // reported to the broker) but not SettleTimeout.

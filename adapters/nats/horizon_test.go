@@ -68,14 +68,12 @@ func TestStartChecksHorizon(t *testing.T) {
 	store, err := memstore.New(nil)
 	require.NoError(t, err)
 	handler := func(context.Context, *dedupnats.Msg[Order]) (Receipt, error) { return Receipt{}, nil }
-	rcv, err := dedup.NewReceiver(store, dedupnats.MsgID[Order](), handler, &dedup.Config{Namespace: "h", Retention: time.Hour})
-	require.NoError(t, err)
 
 	for _, tc := range []struct {
 		name      string
 		cfg       jetstream.ConsumerConfig
-		retention time.Duration
-		problem   string // "" when the horizon is covered
+		retention time.Duration // the receiver's Config.Retention; 0 is the default
+		problem   string        // "" when the horizon is covered
 	}{
 		{"covered", jetstream.ConsumerConfig{AckWait: time.Minute, MaxDeliver: 10}, time.Hour, ""},
 		{"too long", jetstream.ConsumerConfig{AckWait: 10 * time.Minute, MaxDeliver: 10}, time.Hour, "longer than the receiver's retention 1h0m0s"},
@@ -88,8 +86,10 @@ func TestStartChecksHorizon(t *testing.T) {
 			n := newNames()
 			streams(t, js, n)
 			cons := consumer(t, js, n, tc.cfg)
+			rcv, err := dedup.NewReceiver(store, dedupnats.MsgID[Order](), handler, &dedup.Config{Namespace: "h", Retention: tc.retention})
+			require.NoError(t, err)
 
-			strict, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{StrictHorizon: true, Retention: tc.retention})
+			strict, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{StrictHorizon: true})
 			require.NoError(t, err)
 			err = strict.Start(t.Context())
 			if tc.problem == "" {
@@ -104,7 +104,7 @@ func TestStartChecksHorizon(t *testing.T) {
 			}
 
 			var logs syncBuffer
-			lenient, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Retention: tc.retention, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			lenient, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			require.NoError(t, err)
 			require.NoError(t, lenient.Start(t.Context()))
 			require.ErrorIs(t, lenient.Start(t.Context()), dedupnats.ErrStarted)

@@ -74,7 +74,7 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dedupnats: consumer info: %w", err)
 	}
-	if problem := checkHorizon(info.Config, retentionOf(c.rcv, c.opts.Retention)); problem != "" {
+	if problem := checkHorizon(info.Config, c.rcv.Retention()); problem != "" {
 		if c.opts.StrictHorizon {
 			return &horizonError{msg: "dedupnats: " + problem}
 		}

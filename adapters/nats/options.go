@@ -73,11 +73,6 @@ type Options struct {
 	// publish, which run even while the consumer stops. Defaults to 10s.
 	SettleTimeout time.Duration
 
-	// Retention is the receiver's dedup.Config.Retention, for the horizon
-	// check at Start. Defaults to the receiver's own when it reports one
-	// (a Retention() time.Duration method), else dedup.DefaultRetention.
-	Retention time.Duration
-
 	// StrictHorizon makes Start fail with ErrHorizon when the retention is
 	// shorter than the consumer's redelivery horizon (or the horizon is
 	// unbounded). Defaults to false: a warning is logged.
@@ -143,8 +138,6 @@ func (o *Options) validate() error {
 		return wrapConfig("MinRetryDelay is %v; it must be positive", o.MinRetryDelay)
 	case o.SettleTimeout < 0:
 		return wrapConfig("SettleTimeout is %v; it must be positive", o.SettleTimeout)
-	case o.Retention < 0:
-		return wrapConfig("Retention is %v; it must be positive", o.Retention)
 	}
 	return nil
 }
