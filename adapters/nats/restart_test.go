@@ -10,11 +10,14 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store/memstore"
+	"github.com/dedup-go/dedup/store/redisstore"
 )
 
 // publishOrders publishes count orders with their Nats-Msg-Id and returns
@@ -105,25 +108,10 @@ func TestJetStreamRestartWithoutDrain(t *testing.T) {
 	})
 }
 
-// downStore is memstore behind a switch that makes it unreachable: the
-// real store, with a fault injected where a network store would have one.
-type downStore struct {
-	dedup.Store
-	down atomic.Bool
-}
-
-var errDown = errors.New("connection refused")
-
-func (s *downStore) Acquire(ctx context.Context, key string, req dedup.AcquireRequest) (dedup.Claim, error) {
-	if s.down.Load() {
-		return dedup.Claim{}, &dedup.StoreError{Op: "acquire", Key: key, Err: errDown}
-	}
-	return s.Store.Acquire(ctx, key, req)
-}
-
-// TestJetStreamStoreDownFailClosed: while the store is down, the handler
-// never runs and every delivery is Nak'd with the store retry delay; once
-// the store is back, every order is processed exactly once.
+// TestJetStreamStoreDownFailClosed: while the store's Redis is down (a
+// redis-server of the test's own, killed), the handler never runs and every
+// delivery is Nak'd with the store retry delay; once Redis is back, every
+// order is processed exactly once.
 func TestJetStreamStoreDownFailClosed(t *testing.T) {
 	t.Parallel()
 	forEachServer(t, func(t *testing.T, url string) {
@@ -133,10 +121,12 @@ func TestJetStreamStoreDownFailClosed(t *testing.T) {
 		streams(t, js, n)
 		cons := consumer(t, js, n, jetstream.ConsumerConfig{AckWait: 5 * time.Second, MaxDeliver: 100})
 
-		mem, err := memstore.New(nil)
+		srv := redistest.StartServer(t)
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { _ = client.Close() })
+		store, err := redisstore.New(t.Context(), client, &redisstore.Options{Timeout: 200 * time.Millisecond})
 		require.NoError(t, err)
-		store := &downStore{Store: mem}
-		store.down.Store(true)
+		srv.Stop()
 		fx := newEffects()
 		charge := func(ctx context.Context, m *dedupnats.Msg[Order]) (Receipt, error) {
 			return Receipt{OrderID: m.Body.ID, Charge: fx.add(m.Body.ID)}, nil
@@ -168,7 +158,7 @@ func TestJetStreamStoreDownFailClosed(t *testing.T) {
 		require.NoError(t, err)
 		require.Positive(t, info.NumAckPending+int(info.NumPending)+info.NumRedelivered, "nothing is waiting for redelivery")
 
-		store.down.Store(false)
+		srv.Start()
 		require.Eventually(t, func() bool { return len(fx.snapshot()) == orders }, 30*time.Second, 20*time.Millisecond)
 		settled(t, cons, 30*time.Second)
 		requireExactlyOnce(t, fx, want)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
 
@@ -39,7 +40,7 @@ func runOutage(t *testing.T, failOpen bool, payments, stopAfter, outage int) out
 	// The server persists every write before answering, so that a kill
 	// loses no record: what is tested is the store's behaviour across an
 	// outage, not Redis's durability settings.
-	srv := startServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
 	store := newStore(t, c, &redisstore.Options{Timeout: 200 * time.Millisecond})

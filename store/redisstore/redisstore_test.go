@@ -158,7 +158,7 @@ func TestAbandonedClaimKeepsAttempts(t *testing.T) {
 // FLUSH) gets them again, for single calls and for pipelined batches.
 func TestScriptsReloaded(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
+	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
 	s := newStore(t, c, nil)
@@ -229,7 +229,7 @@ func TestScanEscapesPattern(t *testing.T) {
 // a cancelled context is reported as such.
 func TestStoreDownCallsFail(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
+	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
 	s := newStore(t, c, &redisstore.Options{Timeout: 500 * time.Millisecond})
