@@ -41,8 +41,10 @@ install() { # package...
 }
 
 redis() {
+	# The binaries are needed even when a Redis is up: the outage and Cluster
+	# tests start redis-server instances of their own and use redis-cli.
+	{ command -v redis-server && command -v redis-cli; } >/dev/null || install redis-server redis-tools || return 1
 	up 127.0.0.1 6379 && return 0
-	command -v redis-server >/dev/null || install redis-server || return 1
 	mkdir -p /var/lib/redis /var/log/redis 2>/dev/null
 	redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
 		--dir /var/lib/redis --logfile /var/log/redis/ci.log >&2
