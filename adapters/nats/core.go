@@ -1,6 +1,7 @@
 package nats
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -198,7 +199,7 @@ func (s *Subscriber[T, R]) handle(ctx context.Context, m *natsgo.Msg) {
 	}
 	serr := s.settle(ctx, env, res, d)
 	if s.opts.OnDecision != nil {
-		s.opts.OnDecision(ctx, Event{Subject: env.Subject, Key: res.Key, Status: res.Status, Decision: d, Err: cmp2(serr, d.Err)})
+		s.opts.OnDecision(ctx, Event{Subject: env.Subject, Key: res.Key, Status: res.Status, Decision: d, Err: cmp.Or(serr, d.Err)})
 	}
 }
 
@@ -230,7 +231,7 @@ func (s *Subscriber[T, R]) settle(ctx context.Context, env *Msg[T], res dedup.Re
 			reply = errorReply(env.Reply, d)
 		}
 		if rerr := s.nc.PublishMsg(reply); rerr != nil {
-			err = cmp2(err, fmt.Errorf("dedupnats: reply to %q: %w", env.Subject, rerr))
+			err = cmp.Or(err, fmt.Errorf("dedupnats: reply to %q: %w", env.Subject, rerr))
 		}
 	}
 	if err != nil {

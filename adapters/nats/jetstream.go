@@ -1,6 +1,7 @@
 package nats
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -213,7 +214,7 @@ func (c *Consumer[T, R]) handle(ctx context.Context, m jetstream.Msg) {
 	serr := c.settle(ctx, m, env, res.Key, d)
 	if c.opts.OnDecision != nil {
 		e := Event{Subject: env.Subject, Stream: env.Stream, Sequence: env.Sequence, NumDelivered: env.NumDelivered,
-			Key: res.Key, Status: res.Status, Decision: d, Err: cmp2(serr, d.Err)}
+			Key: res.Key, Status: res.Status, Decision: d, Err: cmp.Or(serr, d.Err)}
 		c.opts.OnDecision(ctx, e)
 	}
 }
@@ -261,12 +262,4 @@ func (c *Consumer[T, R]) deadLetter(ctx context.Context, m jetstream.Msg, env *M
 		return errors.Join(err, m.NakWithDelay(c.policy.StoreRetryDelay))
 	}
 	return m.Term()
-}
-
-// cmp2 returns the first non-nil error.
-func cmp2(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }

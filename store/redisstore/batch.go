@@ -36,8 +36,7 @@ func (s *Store) AcquireBatch(ctx context.Context, items []dedup.AcquireItem) []d
 		out[i].Claim, out[i].Err = claimOf(items[i].Key, tokens[i], reply)
 	}
 	if s.oneServer() {
-		// ARGV: abandoned once, then token, lease, fingerprint per key.
-		s.many(ctx, "acquire", acquireManyScript, calls, []any{ms(s.abandonedTTL)}, func(c scriptCall) []any { return c.args[:3] }, done)
+		s.many(ctx, "acquire", acquireManyScript, calls, done)
 	} else {
 		s.pipeline(ctx, "acquire", calls, done)
 	}
@@ -62,10 +61,7 @@ func (s *Store) CompleteBatch(ctx context.Context, items []dedup.CompleteItem) [
 		errs[i] = err
 	}
 	if s.oneServer() {
-		// ARGV: token, result, retention per key.
-		s.many(ctx, "complete", completeManyScript, calls, nil, func(c scriptCall) []any {
-			return []any{c.args[0], c.args[3], c.args[4]}
-		}, done)
+		s.many(ctx, "complete", settleManyScript, calls, done)
 	} else {
 		s.pipeline(ctx, "complete", calls, done)
 	}
@@ -79,17 +75,18 @@ func (s *Store) oneServer() bool {
 	return ok
 }
 
-// many runs calls through a multi-key script, up to maxMany keys a run:
-// ARGV is head, then argsOf each call. done gets each key's own answer.
-func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls []scriptCall, head []any, argsOf func(scriptCall) []any, done func(index int, reply []any, err error)) {
+// many runs calls, all of one single-key script, through its multi-key
+// form, up to maxMany keys a run: ARGV is every call's arguments in turn.
+// done gets each key's own answer.
+func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls []scriptCall, done func(index int, reply []any, err error)) {
 	for len(calls) > 0 {
 		chunk := calls[:min(len(calls), maxMany)]
 		calls = calls[len(chunk):]
 		keys := make([]string, len(chunk))
-		args := append(make([]any, 0, len(head)+3*len(chunk)), head...)
+		args := make([]any, 0, len(chunk)*len(chunk[0].args))
 		for i, c := range chunk {
 			keys[i] = s.redisKey(c.key)
-			args = append(args, argsOf(c)...)
+			args = append(args, c.args...)
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.timeout)
 		replies, err := script.Run(cctx, s.client, keys, args...).Slice()

@@ -103,27 +103,27 @@ return settle(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])`)
 var extendScript = redis.NewScript(lib + `
 return extend(KEYS[1], ARGV[1], ARGV[2], ARGV[3])`)
 
-// acquireManyScript runs acquire for every key, in order, in one script:
-// ARGV[1] is abandoned, then token, lease, fingerprint for each key. It
+// acquireManyScript runs acquire for every key, in order, in one script;
+// ARGV holds acquireScript's four arguments for each key in turn. It
 // answers one acquire answer per key. Only for a server that holds every
 // key (not a Cluster).
 var acquireManyScript = redis.NewScript(lib + `
 local out = {}
 for i, key in ipairs(KEYS) do
-	local j = 2 + (i - 1) * 3
-	out[i] = acquire(key, ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[1])
+	local j = (i - 1) * 4
+	out[i] = acquire(key, ARGV[j + 1], ARGV[j + 2], ARGV[j + 3], ARGV[j + 4])
 end
 return out`)
 
-// completeManyScript runs settle to completed for every key: ARGV holds
-// token, result, retention for each key.
-var completeManyScript = redis.NewScript(lib + `
+// settleManyScript runs settle for every key, in order, in one script;
+// ARGV holds settleScript's five arguments for each key in turn.
+var settleManyScript = redis.NewScript(lib + `
 local out = {}
 for i, key in ipairs(KEYS) do
-	local j = 1 + (i - 1) * 3
-	out[i] = settle(key, ARGV[j], 'c', 'r', ARGV[j + 1], ARGV[j + 2])
+	local j = (i - 1) * 5
+	out[i] = settle(key, ARGV[j + 1], ARGV[j + 2], ARGV[j + 3], ARGV[j + 4], ARGV[j + 5])
 end
 return out`)
 
 // scripts are loaded together by New.
-var scripts = []*redis.Script{acquireScript, settleScript, extendScript, acquireManyScript, completeManyScript}
+var scripts = []*redis.Script{acquireScript, settleScript, extendScript, acquireManyScript, settleManyScript}
