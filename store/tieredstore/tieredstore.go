@@ -62,6 +62,9 @@ type Store struct {
 	// and fingerprint) for the claims this process holds, bounded by
 	// capacity.
 	claims map[string]held
+	// nextLeaseEnd is no later than the earliest leaseUntil in claims (zero
+	// when unknown), as in memstore.
+	nextLeaseEnd time.Time
 
 	localHits atomic.Uint64
 	cached    atomic.Uint64
@@ -194,18 +197,34 @@ func (s *Store) remember(rec dedup.Record, start, expires time.Time) {
 func (s *Store) hold(key string, h held) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.claims) >= s.capacity {
-		now := s.clock.Now()
-		for k, old := range s.claims {
-			if !now.Before(old.leaseUntil) {
-				delete(s.claims, k)
-			}
-		}
-		if len(s.claims) >= s.capacity {
-			return
-		}
+	if len(s.claims) >= s.capacity && !s.sweep() {
+		return
 	}
 	s.claims[key] = h
+	if s.nextLeaseEnd.IsZero() || h.leaseUntil.Before(s.nextLeaseEnd) {
+		s.nextLeaseEnd = h.leaseUntil
+	}
+}
+
+// sweep forgets the noted claims whose lease ended and reports whether
+// room was made. It walks them only once some lease has ended since the
+// last walk, so a table full of live claims costs nothing. Under s.mu.
+func (s *Store) sweep() bool {
+	now := s.clock.Now()
+	if !s.nextLeaseEnd.IsZero() && now.Before(s.nextLeaseEnd) {
+		return false
+	}
+	var next time.Time
+	for k, h := range s.claims {
+		switch {
+		case !now.Before(h.leaseUntil):
+			delete(s.claims, k)
+		case next.IsZero() || h.leaseUntil.Before(next):
+			next = h.leaseUntil
+		}
+	}
+	s.nextLeaseEnd = next
+	return len(s.claims) < s.capacity
 }
 
 // unhold forgets the claim of token on key and returns it.

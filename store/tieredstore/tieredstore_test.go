@@ -210,3 +210,28 @@ func TestRemoteWithoutAbilities(t *testing.T) {
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
 	require.ErrorContains(t, err, "not a dedup.Inspector")
 }
+
+// TestHeldClaimsBounded: the claims noted for caching are bounded by
+// Capacity; past it a completion is simply not cached, and claims whose
+// lease ended make room again.
+func TestHeldClaimsBounded(t *testing.T) {
+	t.Parallel()
+	s, _, clk := setup(t, &tieredstore.Options{Capacity: 2})
+	ctx := t.Context()
+	acquire := func(id string) dedup.Token {
+		c, err := s.Acquire(ctx, "ns:"+id, dedup.AcquireRequest{Lease: time.Minute})
+		require.NoError(t, err)
+		require.True(t, c.Acquired)
+		return c.Token
+	}
+	acquire("a")
+	acquire("b")
+	c := acquire("c") // over the bound: not noted
+	require.NoError(t, s.Complete(ctx, "ns:c", c, nil, time.Hour))
+	require.Nil(t, s.Peek("ns:", "c"), "a claim past the bound was cached")
+
+	clk.Advance(time.Minute) // a's and b's leases end
+	d := acquire("d")
+	require.NoError(t, s.Complete(ctx, "ns:d", d, nil, time.Hour))
+	require.NotNil(t, s.Peek("ns:", "d"), "ended claims did not make room")
+}
