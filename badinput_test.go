@@ -13,6 +13,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/store/memstore"
 )
 
 // TestBadMessages: each bad message is a clear error that dead-letters it,
@@ -43,7 +44,7 @@ func TestBadMessages(t *testing.T) {
 			require.ErrorIs(t, err, tt.want)
 			require.Contains(t, err.Error(), tt.text)
 			require.Less(t, len(err.Error()), 300, "the error does not echo a huge id")
-			d := dedup.Decide(res, err, rcv.Policy())
+			d := rcv.Decide(res, err)
 			require.Equal(t, dedup.DeadLetter, d.Action)
 			require.Equal(t, tt.reason, d.Reason)
 			require.Zero(t, calls.Load())
@@ -73,7 +74,7 @@ func TestNilMessage(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), nil)
 	require.ErrorIs(t, err, dedup.ErrNoKey)
 	require.Contains(t, err.Error(), "nil")
-	require.Equal(t, dedup.DeadLetter, dedup.Decide(res, err, rcv.Policy()).Action)
+	require.Equal(t, dedup.DeadLetter, rcv.Decide(res, err).Action)
 	require.Zero(t, calls.Load())
 }
 
@@ -94,11 +95,12 @@ func TestResultNotStored(t *testing.T) {
 			return unencodable{C: make(chan int)}, nil
 		}, &dedup.Config{Clock: clk})
 		res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
-		require.ErrorIs(t, err, dedup.ErrResultNotStored)
-		require.Contains(t, err.Error(), "encode")
+		require.NoError(t, err, "a done status never comes with an error")
+		require.ErrorIs(t, res.Problem, dedup.ErrResultNotStored)
+		require.Contains(t, res.Problem.Error(), "encode")
 		require.Equal(t, dedup.StatusProcessed, res.Status)
 		require.NotNil(t, res.Value.C, "the first caller still gets its value")
-		require.Equal(t, dedup.Ack, dedup.Decide(res, err, rcv.Policy()).Action)
+		require.Equal(t, dedup.Ack, rcv.Decide(res, err).Action)
 
 		res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 		require.NoError(t, err)
@@ -115,10 +117,11 @@ func TestResultNotStored(t *testing.T) {
 			return strings.Repeat("r", 2048), nil
 		}, &dedup.Config{Clock: clk, MaxResultSize: 1024})
 		res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
-		require.ErrorIs(t, err, dedup.ErrResultNotStored)
-		require.Contains(t, err.Error(), "over MaxResultSize 1024")
+		require.NoError(t, err, "a done status never comes with an error")
+		require.ErrorIs(t, res.Problem, dedup.ErrResultNotStored)
+		require.Contains(t, res.Problem.Error(), "over MaxResultSize 1024")
 		require.Equal(t, dedup.StatusProcessed, res.Status)
-		require.Equal(t, dedup.Ack, dedup.Decide(res, err, rcv.Policy()).Action)
+		require.Equal(t, dedup.Ack, rcv.Decide(res, err).Action)
 		require.Equal(t, uint64(1), rcv.Stats().ResultsNotStored)
 
 		res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
@@ -131,7 +134,7 @@ func TestResultNotStored(t *testing.T) {
 
 func TestInvalidConfig(t *testing.T) {
 	t.Parallel()
-	store := newMemstore(t, clock.NewFake(epoch))
+	st := newMemstore(t, clock.NewFake(epoch))
 	h := func(ctx context.Context, o order) (string, error) { return "", nil }
 	tests := []struct {
 		name string
@@ -146,10 +149,14 @@ func TestInvalidConfig(t *testing.T) {
 		{"negative id length", dedup.Config{MaxIDLength: -1}, "MaxIDLength"},
 		{"negative store retry delay", dedup.Config{StoreRetryDelay: -time.Second}, "StoreRetryDelay"},
 		{"namespace with a colon", dedup.Config{Namespace: "a:b"}, "Namespace"},
+		{"negative store timeout", dedup.Config{StoreTimeout: -time.Second}, "StoreTimeout"},
+		{"backoff base zero", dedup.Config{Backoff: dedup.ExponentialBackoff{Max: time.Second}}, "Base"},
+		{"backoff base negative", dedup.Config{Backoff: dedup.ExponentialBackoff{Base: -time.Second, Max: time.Second}}, "Base"},
+		{"backoff max below base", dedup.Config{Backoff: dedup.ExponentialBackoff{Base: time.Minute, Max: time.Second}}, "Max"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := dedup.NewReceiver(store, orderID, h, &tt.cfg)
+			_, err := dedup.NewReceiver(st, orderID, h, &tt.cfg)
 			require.ErrorIs(t, err, dedup.ErrInvalidConfig)
 			require.Contains(t, err.Error(), tt.text)
 		})
@@ -157,18 +164,22 @@ func TestInvalidConfig(t *testing.T) {
 	t.Run("nil arguments", func(t *testing.T) {
 		_, err := dedup.NewReceiver[order, string](nil, orderID, h, nil)
 		require.ErrorIs(t, err, dedup.ErrInvalidConfig)
-		_, err = dedup.NewReceiver[order, string](store, nil, h, nil)
+		var typedNil *memstore.Store
+		_, err = dedup.NewReceiver[order, string](typedNil, orderID, h, nil)
+		require.ErrorIs(t, err, dedup.ErrInvalidConfig, "a typed-nil store")
+		_, err = dedup.NewReceiver[order, string](st, nil, h, nil)
 		require.ErrorIs(t, err, dedup.ErrInvalidConfig)
-		_, err = dedup.NewReceiver[order, string](store, orderID, nil, nil)
+		_, err = dedup.NewReceiver[order, string](st, orderID, nil, nil)
 		require.ErrorIs(t, err, dedup.ErrInvalidConfig)
 	})
 	t.Run("zero values take the defaults", func(t *testing.T) {
-		rcv, err := dedup.NewReceiver(store, orderID, h, &dedup.Config{})
+		rcv, err := dedup.NewReceiver(st, orderID, h, &dedup.Config{})
 		require.NoError(t, err)
 		require.Equal(t, dedup.DefaultNamespace, rcv.Namespace())
-		require.Equal(t, dedup.DefaultMaxAttempts, rcv.Policy().MaxAttempts)
+		d := rcv.Decide(dedup.Result[string]{Attempt: dedup.DefaultMaxAttempts}, &dedup.HandlerError{Attempt: dedup.DefaultMaxAttempts, Err: errors.New("x")})
+		require.Equal(t, dedup.DeadLetter, d.Action, "MaxAttempts defaults to %d", dedup.DefaultMaxAttempts)
 		require.Equal(t, dedup.DefaultRetention, rcv.Retention())
-		set, err := dedup.NewReceiver(store, orderID, h, &dedup.Config{Retention: time.Hour})
+		set, err := dedup.NewReceiver(st, orderID, h, &dedup.Config{Retention: time.Hour})
 		require.NoError(t, err)
 		require.Equal(t, time.Hour, set.Retention())
 	})
@@ -188,7 +199,7 @@ func TestLongIDsThroughStrategies(t *testing.T) {
 	require.NoError(t, err)
 	res, err := strict.Handle(t.Context(), order{ID: long})
 	require.ErrorIs(t, err, dedup.ErrInvalidKey)
-	require.Equal(t, dedup.DeadLetter, dedup.Decide(res, err, strict.Policy()).Action)
+	require.Equal(t, dedup.DeadLetter, strict.Decide(res, err).Action)
 	require.Zero(t, calls.Load())
 
 	hashed, err := dedup.NewReceiver(newMemstore(t, clk), idstrategy.HashLong(idstrategy.Field("ID", byID), 128), h, &dedup.Config{Clock: clk})
@@ -218,7 +229,7 @@ func TestKeyFuncPanicIsPoison(t *testing.T) {
 	var pe *dedup.PanicError
 	require.ErrorAs(t, err, &pe)
 	require.Contains(t, string(pe.Stack), "badinput_test.go")
-	require.Equal(t, dedup.DeadLetter, dedup.Decide(res, err, rcv.Policy()).Action)
+	require.Equal(t, dedup.DeadLetter, rcv.Decide(res, err).Action)
 	require.Zero(t, calls.Load())
 }
 
@@ -237,7 +248,7 @@ func TestFingerprintErrorIsPoison(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), brokenOrder{ID: "o-1"})
 	require.ErrorIs(t, err, dedup.ErrUndecodable)
 	require.Contains(t, err.Error(), "body is not JSON")
-	d := dedup.Decide(res, err, rcv.Policy())
+	d := rcv.Decide(res, err)
 	require.Equal(t, dedup.DeadLetter, d.Action)
 	require.Equal(t, dedup.ReasonUndecodable, d.Reason)
 	require.Zero(t, calls.Load())

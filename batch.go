@@ -2,16 +2,20 @@ package dedup
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/dedup-go/dedup/store"
 )
 
 // HandleBatch delivers many messages and returns one Outcome per message,
-// in order. When the store is a BatchStore, every claim goes to the store in
-// one round trip, the handlers run one after another in order, and every
-// completion goes back in a second round trip; a heartbeat extends all
-// claims still waiting or running. Messages that share a key inside the
-// batch are deduplicated against the first of them. With another store,
-// HandleBatch calls Handle for each message in turn.
+// in order. When the store is a store.BatchStore, every claim goes to the
+// store in one round trip, the handlers run one after another in order, and
+// every completion goes back in a second round trip; a heartbeat extends
+// all claims still waiting or running, in one round trip per beat. Messages
+// that share a key inside the batch are deduplicated against the first of
+// them. With another store, HandleBatch calls Handle for each message in
+// turn. Each outcome follows Handle's rules: a done status has a nil Err.
 func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R] {
 	out := make([]Outcome[R], len(msgs))
 	if r.batcher == nil {
@@ -26,7 +30,7 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 	fps := make([]string, len(msgs))         // each message's fingerprint, computed once
 	first := make(map[string]int, len(msgs)) // key -> index of its first message
 	var todo []int                           // indexes that go to the store
-	var items []AcquireItem
+	var reqs []store.AcquireRequest
 	for i, m := range msgs {
 		id, err := r.idOf(m)
 		if err != nil {
@@ -50,11 +54,11 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 			}
 		}
 		todo = append(todo, i)
-		items = append(items, AcquireItem{Key: key, Request: AcquireRequest{Lease: r.cfg.Lease, Fingerprint: fps[i]}})
+		reqs = append(reqs, store.AcquireRequest{Key: key, Lease: r.cfg.Lease, Fingerprint: fps[i]})
 	}
 
-	if len(items) > 0 {
-		r.runBatch(ctx, msgs, keys, todo, items, out)
+	if len(reqs) > 0 {
+		r.runBatch(ctx, msgs, keys, todo, reqs, out)
 	}
 
 	// Later messages of a key repeated inside the batch follow the first.
@@ -64,72 +68,111 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 			continue
 		}
 		f := out[first[key]]
-		out[i].Result, out[i].Err = r.follow(key, fps[i], &flightOutcome[R]{res: f.Result, err: f.Err, fingerprint: fps[first[key]]})
+		out[i].Result, out[i].Err = r.share(ctx, key, fps[i], msgs[i], fps[first[key]], f.Result, f.Err, nil)
+	}
+	if r.cfg.Observer != nil {
+		for _, o := range out {
+			r.Observe(ctx, Event{Kind: EventHandled, Key: o.Result.Key, Status: o.Result.Status, Attempt: o.Result.Attempt, Err: o.Err, Problem: o.Result.Problem})
+		}
 	}
 	return out
 }
 
-// runBatch claims items in one round trip, runs the handlers of the claimed
+// runBatch claims reqs in one round trip, runs the handlers of the claimed
 // ones in order under one heartbeat, and completes the successes in a second
-// round trip. todo[k] is the index in msgs of items[k]; outcomes go to out.
-func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, todo []int, items []AcquireItem, out []Outcome[R]) {
+// round trip. todo[k] is the index in msgs of reqs[k]; outcomes go to out.
+func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, todo []int, reqs []store.AcquireRequest, out []Outcome[R]) {
+	if ctx.Err() != nil {
+		for _, i := range todo {
+			out[i] = Outcome[R]{Result: Result[R]{Key: keys[i]}, Err: fmt.Errorf("%w: before claiming %q: %w", ErrCanceled, keys[i], context.Cause(ctx))}
+		}
+		return
+	}
 	// Phase 1: claim everything in one round trip.
-	claims := r.batcher.AcquireBatch(ctx, items)
-	if len(claims) != len(items) {
-		err := &StoreError{Op: "acquire", Err: fmt.Errorf("AcquireBatch returned %d outcomes for %d items", len(claims), len(items))}
-		claims = make([]AcquireOutcome, len(items))
+	sent := r.cfg.Clock.Now()
+	claims := r.batcher.AcquireBatch(ctx, reqs)
+	if len(claims) != len(reqs) {
+		err := &store.OpError{Op: "acquire", Err: fmt.Errorf("AcquireBatch returned %d outcomes for %d requests", len(claims), len(reqs))}
+		claims = make([]store.AcquireOutcome, len(reqs))
 		for k := range claims {
 			claims[k].Err = err
 		}
 	}
+	for k := range claims {
+		if claims[k].Err == nil {
+			claims[k].Err = r.checkClaim(reqs[k].Key, claims[k].Claim)
+		}
+	}
+	// One heartbeat extends every claim still waiting, running or being
+	// completed, in one round trip per beat.
 	hb := r.newHeartbeat(ctx)
-	hbIndex := make([]int, len(items))
+	defer hb.stop()
+	hbIndex := make([]int, len(reqs))
 	for k, c := range claims {
 		if c.Err == nil && c.Claim.Acquired {
-			hbIndex[k] = hb.add(items[k].Key, c.Claim.Token, r.beaterOf(msgs[todo[k]]))
+			hbIndex[k] = hb.add(reqs[k].Key, c.Claim.Token, r.beaterOf(msgs[todo[k]]), sent)
 		}
 	}
 	hb.start()
 
 	// Phase 2: run the handlers in order, collecting completions.
-	var done []CompleteItem
+	var done []store.CompleteRequest
 	var doneAt []int // index into todo of each completion
 	var encErrs []error
 	for k, i := range todo {
 		c := claims[k]
-		switch {
-		case c.Err != nil:
-			out[i].Result, out[i].Err = r.acquireFailed(ctx, keys[i], msgs[i], c.Err)
-			continue
-		case !c.Claim.Acquired || c.Claim.Record.Attempt > r.cfg.MaxAttempts:
-			out[i].Result, out[i].Err = r.afterClaim(ctx, keys[i], msgs[i], c.Claim, hb, hbIndex[k])
+		if c.Err != nil {
+			out[i].Result, out[i].Err = r.acquireFailed(ctx, keys[i], msgs[i], c.Err, nil)
 			continue
 		}
-		rec := c.Claim.Record
-		v, herr := r.runClaimed(ctx, keys[i], c.Claim.Token, msgs[i], hb, hbIndex[k])
+		if c.Claim.Acquired && c.Claim.Record.Attempt > r.cfg.MaxAttempts {
+			hb.finish(hbIndex[k]) // released next: no more extensions
+		}
+		if res, err, ok := r.notClaimed(ctx, keys[i], msgs[i], c.Claim); ok {
+			out[i].Result, out[i].Err = res, err
+			continue
+		}
+		attempt := c.Claim.Record.Attempt
+		held := &store.HeldClaim{Key: keys[i], Token: c.Claim.Token, Attempt: attempt, Retention: r.cfg.Retention}
+		v, herr := r.runClaimed(ctx, held, msgs[i], hb, hbIndex[k], nil)
 		if herr != nil {
-			out[i].Result, out[i].Err = r.handlerFailed(ctx, keys[i], c.Claim.Token, rec.Attempt, herr)
+			hb.finish(hbIndex[k])
+			out[i].Result, out[i].Err = r.handlerFailed(ctx, keys[i], c.Claim.Token, attempt, herr)
 			continue
 		}
-		out[i].Result = Result[R]{Status: StatusProcessed, Key: keys[i], Attempt: rec.Attempt, Value: v}
+		out[i].Result = Result[R]{Status: StatusProcessed, Key: keys[i], Attempt: attempt, Value: v}
 		data, encErr := r.encode(v)
-		done = append(done, CompleteItem{Key: keys[i], Token: c.Claim.Token, Result: data, Retention: r.cfg.Retention})
-		doneAt = append(doneAt, i)
+		if held.Completed() {
+			hb.finish(hbIndex[k])
+			out[i].Result = r.completed(ctx, out[i].Result, encErr, nil)
+			continue
+		}
+		done = append(done, store.CompleteRequest{Key: keys[i], Token: c.Claim.Token, Result: data, Retention: r.cfg.Retention})
+		doneAt = append(doneAt, k)
 		encErrs = append(encErrs, encErr)
 	}
-	hb.stop()
 
-	// Phase 3: complete everything in one round trip.
-	if len(done) > 0 {
-		errs := r.batcher.CompleteBatch(detach(ctx), done)
-		for k, i := range doneAt {
-			var err error
-			if k < len(errs) {
-				err = errs[k]
-			} else {
-				err = fmt.Errorf("CompleteBatch returned %d errors for %d items", len(errs), len(done))
-			}
-			out[i].Result, out[i].Err = r.completed(ctx, out[i].Result, encErrs[k], err)
+	// Phase 3: complete everything in one round trip, detached from the
+	// caller's cancellation like a single completion; a completion that
+	// failed for want of the store is retried alone while its lease holds.
+	if len(done) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StoreTimeout)
+	errs := r.batcher.CompleteBatch(cctx, done)
+	cancel()
+	for n, k := range doneAt {
+		i := todo[k]
+		var err error
+		if n < len(errs) {
+			err = errs[n]
+		} else {
+			err = &store.OpError{Op: "complete", Key: done[n].Key, Err: fmt.Errorf("CompleteBatch returned %d errors for %d requests", len(errs), len(done))}
 		}
+		if err != nil && !errors.Is(err, ErrLeaseLost) {
+			err = r.completeHeld(ctx, done[n], hb, hbIndex[k], func() {})
+		}
+		hb.finish(hbIndex[k])
+		out[i].Result = r.completed(ctx, out[i].Result, encErrs[n], err)
 	}
 }

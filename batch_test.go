@@ -10,6 +10,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/store"
 )
 
 // TestHandleBatch: a batch with duplicates inside it and of earlier
@@ -21,15 +22,15 @@ func TestHandleBatch(t *testing.T) {
 		t.Run(fmt.Sprintf("batch store %v", batching), func(t *testing.T) {
 			t.Parallel()
 			clk := clock.NewFake(epoch)
-			var store dedup.Store = newMemstore(t, clk)
+			var st store.Store = newMemstore(t, clk)
 			if !batching {
-				store = &faultyStore{Store: store}
+				st = &faultyStore{Store: st}
 			}
-			_, isBatch := store.(dedup.BatchStore)
+			_, isBatch := st.(store.BatchStore)
 			require.Equal(t, batching, isBatch)
 			effects := map[string]int{}
 			var calls atomic.Int64
-			rcv := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+			rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
 				calls.Add(1)
 				if o.ID == "bad" {
 					return "", errTransient
@@ -61,7 +62,7 @@ func TestHandleBatch(t *testing.T) {
 			for i, w := range want {
 				require.Equal(t, w.status, out[i].Result.Status, "message %d (%s)", i, msgs[i].ID)
 				require.Equal(t, w.value, out[i].Result.Value, "message %d", i)
-				require.Equal(t, w.action, dedup.Decide(out[i].Result, out[i].Err, rcv.Policy()).Action, "message %d", i)
+				require.Equal(t, w.action, rcv.Decide(out[i].Result, out[i].Err).Action, "message %d", i)
 			}
 			require.Equal(t, map[string]int{"old": 1, "a": 1, "b": 1, "c": 1}, effects)
 
@@ -82,18 +83,18 @@ func TestHandleBatch(t *testing.T) {
 func TestHandleBatchStoreDown(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(epoch)
-	store := newMemstore(t, clk)
+	st := newMemstore(t, clk)
 	var calls atomic.Int64
 	h := func(ctx context.Context, o order) (string, error) { calls.Add(1); return "ok", nil }
-	rcv := newReceiver(t, &downBatchStore{store}, h, &dedup.Config{Clock: clk})
+	rcv := newReceiver(t, &downBatchStore{st}, h, &dedup.Config{Clock: clk})
 	out := rcv.HandleBatch(t.Context(), []order{{ID: "a"}, {ID: "b"}})
 	for _, o := range out {
 		require.ErrorIs(t, o.Err, dedup.ErrStoreUnavailable)
-		require.Equal(t, dedup.Retry, dedup.Decide(o.Result, o.Err, rcv.Policy()).Action)
+		require.Equal(t, dedup.Retry, rcv.Decide(o.Result, o.Err).Action)
 	}
 	require.Zero(t, calls.Load())
 
-	open := newReceiver(t, &downBatchStore{store}, h, &dedup.Config{Clock: clk, FailOpen: true})
+	open := newReceiver(t, &downBatchStore{st}, h, &dedup.Config{Clock: clk, FailOpen: true})
 	out = open.HandleBatch(t.Context(), []order{{ID: "a"}, {ID: "b"}})
 	for _, o := range out {
 		require.NoError(t, o.Err)
@@ -103,10 +104,10 @@ func TestHandleBatchStoreDown(t *testing.T) {
 }
 
 // downBatchStore is a batch store whose server is unreachable.
-type downBatchStore struct{ dedup.BatchStore }
+type downBatchStore struct{ store.BatchStore }
 
-func (s *downBatchStore) AcquireBatch(ctx context.Context, items []dedup.AcquireItem) []dedup.AcquireOutcome {
-	out := make([]dedup.AcquireOutcome, len(items))
+func (s *downBatchStore) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {
+	out := make([]store.AcquireOutcome, len(reqs))
 	for i := range out {
 		out[i].Err = errConnRefused
 	}
@@ -119,11 +120,11 @@ func (s *downBatchStore) AcquireBatch(ctx context.Context, items []dedup.Acquire
 func TestHandleBatchHeartbeatHoldsWaitingClaims(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(epoch)
-	store := newMemstore(t, clk)
+	st := newMemstore(t, clk)
 	cfg := &dedup.Config{Clock: clk, Lease: testLease}
-	other := newReceiver(t, store, func(ctx context.Context, o order) (string, error) { return "other", nil }, cfg)
+	other := newReceiver(t, st, func(ctx context.Context, o order) (string, error) { return "other", nil }, cfg)
 	var waiting []dedup.Status
-	rcv := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+	rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
 		if o.ID == "slow" {
 			for range 6 { // two leases, in steps of a third
 				clk.Advance(testLease / 3)
@@ -163,7 +164,7 @@ func TestHandleBatchKeyReusedInsideBatch(t *testing.T) {
 	require.NoError(t, out[0].Err)
 	require.Equal(t, dedup.StatusProcessed, out[0].Result.Status)
 	require.ErrorIs(t, out[1].Err, dedup.ErrKeyReused)
-	require.Equal(t, dedup.DeadLetter, dedup.Decide(out[1].Result, out[1].Err, rcv.Policy()).Action)
+	require.Equal(t, dedup.DeadLetter, rcv.Decide(out[1].Result, out[1].Err).Action)
 	require.NoError(t, out[2].Err)
 	require.Equal(t, dedup.StatusDuplicate, out[2].Result.Status)
 	require.Equal(t, 10, out[2].Result.Value)

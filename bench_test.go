@@ -7,6 +7,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/store"
 )
 
 // The benchmarks of one run compare Handle with its baseline, the bare
@@ -26,17 +27,17 @@ func BenchmarkHandle(b *testing.B) {
 		}
 	})
 	b.Run("baseline=store-acquire-complete", func(b *testing.B) {
-		store := newMemstore(b, clock.Real())
+		st := newMemstore(b, clock.Real())
 		ids := makeIDs(b.N)
-		req := dedup.AcquireRequest{Lease: dedup.DefaultLease}
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			c, err := store.Acquire(ctx, "default:"+ids[i], req)
+			key := "default:" + ids[i]
+			c, err := st.Acquire(ctx, store.AcquireRequest{Key: key, Lease: dedup.DefaultLease})
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := store.Complete(ctx, "default:"+ids[i], c.Token, nil, dedup.DefaultRetention); err != nil {
+			if err := st.Complete(ctx, store.CompleteRequest{Key: key, Token: c.Token, Retention: dedup.DefaultRetention}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -10,11 +10,13 @@ type Codec interface {
 	Unmarshal(data []byte, v any) error
 }
 
-// JSON is the default Codec, backed by encoding/json.
-type JSON struct{}
+// JSONCodec is the default Codec of results, backed by encoding/json.
+type JSONCodec struct{}
 
 // Marshal encodes v as JSON.
-func (JSON) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
+func (JSONCodec) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 // Unmarshal decodes JSON data into v.
-func (JSON) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+func (JSONCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+
+var _ Codec = JSONCodec{}

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	"reflect"
 	"strings"
 	"time"
 
@@ -56,8 +56,14 @@ type Config struct {
 	// fail-closed.
 	FailOpen bool
 
+	// NoWait makes a delivery whose key is being handled in this process
+	// return StatusInFlight at once, instead of waiting for the first
+	// delivery's outcome and sharing it. HTTP and gRPC middleware set it: a
+	// request must not block on another. Defaults to false: wait.
+	NoWait bool
+
 	// Codec encodes handler results for the store and decodes them for
-	// duplicates. Defaults to JSON.
+	// duplicates. Defaults to JSONCodec.
 	Codec Codec
 
 	// MaxResultSize is the largest encoded result stored, in bytes. A larger
@@ -69,18 +75,26 @@ type Config struct {
 	// DefaultMaxIDLength (512).
 	MaxIDLength int
 
-	// Backoff returns how long to wait before retrying after the given failed
-	// attempt (1 for the first). Defaults to exponential backoff from 1s,
-	// doubling up to 5m, with up to 20% jitter.
-	Backoff func(attempt int) time.Duration
+	// Backoff is the retry delay after a failed attempt. Defaults to
+	// ExponentialBackoff{Base: time.Second, Max: 5 * time.Minute}.
+	Backoff Backoff
 
 	// StoreRetryDelay is the retry delay Decide gives a delivery refused
 	// because the store is unavailable. Defaults to 5s.
 	StoreRetryDelay time.Duration
 
-	// Logger receives warnings: bypassed deliveries, lost leases, results not
-	// stored, store errors. Defaults to discarding everything.
+	// StoreTimeout bounds each completion and release, which run detached
+	// from the caller's context so that a shutdown cannot lose a success.
+	// Defaults to the Lease.
+	StoreTimeout time.Duration
+
+	// Logger receives what a user must see: bypassed deliveries, lost
+	// leases, results not stored, store errors, recovered panics. Defaults
+	// to slog.Default().
 	Logger *slog.Logger
+
+	// Observer hears of every outcome (see Event). Defaults to nil: none.
+	Observer Observer
 
 	// Clock is the time source of leases and heartbeats. Tests inject a
 	// clock.Fake. Defaults to clock.Real().
@@ -100,16 +114,17 @@ func (c *Config) withDefaults() Config {
 	out.MaxResultSize = cmp.Or(out.MaxResultSize, DefaultMaxResultSize)
 	out.MaxIDLength = cmp.Or(out.MaxIDLength, DefaultMaxIDLength)
 	out.StoreRetryDelay = cmp.Or(out.StoreRetryDelay, DefaultStoreRetryDelay)
-	if out.Codec == nil {
-		out.Codec = JSON{}
+	out.StoreTimeout = cmp.Or(out.StoreTimeout, out.Lease)
+	if isNilInterface(out.Codec) {
+		out.Codec = JSONCodec{}
 	}
-	if out.Backoff == nil {
-		out.Backoff = ExponentialBackoff(time.Second, 5*time.Minute)
+	if isNilInterface(out.Backoff) {
+		out.Backoff = ExponentialBackoff{Base: time.Second, Max: 5 * time.Minute}
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
-	if out.Clock == nil {
+	if isNilInterface(out.Clock) {
 		out.Clock = clock.Real()
 	}
 	return out
@@ -132,20 +147,27 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: MaxIDLength is %d; it must be positive", ErrInvalidConfig, c.MaxIDLength)
 	case c.StoreRetryDelay < 0:
 		return fmt.Errorf("%w: StoreRetryDelay is %v; it must be positive", ErrInvalidConfig, c.StoreRetryDelay)
+	case c.StoreTimeout < 0:
+		return fmt.Errorf("%w: StoreTimeout is %v; it must be positive", ErrInvalidConfig, c.StoreTimeout)
+	}
+	if v, ok := c.Backoff.(interface{ validate() error }); ok {
+		if err := v.validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// ExponentialBackoff returns a backoff that waits base after the first
-// attempt, doubles with each further attempt up to max, and adds up to 20%
-// random jitter so that a burst of failures does not retry in lockstep.
-func ExponentialBackoff(base, max time.Duration) func(attempt int) time.Duration {
-	return func(attempt int) time.Duration {
-		d := base
-		for i := 1; i < attempt && d < max; i++ {
-			d *= 2
-		}
-		d = min(d, max)
-		return d + time.Duration(rand.Int64N(int64(d)/5+1))
+// isNilInterface reports whether v is nil or holds a nil pointer, map,
+// func... (a typed nil, which would panic when used).
+func isNilInterface(v any) bool {
+	if v == nil {
+		return true
 	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }

@@ -22,11 +22,11 @@ import (
 func TestExactlyOnceUnderContention(t *testing.T) {
 	t.Parallel()
 	const ids, copies, workers = 1000, 3, 64
-	store := newMemstore(t, clock.Real())
+	st := newMemstore(t, clock.Real())
 
 	var effects [ids]atomic.Int64
 	var nonce atomic.Int64
-	rcv := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+	rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
 		if rand.IntN(10) == 0 {
 			return "", errTransient
 		}
@@ -34,7 +34,7 @@ func TestExactlyOnceUnderContention(t *testing.T) {
 		fmt.Sscan(o.ID[2:], &n)
 		effects[n].Add(1)
 		return fmt.Sprintf("receipt-%s-%d", o.ID, nonce.Add(1)), nil
-	}, &dedup.Config{Namespace: "contention", Backoff: func(int) time.Duration { return 0 }})
+	}, &dedup.Config{Namespace: "contention", Backoff: dedup.BackoffFunc(func(int) time.Duration { return 0 })})
 
 	deliveries := make([]order, 0, ids*copies)
 	for i := range ids {
@@ -57,7 +57,7 @@ func TestExactlyOnceUnderContention(t *testing.T) {
 		wg.Go(func() {
 			for o := range queue {
 				res, err := rcv.Handle(context.Background(), o)
-				switch d := dedup.Decide(res, err, rcv.Policy()); d.Action {
+				switch d := rcv.Decide(res, err); d.Action {
 				case dedup.Ack:
 					require.NoError(t, err)
 					mu.Lock()
@@ -94,12 +94,12 @@ func TestExactlyOnceUnderContention(t *testing.T) {
 func TestConcurrentDuplicatesShareOneClaim(t *testing.T) {
 	t.Parallel()
 	const n = 50
-	store := &faultyStore{Store: newMemstore(t, clock.Real())}
+	st := &faultyStore{Store: newMemstore(t, clock.Real())}
 	release := make(chan struct{})
 	releaseOnce := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseOnce)
 	var calls atomic.Int64
-	rcv := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+	rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
 		calls.Add(1)
 		<-release
 		return "first", nil
@@ -131,7 +131,7 @@ func TestConcurrentDuplicatesShareOneClaim(t *testing.T) {
 	}
 	require.Equal(t, 1, processed)
 	require.Equal(t, int64(1), calls.Load())
-	require.Less(t, store.acquires.Load(), int64(n), "waiters did not each go to the store")
+	require.Less(t, st.acquires.Load(), int64(n), "waiters did not each go to the store")
 }
 
 // TestConcurrentDuplicateWithOtherPayload: a waiter whose fingerprint
@@ -139,12 +139,12 @@ func TestConcurrentDuplicatesShareOneClaim(t *testing.T) {
 // have answered.
 func TestConcurrentDuplicateWithOtherPayload(t *testing.T) {
 	t.Parallel()
-	store := &faultyStore{Store: newMemstore(t, clock.Real())}
+	st := &faultyStore{Store: newMemstore(t, clock.Real())}
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	releaseOnce := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseOnce)
-	rcv, err := dedup.NewReceiver(store, func(o signedOrder) (string, error) { return o.ID, nil },
+	rcv, err := dedup.NewReceiver(st, func(o signedOrder) (string, error) { return o.ID, nil },
 		func(ctx context.Context, o signedOrder) (int, error) {
 			close(entered)
 			<-release

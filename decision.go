@@ -52,7 +52,7 @@ const (
 	ReasonUndecodable       Reason = "undecodable"
 	ReasonKeyReused         Reason = "key-reused"
 	ReasonStoreUnavailable  Reason = "store-unavailable"
-	ReasonCancelled         Reason = "cancelled"
+	ReasonCanceled          Reason = "canceled"
 )
 
 // Decision is what to do with a delivery, shared by every adapter so that
@@ -63,61 +63,36 @@ type Decision struct {
 	Delay time.Duration
 	// Reason is why; for DeadLetter, adapters put it in a header.
 	Reason Reason
-	// Err is the error the decision was taken on, if any.
+	// Err is the error the decision was taken on, or the Result's Problem
+	// for an Ack.
 	Err error
 }
 
-// Policy holds the numbers Decide needs. Receiver.Policy returns the one
-// matching a receiver's Config.
-type Policy struct {
-	// MaxAttempts: a handler error on this attempt or later dead-letters.
-	// Zero means DefaultMaxAttempts.
-	MaxAttempts int
-	// Backoff is the retry delay after a failed attempt. Nil means
-	// ExponentialBackoff(time.Second, 5*time.Minute).
-	Backoff func(attempt int) time.Duration
-	// StoreRetryDelay is the retry delay when the store is unavailable.
-	// Zero means DefaultStoreRetryDelay.
-	StoreRetryDelay time.Duration
-}
-
-// Decide maps a Handle outcome to an action:
+// Decide maps an outcome of Handle to an action, with this receiver's
+// MaxAttempts, Backoff and StoreRetryDelay:
 //
-//	processed, duplicate, bypassed (even with an error)  Ack
+//	processed, duplicate, bypassed                       Ack (reason result-not-stored when Result.Problem is set)
 //	in flight elsewhere                                  Retry after the remaining lease
 //	handler error, attempts left                         Retry with backoff
 //	permanent error, attempts exhausted, no key,
 //	invalid key, undecodable body, key reused            DeadLetter with the reason
 //	store unavailable (fail-closed)                      Retry after StoreRetryDelay
-//	context cancelled (shutdown)                         Retry with the first backoff
+//	caller's context ended (shutdown): ErrCanceled       Retry with the first backoff
 //
-// A done status wins over its error: the effect happened, and redelivery
-// would repeat it.
-func Decide[R any](res Result[R], err error, p Policy) Decision {
-	maxAttempts := p.MaxAttempts
-	if maxAttempts <= 0 {
-		maxAttempts = DefaultMaxAttempts
-	}
-	backoff := p.Backoff
-	if backoff == nil {
-		backoff = ExponentialBackoff(time.Second, 5*time.Minute)
-	}
-	storeDelay := p.StoreRetryDelay
-	if storeDelay <= 0 {
-		storeDelay = DefaultStoreRetryDelay
-	}
-
+// A handler that fails with its own deadline (context.DeadlineExceeded of a
+// context it made) is a handler error like any other: it backs off and
+// counts towards MaxAttempts. Only the end of the caller's context means
+// "not processed".
+func (r *Receiver[M, R]) Decide(res Result[R], err error) Decision {
 	if res.Status.Done() {
-		d := Decision{Action: Ack, Err: err}
+		d := Decision{Action: Ack, Reason: ReasonProcessed}
 		switch {
-		case err != nil:
-			d.Reason = ReasonNotStored
+		case res.Problem != nil && !errors.Is(res.Problem, ErrResultUndecodable):
+			d.Reason, d.Err = ReasonNotStored, res.Problem
 		case res.Status == StatusDuplicate:
-			d.Reason = ReasonDuplicate
+			d.Reason, d.Err = ReasonDuplicate, res.Problem
 		case res.Status == StatusBypassed:
 			d.Reason = ReasonBypassed
-		default:
-			d.Reason = ReasonProcessed
 		}
 		return d
 	}
@@ -127,11 +102,13 @@ func Decide[R any](res Result[R], err error, p Policy) Decision {
 		}
 		// StatusNone without an error does not come from Handle; retrying is
 		// the answer that loses nothing.
-		return Decision{Action: Retry, Delay: backoff(1), Reason: ReasonHandlerError}
+		return Decision{Action: Retry, Delay: r.backoff(1), Reason: ReasonHandlerError}
 	}
 
-	dead := func(r Reason) Decision { return Decision{Action: DeadLetter, Reason: r, Err: err} }
+	dead := func(reason Reason) Decision { return Decision{Action: DeadLetter, Reason: reason, Err: err} }
 	switch {
+	case errors.Is(err, ErrCanceled):
+		return Decision{Action: Retry, Delay: r.backoff(1), Reason: ReasonCanceled, Err: err}
 	case errors.Is(err, ErrNoKey):
 		return dead(ReasonNoKey)
 	case errors.Is(err, ErrInvalidKey):
@@ -145,17 +122,43 @@ func Decide[R any](res Result[R], err error, p Policy) Decision {
 	case IsPermanent(err):
 		return dead(ReasonPermanent)
 	case errors.Is(err, ErrStoreUnavailable):
-		return Decision{Action: Retry, Delay: storeDelay, Reason: ReasonStoreUnavailable, Err: err}
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return Decision{Action: Retry, Delay: backoff(1), Reason: ReasonCancelled, Err: err}
+		return Decision{Action: Retry, Delay: r.cfg.StoreRetryDelay, Reason: ReasonStoreUnavailable, Err: err}
+	case !isHandlerError(err) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// Not from Handle (an adapter's own wait): nothing was done.
+		return Decision{Action: Retry, Delay: r.backoff(1), Reason: ReasonCanceled, Err: err}
 	}
-	attempt := max(res.Attempt, 1)
+	// The attempt is unknown (0) for a handler that ran unprotected
+	// (fail-open): such a failure is retried, never counted out.
+	attempt := res.Attempt
 	var he *HandlerError
 	if errors.As(err, &he) && he.Attempt > 0 {
 		attempt = he.Attempt
 	}
-	if res.Attempt > 0 && attempt >= maxAttempts {
+	if attempt > 0 && attempt >= r.cfg.MaxAttempts {
 		return dead(ReasonAttemptsExhausted)
 	}
-	return Decision{Action: Retry, Delay: backoff(attempt), Reason: ReasonHandlerError, Err: err}
+	return Decision{Action: Retry, Delay: r.backoff(max(attempt, 1)), Reason: ReasonHandlerError, Err: err}
 }
+
+func isHandlerError(err error) bool {
+	var he *HandlerError
+	return errors.As(err, &he)
+}
+
+// backoff is the Backoff's delay after attempt. A Backoff that panics or
+// answers a negative delay gets the default's answer instead, logged.
+func (r *Receiver[M, R]) backoff(attempt int) (d time.Duration) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.cfg.Logger.Error("dedup: Backoff panicked; using the default backoff", "panic", p)
+			d = defaultBackoff.Delay(attempt)
+		}
+	}()
+	d = r.cfg.Backoff.Delay(attempt)
+	if d < 0 {
+		return defaultBackoff.Delay(attempt)
+	}
+	return d
+}
+
+var defaultBackoff = ExponentialBackoff{Base: time.Second, Max: 5 * time.Minute}

@@ -1,6 +1,7 @@
 package dedup_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,76 +11,114 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/store"
 )
+
+// decider returns a receiver whose Decide uses 3 attempts, a backoff of
+// attempt seconds and a store retry delay of 9s.
+func decider(t *testing.T, backoff dedup.Backoff) *dedup.Receiver[order, string] {
+	t.Helper()
+	return newReceiver(t, newMemstore(t, clock.NewFake(epoch)), func(context.Context, order) (string, error) { return "", nil }, &dedup.Config{
+		MaxAttempts:     3,
+		Backoff:         backoff,
+		StoreRetryDelay: 9 * time.Second,
+	})
+}
+
+func secondsBackoff(n int) time.Duration { return time.Duration(n) * time.Second }
 
 func TestDecide(t *testing.T) {
 	t.Parallel()
-	policy := dedup.Policy{
-		MaxAttempts:     3,
-		Backoff:         func(n int) time.Duration { return time.Duration(n) * time.Second },
-		StoreRetryDelay: 9 * time.Second,
-	}
+	rcv := decider(t, dedup.BackoffFunc(secondsBackoff))
 	handlerErr := func(attempt int, err error) error {
 		return &dedup.HandlerError{Key: "ns:k", Attempt: attempt, Err: err}
 	}
 	boom := errors.New("boom")
+	notStored := fmt.Errorf("%w: too big", dedup.ErrResultNotStored)
+	undecodable := fmt.Errorf("%w: bad", dedup.ErrResultUndecodable)
+	ownDeadline := fmt.Errorf("charge: %w", context.DeadlineExceeded)
 	tests := []struct {
-		name   string
-		res    dedup.Result[string]
-		err    error
-		action dedup.Action
-		delay  time.Duration
-		reason dedup.Reason
+		name    string
+		res     dedup.Result[string]
+		err     error
+		action  dedup.Action
+		delay   time.Duration
+		reason  dedup.Reason
+		wantErr error // Decision.Err; the err argument when nil
 	}{
-		{"processed", dedup.Result[string]{Status: dedup.StatusProcessed}, nil, dedup.Ack, 0, dedup.ReasonProcessed},
-		{"duplicate", dedup.Result[string]{Status: dedup.StatusDuplicate}, nil, dedup.Ack, 0, dedup.ReasonDuplicate},
-		{"bypassed", dedup.Result[string]{Status: dedup.StatusBypassed}, nil, dedup.Ack, 0, dedup.ReasonBypassed},
-		{"processed, result not stored", dedup.Result[string]{Status: dedup.StatusProcessed},
-			fmt.Errorf("%w: too big", dedup.ErrResultNotStored), dedup.Ack, 0, dedup.ReasonNotStored},
-		{"processed, completion failed", dedup.Result[string]{Status: dedup.StatusProcessed},
-			&dedup.StoreError{Op: "complete", Err: boom}, dedup.Ack, 0, dedup.ReasonNotStored},
+		{"processed", dedup.Result[string]{Status: dedup.StatusProcessed}, nil, dedup.Ack, 0, dedup.ReasonProcessed, nil},
+		{"duplicate", dedup.Result[string]{Status: dedup.StatusDuplicate}, nil, dedup.Ack, 0, dedup.ReasonDuplicate, nil},
+		{"bypassed", dedup.Result[string]{Status: dedup.StatusBypassed}, nil, dedup.Ack, 0, dedup.ReasonBypassed, nil},
+		{"processed, result not stored", dedup.Result[string]{Status: dedup.StatusProcessed, Problem: notStored},
+			nil, dedup.Ack, 0, dedup.ReasonNotStored, notStored},
+		{"duplicate, stored result undecodable", dedup.Result[string]{Status: dedup.StatusDuplicate, Problem: undecodable},
+			nil, dedup.Ack, 0, dedup.ReasonDuplicate, undecodable},
 		{"in flight", dedup.Result[string]{Status: dedup.StatusInFlight, RetryAfter: 12 * time.Second}, nil,
-			dedup.Retry, 12 * time.Second, dedup.ReasonInFlight},
-		{"handler error, first attempt", dedup.Result[string]{Attempt: 1}, handlerErr(1, boom), dedup.Retry, time.Second, dedup.ReasonHandlerError},
-		{"handler error, second attempt", dedup.Result[string]{Attempt: 2}, handlerErr(2, boom), dedup.Retry, 2 * time.Second, dedup.ReasonHandlerError},
-		{"handler error, last attempt", dedup.Result[string]{Attempt: 3}, handlerErr(3, boom), dedup.DeadLetter, 0, dedup.ReasonAttemptsExhausted},
-		{"permanent", dedup.Result[string]{Attempt: 1}, handlerErr(1, dedup.Permanent(boom)), dedup.DeadLetter, 0, dedup.ReasonPermanent},
-		{"attempts exhausted on claim", dedup.Result[string]{Attempt: 4}, fmt.Errorf("%w: k", dedup.ErrAttemptsExhausted), dedup.DeadLetter, 0, dedup.ReasonAttemptsExhausted},
-		{"no key", dedup.Result[string]{}, fmt.Errorf("%w: empty", dedup.ErrNoKey), dedup.DeadLetter, 0, dedup.ReasonNoKey},
-		{"invalid key", dedup.Result[string]{}, fmt.Errorf("%w: long", dedup.ErrInvalidKey), dedup.DeadLetter, 0, dedup.ReasonInvalidKey},
-		{"undecodable", dedup.Result[string]{}, fmt.Errorf("%w: bad json", dedup.ErrUndecodable), dedup.DeadLetter, 0, dedup.ReasonUndecodable},
-		{"key reused", dedup.Result[string]{}, fmt.Errorf("%w: k", dedup.ErrKeyReused), dedup.DeadLetter, 0, dedup.ReasonKeyReused},
-		{"store unavailable", dedup.Result[string]{}, &dedup.StoreError{Op: "acquire", Err: boom}, dedup.Retry, 9 * time.Second, dedup.ReasonStoreUnavailable},
-		{"cancelled", dedup.Result[string]{}, fmt.Errorf("acquire: %w", context.Canceled), dedup.Retry, time.Second, dedup.ReasonCancelled},
-		{"bypassed handler error", dedup.Result[string]{}, handlerErr(0, boom), dedup.Retry, time.Second, dedup.ReasonHandlerError},
+			dedup.Retry, 12 * time.Second, dedup.ReasonInFlight, nil},
+		{"handler error, first attempt", dedup.Result[string]{Attempt: 1}, handlerErr(1, boom), dedup.Retry, time.Second, dedup.ReasonHandlerError, nil},
+		{"handler error, second attempt", dedup.Result[string]{Attempt: 2}, handlerErr(2, boom), dedup.Retry, 2 * time.Second, dedup.ReasonHandlerError, nil},
+		{"handler error, last attempt", dedup.Result[string]{Attempt: 3}, handlerErr(3, boom), dedup.DeadLetter, 0, dedup.ReasonAttemptsExhausted, nil},
+		{"handler's own deadline, second attempt", dedup.Result[string]{Attempt: 2}, handlerErr(2, ownDeadline), dedup.Retry, 2 * time.Second, dedup.ReasonHandlerError, nil},
+		{"handler's own deadline, last attempt", dedup.Result[string]{Attempt: 3}, handlerErr(3, ownDeadline), dedup.DeadLetter, 0, dedup.ReasonAttemptsExhausted, nil},
+		{"permanent", dedup.Result[string]{Attempt: 1}, handlerErr(1, dedup.Permanent(boom)), dedup.DeadLetter, 0, dedup.ReasonPermanent, nil},
+		{"attempts exhausted on claim", dedup.Result[string]{Attempt: 4}, fmt.Errorf("%w: k", dedup.ErrAttemptsExhausted), dedup.DeadLetter, 0, dedup.ReasonAttemptsExhausted, nil},
+		{"no key", dedup.Result[string]{}, fmt.Errorf("%w: empty", dedup.ErrNoKey), dedup.DeadLetter, 0, dedup.ReasonNoKey, nil},
+		{"invalid key", dedup.Result[string]{}, fmt.Errorf("%w: long", dedup.ErrInvalidKey), dedup.DeadLetter, 0, dedup.ReasonInvalidKey, nil},
+		{"undecodable", dedup.Result[string]{}, fmt.Errorf("%w: bad json", dedup.ErrUndecodable), dedup.DeadLetter, 0, dedup.ReasonUndecodable, nil},
+		{"key reused", dedup.Result[string]{}, fmt.Errorf("%w: k", dedup.ErrKeyReused), dedup.DeadLetter, 0, dedup.ReasonKeyReused, nil},
+		{"store unavailable", dedup.Result[string]{}, &store.OpError{Op: "acquire", Err: boom}, dedup.Retry, 9 * time.Second, dedup.ReasonStoreUnavailable, nil},
+		{"shutdown", dedup.Result[string]{Attempt: 3}, fmt.Errorf("%w: %w", dedup.ErrCanceled, handlerErr(3, context.Canceled)), dedup.Retry, time.Second, dedup.ReasonCanceled, nil},
+		{"adapter's own wait cancelled", dedup.Result[string]{}, fmt.Errorf("fetch: %w", context.Canceled), dedup.Retry, time.Second, dedup.ReasonCanceled, nil},
+		{"bypassed handler error", dedup.Result[string]{}, handlerErr(0, boom), dedup.Retry, time.Second, dedup.ReasonHandlerError, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := dedup.Decide(tt.res, tt.err, policy)
+			d := rcv.Decide(tt.res, tt.err)
 			require.Equal(t, tt.action, d.Action, d)
 			require.Equal(t, tt.delay, d.Delay)
 			require.Equal(t, tt.reason, d.Reason)
-			require.Equal(t, tt.err, d.Err)
+			require.Equal(t, cmp.Or(tt.wantErr, tt.err), d.Err)
 		})
 	}
 }
 
-func TestDecideZeroPolicyUsesDefaults(t *testing.T) {
+func TestDecideDefaults(t *testing.T) {
 	t.Parallel()
-	d := dedup.Decide(dedup.Result[int]{}, &dedup.StoreError{Op: "acquire", Err: errors.New("down")}, dedup.Policy{})
+	rcv := newReceiver(t, newMemstore(t, clock.NewFake(epoch)), func(context.Context, order) (string, error) { return "", nil }, nil)
+	d := rcv.Decide(dedup.Result[string]{}, &store.OpError{Op: "acquire", Err: errors.New("down")})
 	require.Equal(t, dedup.Retry, d.Action)
 	require.Equal(t, dedup.DefaultStoreRetryDelay, d.Delay)
 
-	d = dedup.Decide(dedup.Result[int]{Attempt: dedup.DefaultMaxAttempts}, &dedup.HandlerError{Attempt: dedup.DefaultMaxAttempts, Err: errors.New("x")}, dedup.Policy{})
+	d = rcv.Decide(dedup.Result[string]{Attempt: dedup.DefaultMaxAttempts}, &dedup.HandlerError{Attempt: dedup.DefaultMaxAttempts, Err: errors.New("x")})
 	require.Equal(t, dedup.DeadLetter, d.Action)
+}
+
+// TestDecideBadBackoff: a Backoff that panics or answers a negative delay
+// gets the default's answer, never a crash or a negative delay.
+func TestDecideBadBackoff(t *testing.T) {
+	t.Parallel()
+	err := &dedup.HandlerError{Key: "ns:k", Attempt: 1, Err: errors.New("boom")}
+	for name, b := range map[string]dedup.Backoff{
+		"panics":   dedup.BackoffFunc(func(int) time.Duration { panic("backoff bug") }),
+		"negative": dedup.BackoffFunc(func(int) time.Duration { return -time.Hour }),
+	} {
+		t.Run(name, func(t *testing.T) {
+			rcv := decider(t, b)
+			var d dedup.Decision
+			require.NotPanics(t, func() { d = rcv.Decide(dedup.Result[string]{Attempt: 1}, err) })
+			require.Equal(t, dedup.Retry, d.Action)
+			require.GreaterOrEqual(t, d.Delay, time.Second, "the default backoff's first delay")
+		})
+	}
 }
 
 func TestExponentialBackoff(t *testing.T) {
 	t.Parallel()
-	b := dedup.ExponentialBackoff(time.Second, 10*time.Second)
+	b := dedup.ExponentialBackoff{Base: time.Second, Max: 10 * time.Second}
 	for attempt, base := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 8 * time.Second, 5: 10 * time.Second, 50: 10 * time.Second} {
 		for range 20 {
-			d := b(attempt)
+			d := b.Delay(attempt)
 			require.GreaterOrEqual(t, d, base, "attempt %d", attempt)
 			require.LessOrEqual(t, d, base+base/5, "attempt %d: at most 20%% jitter", attempt)
 		}
@@ -88,11 +127,11 @@ func TestExponentialBackoff(t *testing.T) {
 
 func TestErrorMatching(t *testing.T) {
 	t.Parallel()
-	se := &dedup.StoreError{Op: "acquire", Key: "k", Err: context.DeadlineExceeded}
+	se := &store.OpError{Op: "acquire", Key: "k", Err: context.DeadlineExceeded}
 	wrapped := fmt.Errorf("consumer: %w", se)
 	require.ErrorIs(t, wrapped, dedup.ErrStoreUnavailable)
 	require.ErrorIs(t, wrapped, context.DeadlineExceeded)
-	var got *dedup.StoreError
+	var got *store.OpError
 	require.ErrorAs(t, wrapped, &got)
 	require.Same(t, se, got)
 

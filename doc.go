@@ -5,36 +5,44 @@
 //
 // # Receiver
 //
-// A [Receiver] wraps the handler. Each message gets a key (namespace, ':',
-// the id a [KeyFunc] finds: package idstrategy has ready-made ones), and the
-// key moves through the states of one record in a [Store]:
+// A [Receiver] wraps the handler. Each message gets a key (the receiver's
+// namespace, ':', the id a [KeyFunc] finds: package idstrategy has
+// ready-made ones), and the key's record in a store moves from processing
+// to completed (or failed, and retried):
 //
-//	           Acquire                 Complete(token)
-//	(absent) ----------> processing --------------------> completed (result kept for Retention)
-//	     ^                 |   |  lease expires: the next Acquire takes over, attempt+1, new token
-//	     |  Release(token) |   +--------------------------------------+
-//	     +---- failed <----+  (attempts, last error; the next Acquire retries)
-//
-// Claiming is one atomic step in the store, never "check, then set". A claim
-// holds the key for a lease (Config.Lease) that the receiver extends while
-// the handler works, so a crashed worker never blocks a key for long. Each
-// claim gets a fresh [Token]; a worker whose lease was taken over cannot
-// store its result ([ErrLeaseLost]), so a slow worker never overwrites a
-// newer one's record.
-//
-//	rcv, err := dedup.NewReceiver(store, keyFunc, handler, &dedup.Config{Namespace: "billing"})
+//	rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", orderID), charge,
+//		&dedup.Config{Namespace: "billing"})
 //	res, err := rcv.Handle(ctx, msg) // res.Status: processed, duplicate, in-flight or bypassed
 //
-// A duplicate is a status, not an error. Errors are for what the caller must
-// act on, and all of them match with errors.Is or errors.As: the handler's
-// error ([*HandlerError], [*PanicError]), [ErrNoKey] and [ErrInvalidKey]
+// Claiming a key is one atomic step in the store, never "check, then set".
+// A claim holds the key for a lease (Config.Lease) that the receiver
+// extends while the handler works, so a crashed worker never blocks a key
+// for long, and a worker whose lease was taken over cannot overwrite the
+// newer one's record ([ErrLeaseLost]).
+//
+// A duplicate is a status, not an error, and so is every other done
+// status: when the effect happened (processed, duplicate, bypassed), Handle
+// returns a nil error, so `if err != nil { retry }` never repeats an
+// effect. What went wrong beside it (a result that could not be stored) is
+// [Result].Problem. Errors are for what the caller must act on, and all of
+// them match with errors.Is or errors.As: the handler's error
+// ([*HandlerError], [*PanicError]), [ErrNoKey] and [ErrInvalidKey]
 // (poison), [ErrKeyReused], [ErrAttemptsExhausted], [ErrStoreUnavailable]
-// ([*StoreError]), [ErrLeaseLost] and [ErrResultNotStored].
+// and [ErrCanceled].
+//
+// # One envelope for every broker
+//
+// Broker adapters (adapters/nats, adapters/rabbitmq, adapters/kafka) decode
+// each body and hand the receiver a [*Message]: the decoded Body beside the
+// raw Data, headers behind one lookup API, the broker's message id, source,
+// stream position and delivery count, with the same conventions on every
+// broker. One receiver and one handler of *dedup.Message[Order] serve a
+// NATS consumer and a Kafka consumer at the same time.
 //
 // # Decisions
 //
-// [Decide] maps every outcome to [Ack], [Retry] after a delay, or
-// [DeadLetter] with a [Reason]. Every broker adapter uses it, so the same
+// [Receiver.Decide] maps every outcome to [Ack], [Retry] after a delay, or
+// [DeadLetter] with a [Reason]. Every adapter uses it, so the same
 // situation gets the same answer on RabbitMQ, Kafka and NATS. The rule that
 // matters most: once the handler has succeeded, the delivery is
 // acknowledged, even if its result could not be stored, because a
@@ -43,16 +51,29 @@
 // # Concurrency and failures
 //
 // Concurrent deliveries of one key inside one process wait for the first
-// (singleflight) and share its result. A store that can answer from memory
-// ([Peeker]) answers duplicates without a lock on the receiver and without
-// I/O. A panicking handler is recovered and its claim released as failed.
-// When the store is down, the receiver is fail-closed by default (the
-// handler does not run, the delivery is retried); Config.FailOpen runs it
-// unprotected instead, with status [StatusBypassed].
+// and share its result (or, with Config.NoWait, are answered in flight at
+// once); a handler that calls Handle for its own key gets in flight. Every
+// piece of user code the receiver calls (handler, key func, codec,
+// Fingerprint, Heartbeat, Backoff, Observer) is recovered: a panic before
+// the effect is an error, one after it completes the record without its
+// result. The completion of a success runs detached from the caller's
+// context, so a shutdown cannot lose it. When the store is down, the
+// receiver is fail-closed by default (the handler does not run, the
+// delivery is retried); Config.FailOpen runs it unprotected instead, with
+// status [StatusBypassed], logged.
+//
+// # Observing
+//
+// Config.Observer hears of every delivery the receiver handles and of what
+// each adapter did with it ([Event]); Config.Logger (slog.Default() unless
+// set) hears of everything a user must see: bypasses, completions that
+// failed, lost leases, recovered panics.
 //
 // # Stores
 //
-// store/memstore is an in-process LRU (single process only). Every store
-// passes the conformance suite in store/storetest, which pins the rules
-// above; run it against your own store too.
+// store/memstore is an in-process LRU (single process only),
+// store/redisstore keeps records in Redis, and store/tieredstore puts a
+// memstore in front of a remote store so duplicates are answered without a
+// round trip. The store contract lives in package store; every store
+// passes store/storetest.
 package dedup

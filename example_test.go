@@ -21,12 +21,12 @@ type Receipt struct {
 
 // A payment is charged once, however often it is delivered.
 func ExampleReceiver_Handle() {
-	store, err := memstore.New(nil)
+	st, err := memstore.New(nil)
 	if err != nil {
 		log.Fatal(err)
 	}
 	charges := 0
-	rcv, err := dedup.NewReceiver(store,
+	rcv, err := dedup.NewReceiver(st,
 		func(p Payment) (string, error) { return p.OrderID, nil },
 		func(ctx context.Context, p Payment) (Receipt, error) {
 			charges++
@@ -54,9 +54,9 @@ func ExampleReceiver_Handle() {
 
 // Decide turns every outcome into what the broker should do with the
 // delivery; adapters map it onto ack, nak-with-delay and dead-letter.
-func ExampleDecide() {
-	store, _ := memstore.New(nil)
-	rcv, _ := dedup.NewReceiver(store,
+func ExampleReceiver_Decide() {
+	st, _ := memstore.New(nil)
+	rcv, _ := dedup.NewReceiver(st,
 		func(p Payment) (string, error) { return p.OrderID, nil },
 		func(ctx context.Context, p Payment) (Receipt, error) {
 			if p.Cents <= 0 {
@@ -67,7 +67,7 @@ func ExampleDecide() {
 
 	for _, p := range []Payment{{"order-1", 500}, {"order-1", 500}, {"order-2", -1}, {"", 100}} {
 		res, err := rcv.Handle(context.Background(), p)
-		d := dedup.Decide(res, err, rcv.Policy())
+		d := rcv.Decide(res, err)
 		fmt.Printf("%-8q %-11s %s\n", p.OrderID, d.Action, d.Reason)
 	}
 	// Output:
@@ -80,8 +80,8 @@ func ExampleDecide() {
 // HandleBatch claims a whole batch in one store round trip and completes it
 // in another; duplicates inside the batch follow their first copy.
 func ExampleReceiver_HandleBatch() {
-	store, _ := memstore.New(nil)
-	rcv, _ := dedup.NewReceiver(store,
+	st, _ := memstore.New(nil)
+	rcv, _ := dedup.NewReceiver(st,
 		func(p Payment) (string, error) { return p.OrderID, nil },
 		func(ctx context.Context, p Payment) (int, error) { return p.Cents, nil }, nil)
 

@@ -4,23 +4,35 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/store"
 )
 
-// heartbeat extends the leases of claims whose handlers are still working.
-// It arms one timer for a third of the lease, so a handler that finishes
-// sooner costs a timer and nothing else: no goroutine per message. When the
-// timer fires, it extends every unfinished claim, tells the broker (the
-// message's Heartbeater) and arms itself again. A claim found lost has its
-// handler's context cancelled with ErrLeaseLost as the cause.
+// heartbeat extends the leases of claims whose handlers (or completions)
+// are still working. It arms one timer for a third of the lease, so a
+// handler that finishes sooner costs a timer and nothing else: no goroutine
+// per message. When the timer fires, it extends every unfinished claim,
+// tells the broker (the message's Heartbeater) and arms itself again.
+//
+// It also keeps, on the local clock, when each lease ends as far as the
+// store has confirmed: the time before the claim (or the last successful
+// extension) was sent, plus the lease. A claim whose extension has not been
+// confirmed by that deadline, less a margin for clock drift, is lost
+// locally, even when the store cannot be reached to say so: another process
+// may take it over. A lost claim (found by the store or locally) has its
+// handler's context cancelled with ErrLeaseLost as the cause, and its
+// message's Heartbeater is no longer called.
 type heartbeat struct {
-	store    Store
+	store    store.Store
+	batcher  store.BatchStore // extends many claims in one round trip, when the store can
 	clock    clock.Clock
 	lease    time.Duration
 	interval time.Duration
+	margin   time.Duration // how long before a lease's local end it is given up
 	logger   *slog.Logger
 	parent   context.Context // the caller's context, for its values
 
@@ -34,19 +46,22 @@ type heartbeat struct {
 
 type heartbeatEntry struct {
 	key    string
-	token  Token
+	token  store.Token
 	beat   func(context.Context) error
 	cancel context.CancelCauseFunc // set while the handler runs
+	until  time.Time               // the lease's end as confirmed, on the local clock
 	done   bool                    // finished: no more extensions
-	lost   bool                    // the store said ErrLeaseLost
+	lost   bool                    // the store said ErrLeaseLost, or until passed unconfirmed
 }
 
 func (r *Receiver[M, R]) newHeartbeat(ctx context.Context) *heartbeat {
 	h := &heartbeat{
 		store:    r.store,
+		batcher:  r.batcher,
 		clock:    r.cfg.Clock,
 		lease:    r.cfg.Lease,
 		interval: r.cfg.Lease / 3,
+		margin:   r.cfg.Lease / 10,
 		logger:   r.cfg.Logger,
 		parent:   ctx,
 	}
@@ -54,9 +69,10 @@ func (r *Receiver[M, R]) newHeartbeat(ctx context.Context) *heartbeat {
 	return h
 }
 
-// add registers a claim before start and returns its index.
-func (h *heartbeat) add(key string, token Token, beat func(context.Context) error) int {
-	h.entries = append(h.entries, heartbeatEntry{key: key, token: token, beat: beat})
+// add registers a claim before start and returns its index. claimed is
+// when the Acquire that made the claim was sent, on the local clock.
+func (h *heartbeat) add(key string, token store.Token, beat func(context.Context) error, claimed time.Time) int {
+	h.entries = append(h.entries, heartbeatEntry{key: key, token: token, beat: beat, until: claimed.Add(h.lease)})
 	return len(h.entries) - 1
 }
 
@@ -76,12 +92,31 @@ func (h *heartbeat) running(i int, cancel context.CancelCauseFunc) bool {
 	return !h.entries[i].lost
 }
 
+// handled records that claim i's handler returned: its context is no
+// longer cancelled, but the lease is still extended until finish (a
+// completion being retried needs it).
+func (h *heartbeat) handled(i int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.entries[i].cancel = nil
+}
+
 // finish stops extending claim i.
 func (h *heartbeat) finish(i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.entries[i].done = true
 	h.entries[i].cancel = nil
+}
+
+// holds reports whether claim i still holds its lease as far as this
+// process knows, and until when (on the local clock, less the margin).
+func (h *heartbeat) holds(i int) (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := &h.entries[i]
+	end := e.until.Add(-h.margin)
+	return end, !e.lost && h.clock.Now().Before(end)
 }
 
 // stop stops the timer and waits for a beat in progress, so that no
@@ -104,53 +139,124 @@ func (h *heartbeat) beat() {
 	}
 	h.beating.Add(1)
 	defer h.beating.Done()
-	var pending []int
-	for i, e := range h.entries {
-		if !e.done {
+	now := h.clock.Now()
+	var pending, expired []int
+	for i := range h.entries {
+		e := &h.entries[i]
+		switch {
+		case e.done:
+		case !now.Before(e.until.Add(-h.margin)):
+			expired = append(expired, i)
+		default:
 			pending = append(pending, i)
 		}
 	}
 	h.mu.Unlock()
 
-	for _, i := range pending {
-		h.extend(i)
+	for _, i := range expired {
+		h.lose(i, "dedup: lease not confirmed before it ended; cancelling the handler, another delivery may take the key over")
 	}
+	h.extendAll(pending)
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.stopped {
-		h.timer = h.clock.AfterFunc(h.interval, h.beat)
+		h.timer = h.clock.AfterFunc(h.next(), h.beat)
 	}
 }
 
-// extend extends claim i once. entries[i].key, token and beat never change
-// after start, so they are read without the lock.
-func (h *heartbeat) extend(i int) {
+// next is the delay until the next beat: a third of the lease, or sooner
+// when an unconfirmed lease ends before that. Under h.mu.
+func (h *heartbeat) next() time.Duration {
+	d := h.interval
+	now := h.clock.Now()
+	for i := range h.entries {
+		e := &h.entries[i]
+		if !e.done {
+			d = min(d, max(e.until.Add(-h.margin).Sub(now), 0))
+		}
+	}
+	return d
+}
+
+// lose marks claim i lost and cancels its handler with ErrLeaseLost.
+func (h *heartbeat) lose(i int, why string) {
+	h.mu.Lock()
 	e := &h.entries[i]
+	e.lost, e.done = true, true
+	stop := e.cancel
+	h.mu.Unlock()
+	h.logger.Warn(why, slog.String("key", e.key))
+	if stop != nil {
+		stop(ErrLeaseLost)
+	}
+}
+
+// extendAll extends the pending claims: in one round trip when there are
+// several and the store can batch, one by one otherwise.
+func (h *heartbeat) extendAll(pending []int) {
+	if len(pending) == 0 {
+		return
+	}
 	// The extension must not die with the caller's context (a shutdown
 	// lets handlers finish), but must not outlast the next beat either.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.parent), h.interval)
 	defer cancel()
-	err := h.store.Extend(ctx, e.key, e.token, h.lease)
-	switch {
-	case errors.Is(err, ErrLeaseLost):
-		h.mu.Lock()
-		e.lost, e.done = true, true
-		stop := e.cancel
-		h.mu.Unlock()
-		h.logger.Warn("dedup: lease lost while the handler runs; cancelling it", slog.String("key", e.key))
-		if stop != nil {
-			stop(ErrLeaseLost)
+	sent := h.clock.Now()
+	if len(pending) > 1 && h.batcher != nil {
+		reqs := make([]store.ExtendRequest, len(pending))
+		for k, i := range pending {
+			e := &h.entries[i]
+			reqs[k] = store.ExtendRequest{Key: e.key, Token: e.token, Lease: h.lease}
+		}
+		errs := h.batcher.ExtendBatch(ctx, reqs)
+		for k, i := range pending {
+			err := errors.New("dedup: ExtendBatch returned too few errors")
+			if k < len(errs) {
+				err = errs[k]
+			}
+			h.extended(ctx, i, sent, err)
 		}
 		return
+	}
+	for _, i := range pending {
+		e := &h.entries[i]
+		h.extended(ctx, i, sent, h.store.Extend(ctx, store.ExtendRequest{Key: e.key, Token: e.token, Lease: h.lease}))
+	}
+}
+
+// extended acts on the outcome of claim i's extension, sent at sent.
+// entries[i].key, token and beat never change after start, so they are
+// read without the lock.
+func (h *heartbeat) extended(ctx context.Context, i int, sent time.Time, err error) {
+	e := &h.entries[i]
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		h.lose(i, "dedup: lease lost while the handler runs; cancelling it")
+		return
 	case err != nil:
-		// Keep trying at the next beat: the lease may survive a short outage.
+		// Keep trying at the next beat: the lease may survive a short
+		// outage, until its confirmed end.
 		h.logger.Warn("dedup: lease extension failed", slog.String("key", e.key), slog.Any("error", err))
 		return
 	}
+	h.mu.Lock()
+	e.until = sent.Add(h.lease)
+	h.mu.Unlock()
 	if e.beat != nil {
-		if err := e.beat(ctx); err != nil {
+		if err := callBeat(ctx, e.beat); err != nil {
 			h.logger.Warn("dedup: message heartbeat failed", slog.String("key", e.key), slog.Any("error", err))
 		}
 	}
+}
+
+// callBeat calls a message's Heartbeat, which runs on the heartbeat's
+// timer goroutine: a panic there would kill the process, so it is an error.
+func callBeat(ctx context.Context, beat func(context.Context) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Func: "Heartbeat", Value: p, Stack: debug.Stack()}
+		}
+	}()
+	return beat(ctx)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -35,9 +36,9 @@ func newMemstore(t testing.TB, clk clock.Clock) *memstore.Store {
 }
 
 // newReceiver returns a receiver on store with cfg (nil: a fake clock at epoch).
-func newReceiver[R any](t testing.TB, store dedup.Store, h dedup.Handler[order, R], cfg *dedup.Config) *dedup.Receiver[order, R] {
+func newReceiver[R any](t testing.TB, st store.Store, h dedup.Handler[order, R], cfg *dedup.Config) *dedup.Receiver[order, R] {
 	t.Helper()
-	rcv, err := dedup.NewReceiver(store, orderID, h, cfg)
+	rcv, err := dedup.NewReceiver(st, orderID, h, cfg)
 	require.NoError(t, err)
 	return rcv
 }
@@ -53,41 +54,41 @@ func (e *netError) Unwrap() error { return e.errno }
 // faultyStore wraps a real store: while down is set, every call fails as a
 // store whose server is unreachable. It counts the calls that reach it.
 type faultyStore struct {
-	dedup.Store
+	store.Store
 	down     atomic.Bool
 	acquires atomic.Int64
 }
 
-func (s *faultyStore) Acquire(ctx context.Context, key string, req dedup.AcquireRequest) (dedup.Claim, error) {
+func (s *faultyStore) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
 	s.acquires.Add(1)
 	if s.down.Load() {
-		return dedup.Claim{}, errConnRefused
+		return store.Claim{}, errConnRefused
 	}
-	return s.Store.Acquire(ctx, key, req)
+	return s.Store.Acquire(ctx, req)
 }
 
-func (s *faultyStore) Complete(ctx context.Context, key string, token dedup.Token, result []byte, retention time.Duration) error {
+func (s *faultyStore) Complete(ctx context.Context, req store.CompleteRequest) error {
 	if s.down.Load() {
 		return errConnRefused
 	}
-	return s.Store.Complete(ctx, key, token, result, retention)
+	return s.Store.Complete(ctx, req)
 }
 
-func (s *faultyStore) Release(ctx context.Context, key string, token dedup.Token, f dedup.Failure) error {
+func (s *faultyStore) Release(ctx context.Context, req store.ReleaseRequest) error {
 	if s.down.Load() {
 		return errConnRefused
 	}
-	return s.Store.Release(ctx, key, token, f)
+	return s.Store.Release(ctx, req)
 }
 
-func (s *faultyStore) Extend(ctx context.Context, key string, token dedup.Token, lease time.Duration) error {
+func (s *faultyStore) Extend(ctx context.Context, req store.ExtendRequest) error {
 	if s.down.Load() {
 		return errConnRefused
 	}
-	return s.Store.Extend(ctx, key, token, lease)
+	return s.Store.Extend(ctx, req)
 }
 
-var _ dedup.Store = (*faultyStore)(nil)
+var _ store.Store = (*faultyStore)(nil)
 
 // errTransient is a handler error worth retrying.
 var errTransient = errors.New("payment gateway timeout")

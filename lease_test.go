@@ -22,19 +22,19 @@ const testLease = 30 * time.Second
 func TestLeaseExpiryTakeover(t *testing.T) {
 	t.Parallel()
 	storeClock := clock.NewFake(epoch)
-	store := newMemstore(t, storeClock)
+	st := newMemstore(t, storeClock)
 
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	releaseOnce := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseOnce) // a failing test must not leave the handler blocked
-	stale := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+	stale := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
 		close(entered)
 		<-release
 		return "stale", nil
 	}, &dedup.Config{Clock: clock.NewFake(epoch), Lease: testLease})
 	var fresh atomic.Int64
-	next := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+	next := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
 		fresh.Add(1)
 		return "fresh", nil
 	}, &dedup.Config{Clock: storeClock, Lease: testLease})
@@ -49,7 +49,7 @@ func TestLeaseExpiryTakeover(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, dedup.StatusInFlight, res.Status, "the lease still holds")
 	require.Equal(t, testLease, res.RetryAfter)
-	require.Equal(t, dedup.Retry, dedup.Decide(res, err, next.Policy()).Action)
+	require.Equal(t, dedup.Retry, next.Decide(res, err).Action)
 
 	storeClock.Advance(testLease + time.Second)
 	res, err = next.Handle(t.Context(), order{ID: "o-1"})
@@ -60,8 +60,10 @@ func TestLeaseExpiryTakeover(t *testing.T) {
 
 	releaseOnce()
 	wg.Wait()
-	require.ErrorIs(t, staleErr, dedup.ErrLeaseLost)
-	require.Equal(t, dedup.Ack, dedup.Decide(staleRes, staleErr, stale.Policy()).Action,
+	require.NoError(t, staleErr, "a done status never comes with an error")
+	require.Equal(t, dedup.StatusProcessed, staleRes.Status)
+	require.ErrorIs(t, staleRes.Problem, dedup.ErrLeaseLost)
+	require.Equal(t, dedup.Ack, stale.Decide(staleRes, staleErr).Action,
 		"the stale worker's effect happened; the new holder owns the record")
 	require.Equal(t, uint64(1), stale.Stats().LeaseLost)
 
@@ -86,19 +88,19 @@ func (o beatingOrder) Heartbeat(context.Context) error { o.beats.Add(1); return 
 func TestHeartbeatKeepsSlowHandlerLease(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(epoch)
-	store := newMemstore(t, clk)
+	st := newMemstore(t, clk)
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	releaseOnce := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseOnce) // a failing test must not leave the handler blocked
 	keyOf := func(o beatingOrder) (string, error) { return o.ID, nil }
-	slow, err := dedup.NewReceiver(store, keyOf, func(ctx context.Context, o beatingOrder) (string, error) {
+	slow, err := dedup.NewReceiver(st, keyOf, func(ctx context.Context, o beatingOrder) (string, error) {
 		close(entered)
 		<-release
 		return "slow", ctx.Err()
 	}, &dedup.Config{Clock: clk, Lease: testLease})
 	require.NoError(t, err)
-	other, err := dedup.NewReceiver(store, keyOf, func(ctx context.Context, o beatingOrder) (string, error) {
+	other, err := dedup.NewReceiver(st, keyOf, func(ctx context.Context, o beatingOrder) (string, error) {
 		return "other", nil
 	}, &dedup.Config{Clock: clk, Lease: testLease})
 	require.NoError(t, err)
@@ -133,17 +135,17 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	t.Parallel()
 	storeClock := clock.NewFake(epoch)
 	workerClock := clock.NewFake(epoch)
-	store := newMemstore(t, storeClock)
+	st := newMemstore(t, storeClock)
 
 	entered := make(chan struct{})
 	var cause error
-	stale := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+	stale := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
 		close(entered)
 		<-ctx.Done()
 		cause = context.Cause(ctx)
 		return "", ctx.Err()
 	}, &dedup.Config{Clock: workerClock, Lease: testLease})
-	next := newReceiver(t, store, func(ctx context.Context, o order) (string, error) { return "fresh", nil },
+	next := newReceiver(t, st, func(ctx context.Context, o order) (string, error) { return "fresh", nil },
 		&dedup.Config{Clock: storeClock, Lease: testLease})
 
 	var wg sync.WaitGroup

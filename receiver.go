@@ -9,24 +9,29 @@ import (
 	"runtime/debug"
 	"time"
 
-	"golang.org/x/sync/singleflight"
+	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/store"
 )
 
 // Handler does the work for one message and returns its result. The result
 // is stored and replayed to duplicates; return an error to have the message
 // retried, or Permanent(err) to have it dead-lettered.
+//
+// The claim the handler runs under is in its context ([ClaimFromContext]).
+// The context is cancelled when the caller's is, and with ErrLeaseLost as
+// its cause when the claim's lease is lost.
 type Handler[M, R any] func(ctx context.Context, msg M) (R, error)
 
-// Receiver runs a Handler at most once per message key, in the sense of the
-// package documentation: it claims the key in the Store, runs the handler
-// under a lease that it extends while the handler works, stores the result,
-// and answers duplicates with it.
+// Receiver runs a Handler once per message key, in the sense of the package
+// documentation: it claims the key in the store, runs the handler under a
+// lease that it extends while the handler works, stores the result, and
+// answers duplicates with it.
 //
 // A Receiver is safe for concurrent use and holds no goroutine of its own.
 type Receiver[M, R any] struct {
-	store   Store
-	peeker  Peeker
-	batcher BatchStore
+	store   store.Store
+	peeker  store.Peeker
+	batcher store.BatchStore
 	key     KeyFunc[M]
 	handler Handler[M, R]
 	cfg     Config
@@ -37,7 +42,7 @@ type Receiver[M, R any] struct {
 	heartbeats   bool // M implements Heartbeater, or may (an interface type)
 	zeroSize     bool // R carries no data: nothing to encode or decode
 	nillable     bool // M can be nil (pointer, interface, map...)
-	flight       singleflight.Group
+	flight       flightGroup[R]
 	stats        stats
 }
 
@@ -49,12 +54,13 @@ const (
 	fingerprintDynamic // M is an interface type: ask each message
 )
 
-// NewReceiver returns a Receiver that deduplicates messages by key in store
-// and runs handler for the first delivery of each. cfg may be nil for the
-// defaults; an invalid cfg is an error matching ErrInvalidConfig.
-func NewReceiver[M, R any](store Store, key KeyFunc[M], handler Handler[M, R], cfg *Config) (*Receiver[M, R], error) {
+// NewReceiver returns a Receiver that deduplicates messages by key in s and
+// runs handler for the first delivery of each. cfg may be nil for the
+// defaults. A nil (or typed-nil) store, key func or handler, or an invalid
+// cfg, is an error matching ErrInvalidConfig.
+func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R], cfg *Config) (*Receiver[M, R], error) {
 	switch {
-	case store == nil:
+	case isNilInterface(s):
 		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
 	case key == nil:
 		return nil, fmt.Errorf("%w: key func is nil", ErrInvalidConfig)
@@ -66,15 +72,15 @@ func NewReceiver[M, R any](store Store, key KeyFunc[M], handler Handler[M, R], c
 		return nil, err
 	}
 	r := &Receiver[M, R]{
-		store:    store,
+		store:    s,
 		key:      key,
 		handler:  handler,
 		cfg:      c,
 		prefix:   c.Namespace + ":",
 		zeroSize: reflect.TypeFor[R]().Size() == 0,
 	}
-	r.peeker, _ = store.(Peeker)
-	r.batcher, _ = store.(BatchStore)
+	r.peeker, _ = s.(store.Peeker)
+	r.batcher, _ = s.(store.BatchStore)
 	mt := reflect.TypeFor[M]()
 	switch mt.Kind() {
 	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
@@ -99,34 +105,57 @@ func (r *Receiver[M, R]) Namespace() string { return r.cfg.Namespace }
 // expired runs again.
 func (r *Receiver[M, R]) Retention() time.Duration { return r.cfg.Retention }
 
-// Policy returns the retry policy that Decide should apply to this
-// receiver's results.
-func (r *Receiver[M, R]) Policy() Policy {
-	return Policy{MaxAttempts: r.cfg.MaxAttempts, Backoff: r.cfg.Backoff, StoreRetryDelay: r.cfg.StoreRetryDelay}
+// Lease returns the receiver's lease (Config.Lease). Adapters check a third
+// of it against the broker's acknowledgement deadline.
+func (r *Receiver[M, R]) Lease() time.Duration { return r.cfg.Lease }
+
+// StoreRetryDelay returns Config.StoreRetryDelay: how long adapters wait
+// before retrying a delivery whose outcome could not be recorded with the
+// broker (a dead letter that could not be published).
+func (r *Receiver[M, R]) StoreRetryDelay() time.Duration { return r.cfg.StoreRetryDelay }
+
+// Logger returns the receiver's logger (Config.Logger), which adapters log
+// to unless given their own.
+func (r *Receiver[M, R]) Logger() *slog.Logger { return r.cfg.Logger }
+
+// ClaimFromContext returns the claim the handler running under ctx holds:
+// its key, fencing token, attempt and the receiver's retention. A store
+// that completes the record inside the handler's own transaction reads it
+// and marks it completed. It reports false outside a handler.
+func ClaimFromContext(ctx context.Context) (*store.HeldClaim, bool) {
+	return store.ClaimFromContext(ctx)
 }
 
 // Handle delivers one message. It returns:
 //   - StatusProcessed with the handler's value, when this delivery ran it;
 //   - StatusDuplicate with the first value, when the key was completed before
 //     (or by a concurrent delivery in this process);
-//   - StatusInFlight, when another delivery holds the key now;
+//   - StatusInFlight, when another delivery holds the key now (or, with
+//     Config.NoWait, is handling it in this process; or the handler that
+//     holds the key calls Handle for it again);
 //   - StatusBypassed, when the store is down and the receiver is fail-open;
 //   - an error otherwise: the handler's (*HandlerError, wrapping a
 //     *PanicError for a panic), ErrNoKey, ErrInvalidKey (also for a key func
 //     that panicked), ErrUndecodable (a payload that cannot be
-//     fingerprinted), ErrKeyReused, ErrAttemptsExhausted, or
-//     ErrStoreUnavailable.
+//     fingerprinted), ErrKeyReused, ErrAttemptsExhausted,
+//     ErrStoreUnavailable, or ErrCanceled when ctx ended first.
 //
-// A Done status may come with an error too (ErrResultNotStored,
-// ErrLeaseLost, a store error on completion): the effect happened, so the
-// delivery must still be acknowledged. Decide applies all of these rules.
+// A done status (processed, duplicate, bypassed) never comes with an
+// error: what went wrong beside it is Result.Problem. Decide applies all of
+// these rules.
 //
 // Deliveries of one key that arrive while another delivery of it runs in
 // this process wait for that one and share its outcome (a duplicate when it
-// succeeded); they do not give up when their own ctx is cancelled, but the
-// wait is bounded by the first delivery's handler, which runs under ctx.
-// A cancelled ctx never stops the recording of a handler that succeeded.
+// succeeded), unless their own ctx ends first. A cancelled ctx never stops
+// the recording of a handler that succeeded.
 func (r *Receiver[M, R]) Handle(ctx context.Context, msg M) (Result[R], error) {
+	if r.cfg.Observer != nil {
+		return r.handleObserved(ctx, msg)
+	}
+	return r.handle(ctx, msg, nil)
+}
+
+func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[R], error) {
 	id, err := r.idOf(msg)
 	if err != nil {
 		return Result[R]{}, err
@@ -141,40 +170,60 @@ func (r *Receiver[M, R]) Handle(ctx context.Context, msg M) (Result[R], error) {
 	if err != nil {
 		return Result[R]{Key: key}, err
 	}
-	leader := false
-	v, _, shared := r.flight.Do(key, func() (any, error) {
-		leader = true
-		res, err := r.claimAndRun(ctx, key, fp, msg)
-		return &flightOutcome[R]{res: res, err: err, fingerprint: fp}, nil
-	})
-	out := v.(*flightOutcome[R])
-	if leader || !shared {
-		return out.res, out.err
+	call, leader := r.flight.join(key)
+	if !leader {
+		return r.follow(ctx, key, fp, msg, call, tm)
 	}
-	return r.follow(key, fp, out)
+	call.fingerprint = fp
+	defer r.flight.leave(key, call)
+	res, err := r.claimAndRun(ctx, key, fp, msg, tm, call)
+	call.publish(res, err)
+	return res, err
 }
 
-// flightOutcome is what the first of several concurrent deliveries of one
-// key hands to the others.
-type flightOutcome[R any] struct {
-	res         Result[R]
-	err         error
-	fingerprint string
+// follow answers a delivery of a key that another delivery in this process
+// is handling: in flight at once (NoWait, or a handler calling Handle for
+// its own key, which would wait on itself forever), else the first
+// delivery's outcome once it is known.
+func (r *Receiver[M, R]) follow(ctx context.Context, key, fp string, msg M, call *flightCall[R], tm *timing) (Result[R], error) {
+	if r.cfg.NoWait || holds(ctx, key) {
+		// The first delivery's lease bounds how long it may hold the key.
+		r.stats.inFlight.Add(1)
+		return Result[R]{Status: StatusInFlight, Key: key, RetryAfter: r.cfg.Lease}, nil
+	}
+	select {
+	case <-call.done:
+	case <-ctx.Done():
+		return Result[R]{Key: key}, fmt.Errorf("%w: waiting for another delivery of %q: %w", ErrCanceled, key, context.Cause(ctx))
+	}
+	return r.share(ctx, key, fp, msg, call.fingerprint, call.res, call.err, tm)
 }
 
-// follow turns the first delivery's outcome into this one's: a duplicate
+// share turns the outcome of the first delivery of key in this process
+// (res, err, with fingerprint firstFP) into this delivery's: a duplicate
 // when the first one's effect happened, the same answer otherwise.
-func (r *Receiver[M, R]) follow(key, fp string, out *flightOutcome[R]) (Result[R], error) {
-	if fp != "" && out.fingerprint != "" && fp != out.fingerprint {
+func (r *Receiver[M, R]) share(ctx context.Context, key, fp string, msg M, firstFP string, res Result[R], err error, tm *timing) (Result[R], error) {
+	if fp != "" && firstFP != "" && fp != firstFP {
 		return Result[R]{Key: key}, fmt.Errorf("%w: %q is being processed with another payload", ErrKeyReused, key)
 	}
-	res := out.res
-	if res.Status.Done() {
-		res.Status = StatusDuplicate
+	switch {
+	case res.Status.Done() && errors.Is(res.Problem, ErrLeaseLost):
+		// The first delivery's claim was taken over: its value is not the
+		// record's. Ask the store, which has the newer outcome or holder.
+		return r.handle(ctx, msg, tm)
+	case res.Status.Done():
+		res.Status, res.Problem = StatusDuplicate, nil
 		r.stats.duplicates.Add(1)
 		return res, nil
 	}
-	return res, out.err
+	return res, err
+}
+
+// holds reports whether ctx is a handler's context holding key: a handler
+// that calls Handle for the message it is handling.
+func holds(ctx context.Context, key string) bool {
+	h, ok := store.ClaimFromContext(ctx)
+	return ok && h.Key == key
 }
 
 // idOf returns the id of msg, validated.
@@ -186,7 +235,7 @@ func (r *Receiver[M, R]) idOf(msg M) (id string, err error) {
 		// A key func that panics on one odd message must not crash-loop the
 		// consumer: the message is poison like any other without a usable id.
 		if p := recover(); p != nil {
-			id, err = "", fmt.Errorf("%w: the key func panicked: %w", ErrInvalidKey, &PanicError{Value: p, Stack: debug.Stack()})
+			id, err = "", fmt.Errorf("%w: %w", ErrInvalidKey, &PanicError{Func: "key func", Value: p, Stack: debug.Stack()})
 		}
 	}()
 	id, err = r.key(msg)
@@ -202,7 +251,10 @@ func (r *Receiver[M, R]) idOf(msg M) (id string, err error) {
 	return id, nil
 }
 
-func (r *Receiver[M, R]) fingerprintOf(msg M) (string, error) {
+// fingerprintOf returns msg's fingerprint, or "" when it has none. A
+// Fingerprint method that fails or panics makes the payload undecodable:
+// it cannot be checked against the record, so it is poison.
+func (r *Receiver[M, R]) fingerprintOf(msg M) (fp string, err error) {
 	if r.fingerprints == fingerprintNever {
 		return "", nil
 	}
@@ -210,17 +262,19 @@ func (r *Receiver[M, R]) fingerprintOf(msg M) (string, error) {
 	if !ok {
 		return "", nil
 	}
-	fp, err := f.Fingerprint()
-	if err != nil {
-		// The payload cannot be fingerprinted, so it cannot be checked
-		// against the record: poison, not worth retrying.
+	defer func() {
+		if p := recover(); p != nil {
+			fp, err = "", fmt.Errorf("%w: %w", ErrUndecodable, &PanicError{Func: "Fingerprint", Value: p, Stack: debug.Stack()})
+		}
+	}()
+	if fp, err = f.Fingerprint(); err != nil {
 		return "", fmt.Errorf("%w: fingerprint: %w", ErrUndecodable, err)
 	}
 	return fp, nil
 }
 
 // replay answers a delivery whose key is completed.
-func (r *Receiver[M, R]) replay(msg M, rec *Record) (Result[R], error) {
+func (r *Receiver[M, R]) replay(msg M, rec *store.Record) (Result[R], error) {
 	res := Result[R]{Status: StatusDuplicate, Key: rec.Key, Attempt: rec.Attempt}
 	if r.fingerprints != fingerprintNever && rec.Fingerprint != "" {
 		fp, err := r.fingerprintOf(msg)
@@ -239,31 +293,73 @@ func (r *Receiver[M, R]) replay(msg M, rec *Record) (Result[R], error) {
 	if res.Value, err = r.decode(rec.Result); err != nil {
 		// The effect happened: the status stays Duplicate so the delivery is
 		// acknowledged, but the caller learns that the value is missing.
-		return res, fmt.Errorf("dedup: decode stored result of %q: %w", rec.Key, err)
+		r.stats.undecodable.Add(1)
+		res.Problem = fmt.Errorf("%w: %q: %w", ErrResultUndecodable, rec.Key, err)
+		r.cfg.Logger.Warn("dedup: stored result cannot be decoded; the duplicate gets the zero value",
+			slog.String("key", rec.Key), slog.Any("error", err))
 	}
 	return res, nil
 }
 
 // decode is apart from replay so that only a stored result that is really
-// decoded pays for the value escaping to the codec.
-func (r *Receiver[M, R]) decode(data []byte) (R, error) {
-	var v R
-	err := r.cfg.Codec.Unmarshal(data, &v)
+// decoded pays for the value escaping to the codec. A panicking codec is an
+// error like any other.
+func (r *Receiver[M, R]) decode(data []byte) (v R, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var zero R
+			v, err = zero, &PanicError{Func: "codec Unmarshal", Value: p, Stack: debug.Stack()}
+		}
+	}()
+	err = r.cfg.Codec.Unmarshal(data, &v)
 	return v, err
 }
 
 // claimAndRun is one delivery through the store: claim, run, complete.
-func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M) (Result[R], error) {
-	claim, err := r.store.Acquire(ctx, key, AcquireRequest{Lease: r.cfg.Lease, Fingerprint: fp})
-	if err != nil {
-		return r.acquireFailed(ctx, key, msg, err)
+// call, when not nil, is the delivery's flight, which waiting duplicates
+// read.
+func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M, tm *timing, call *flightCall[R]) (Result[R], error) {
+	if ctx.Err() != nil {
+		return Result[R]{Key: key}, fmt.Errorf("%w: before claiming %q: %w", ErrCanceled, key, context.Cause(ctx))
 	}
-	return r.afterClaim(ctx, key, msg, claim, nil, 0)
+	t := tm.start()
+	sent := r.cfg.Clock.Now()
+	claim, err := r.store.Acquire(ctx, store.AcquireRequest{Key: key, Lease: r.cfg.Lease, Fingerprint: fp})
+	tm.addStore(t)
+	if err == nil {
+		err = r.checkClaim(key, claim)
+	}
+	if err != nil {
+		return r.acquireFailed(ctx, key, msg, err, tm)
+	}
+	return r.afterClaim(ctx, key, msg, claim, sent, tm, call)
+}
+
+// checkClaim refuses an answer of Acquire that breaks the contract, so that
+// a misbehaving store is retried after StoreRetryDelay rather than in a
+// hot loop.
+func (r *Receiver[M, R]) checkClaim(key string, c store.Claim) error {
+	var why string
+	switch {
+	case c.Acquired && c.Token.IsZero():
+		why = "an acquired claim with a zero token"
+	case c.Acquired:
+		return nil
+	case c.Record.State == store.StateCompleted:
+		return nil
+	case c.Record.State != store.StateProcessing:
+		why = fmt.Sprintf("a refused claim on a record in state %d", c.Record.State)
+	case !c.Record.LeaseUntil.After(r.cfg.Clock.Now()):
+		why = fmt.Sprintf("a refused claim whose lease ended at %v", c.Record.LeaseUntil)
+	default:
+		return nil
+	}
+	return &store.OpError{Op: "acquire", Key: key, Err: errors.New("the store answered " + why)}
 }
 
 // acquireFailed handles an Acquire error: the caller's own fault, a reused
 // key, or a store that is down (fail-open or fail-closed).
-func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, err error) (Result[R], error) {
+func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, err error, tm *timing) (Result[R], error) {
 	res := Result[R]{Key: key}
 	switch {
 	case errors.Is(err, ErrKeyReused), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidConfig):
@@ -271,7 +367,7 @@ func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, e
 		// handler unprotected (fail-open) would be wrong.
 		return res, err
 	case ctx.Err() != nil:
-		return res, fmt.Errorf("dedup: acquire %q: %w", key, context.Cause(ctx))
+		return res, fmt.Errorf("%w: acquire %q: %w", ErrCanceled, key, context.Cause(ctx))
 	}
 	r.stats.storeErrors.Add(1)
 	serr := storeError("acquire", key, err)
@@ -281,86 +377,181 @@ func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, e
 	}
 	r.stats.bypassed.Add(1)
 	r.cfg.Logger.WarnContext(ctx, "dedup: store unavailable, handler runs unprotected (fail-open)", slog.String("key", key), slog.Any("error", err))
+	t := tm.start()
 	v, herr := r.call(ctx, msg)
+	tm.addHandler(t)
 	if herr != nil {
 		r.stats.handlerErrors.Add(1)
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("%w: %w", ErrCanceled, &HandlerError{Key: key, Err: herr})
+		}
 		return res, &HandlerError{Key: key, Err: herr}
 	}
 	res.Status, res.Value = StatusBypassed, v
 	return res, nil
 }
 
-// afterClaim acts on a Claim: replays, reports in flight, or runs the
-// handler under the claim. hb, when not nil, already extends the lease (a
-// batch's shared heartbeat).
-func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, claim Claim, hb *heartbeat, hbIndex int) (Result[R], error) {
+// afterClaim acts on a Claim made at sent (local clock): replays, reports
+// in flight, or runs the handler under the claim, with a heartbeat of its
+// own that extends the lease until the completion is recorded.
+func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, claim store.Claim, sent time.Time, tm *timing, call *flightCall[R]) (Result[R], error) {
+	if res, err, ok := r.notClaimed(ctx, key, msg, claim); ok {
+		return res, err
+	}
+	hb := r.newHeartbeat(ctx)
+	idx := hb.add(key, claim.Token, r.beaterOf(msg), sent)
+	hb.start()
+	defer hb.stop()
+	return r.runHeld(ctx, key, msg, claim, hb, idx, tm, call)
+}
+
+// notClaimed answers a claim the caller cannot run the handler under: the
+// key completed (a duplicate), held elsewhere (in flight), or claimed past
+// MaxAttempts. It reports false for a claim to run.
+func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, claim store.Claim) (Result[R], error, bool) {
 	rec := claim.Record
-	if !claim.Acquired {
-		if rec.State == StateCompleted {
-			return r.replay(msg, &rec)
-		}
+	switch {
+	case !claim.Acquired && rec.State == store.StateCompleted:
+		res, err := r.replay(msg, &rec)
+		return res, err, true
+	case !claim.Acquired:
 		r.stats.inFlight.Add(1)
 		wait := max(rec.LeaseUntil.Sub(r.cfg.Clock.Now()), 0)
-		return Result[R]{Status: StatusInFlight, Key: key, Attempt: rec.Attempt, RetryAfter: wait}, nil
-	}
-	res := Result[R]{Key: key, Attempt: rec.Attempt}
-	if rec.Attempt > r.cfg.MaxAttempts {
+		return Result[R]{Status: StatusInFlight, Key: key, Attempt: rec.Attempt, RetryAfter: wait}, nil, true
+	case rec.Attempt > r.cfg.MaxAttempts:
 		// Workers crashed (or were dead-lettered and redriven) too often: do
 		// not run the handler again. Recording the failure keeps the count.
 		r.release(ctx, key, claim.Token, "attempts exhausted")
-		if hb != nil {
-			hb.finish(hbIndex)
-		}
-		return res, fmt.Errorf("%w: %q claimed %d times, limit %d (last error: %s)", ErrAttemptsExhausted, key, rec.Attempt, r.cfg.MaxAttempts, rec.LastError)
+		return Result[R]{Key: key, Attempt: rec.Attempt},
+			fmt.Errorf("%w: %q claimed %d times, limit %d (last error: %s)", ErrAttemptsExhausted, key, rec.Attempt, r.cfg.MaxAttempts, rec.LastError), true
 	}
-	v, herr := r.runClaimed(ctx, key, claim.Token, msg, hb, hbIndex)
+	return Result[R]{}, nil, false
+}
+
+// runHeld runs the handler under an acquired claim that hb (entry idx)
+// extends, and records the outcome: a failure is released, a success
+// completed (retried while the lease holds). hb stops extending the claim
+// before this returns.
+func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim store.Claim, hb *heartbeat, idx int, tm *timing, call *flightCall[R]) (Result[R], error) {
+	defer hb.finish(idx)
+	attempt := claim.Record.Attempt
+	held := &store.HeldClaim{Key: key, Token: claim.Token, Attempt: attempt, Retention: r.cfg.Retention}
+	v, herr := r.runClaimed(ctx, held, msg, hb, idx, tm)
 	if herr != nil {
-		return r.handlerFailed(ctx, key, claim.Token, rec.Attempt, herr)
+		hb.finish(idx) // no extension of a released claim
+		return r.handlerFailed(ctx, key, claim.Token, attempt, herr)
 	}
-	res.Status, res.Value = StatusProcessed, v
+	res := Result[R]{Status: StatusProcessed, Key: key, Attempt: attempt, Value: v}
 	data, encErr := r.encode(v)
-	err := r.store.Complete(detach(ctx), key, claim.Token, data, r.cfg.Retention)
-	return r.completed(ctx, res, encErr, err)
+	var storeErr error
+	if !held.Completed() {
+		t := tm.start()
+		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: claim.Token, Result: data, Retention: r.cfg.Retention}, hb, idx, func() {
+			if call != nil {
+				call.publish(res, nil)
+			}
+		})
+		tm.addStore(t)
+	}
+	return r.completed(ctx, res, encErr, storeErr), nil
+}
+
+// completeHeld records a success, retrying a completion that failed for
+// want of the store (with backoff) while the lease it holds lasts on the
+// local clock; the heartbeat keeps extending the lease meanwhile when it
+// can. Before the first retry, waiting is called, so that in-process
+// duplicates are answered with the result held. It gives up when the
+// lease is lost or ends unconfirmed, and returns the last error.
+func (r *Receiver[M, R]) completeHeld(ctx context.Context, req store.CompleteRequest, hb *heartbeat, idx int, waiting func()) error {
+	delay := max(r.cfg.Lease/100, time.Millisecond)
+	for retry := 0; ; retry++ {
+		err := r.complete(ctx, req)
+		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidConfig) {
+			return err
+		}
+		end, ok := hb.holds(idx)
+		if !ok {
+			return fmt.Errorf("%w (gave up after %d retries: the lease ended)", err, retry)
+		}
+		if retry == 0 {
+			waiting()
+			r.cfg.Logger.WarnContext(ctx, "dedup: completion failed; retrying while the lease holds",
+				slog.String("key", req.Key), slog.Any("error", err))
+		}
+		sleep(r.cfg.Clock, min(delay, end.Sub(r.cfg.Clock.Now())))
+		delay = min(delay*2, r.cfg.Lease/3)
+	}
+}
+
+// sleep waits d on clk.
+func sleep(clk clock.Clock, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	wake := make(chan struct{})
+	clk.AfterFunc(d, func() { close(wake) })
+	<-wake
+}
+
+// complete records a success. It runs detached from the caller's
+// cancellation (a shutdown must not lose a success whose redelivery would
+// repeat the effect), bounded by StoreTimeout.
+func (r *Receiver[M, R]) complete(ctx context.Context, req store.CompleteRequest) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StoreTimeout)
+	defer cancel()
+	return r.store.Complete(cctx, req)
 }
 
 // handlerFailed releases a claim whose handler failed, so that the next
-// delivery retries it, and reports the failure with its attempt.
-func (r *Receiver[M, R]) handlerFailed(ctx context.Context, key string, token Token, attempt int, herr error) (Result[R], error) {
+// delivery retries it, and reports the failure with its attempt. A failure
+// while the caller's context ended is a shutdown: ErrCanceled.
+func (r *Receiver[M, R]) handlerFailed(ctx context.Context, key string, token store.Token, attempt int, herr error) (Result[R], error) {
 	r.stats.handlerErrors.Add(1)
 	r.release(ctx, key, token, herr.Error())
-	return Result[R]{Key: key, Attempt: attempt}, &HandlerError{Key: key, Attempt: attempt, Err: herr}
+	err := error(&HandlerError{Key: key, Attempt: attempt, Err: herr})
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", ErrCanceled, err)
+	}
+	return Result[R]{Key: key, Attempt: attempt}, err
 }
 
 // completed reports a successful handler whose result was (or was not)
 // stored. The status stays Processed whatever happened: the effect is done,
-// and redelivering the message would repeat it.
-func (r *Receiver[M, R]) completed(ctx context.Context, res Result[R], encErr, storeErr error) (Result[R], error) {
+// and redelivering the message would repeat it. What went wrong is the
+// Result's Problem.
+func (r *Receiver[M, R]) completed(ctx context.Context, res Result[R], encErr, storeErr error) Result[R] {
 	r.stats.processed.Add(1)
 	switch {
 	case storeErr != nil && errors.Is(storeErr, ErrLeaseLost):
 		r.stats.leaseLost.Add(1)
 		r.cfg.Logger.WarnContext(ctx, "dedup: lease lost before completion; another delivery took the key over", slog.String("key", res.Key))
-		return res, fmt.Errorf("dedup: complete %q: %w", res.Key, storeErr)
+		res.Problem = fmt.Errorf("dedup: complete %q: %w", res.Key, storeErr)
 	case storeErr != nil:
 		r.stats.resultsNotStored.Add(1)
-		r.cfg.Logger.WarnContext(ctx, "dedup: handler succeeded but completion failed; a redelivery may run it again", slog.String("key", res.Key), slog.Any("error", storeErr))
-		return res, storeError("complete", res.Key, storeErr)
+		r.cfg.Logger.ErrorContext(ctx, "dedup: handler succeeded but completion failed; a redelivery may run it again", slog.String("key", res.Key), slog.Any("error", storeErr))
+		res.Problem = fmt.Errorf("%w: %w", ErrResultNotStored, storeError("complete", res.Key, storeErr))
 	case encErr != nil:
 		r.stats.resultsNotStored.Add(1)
 		r.cfg.Logger.WarnContext(ctx, "dedup: result not stored; duplicates get the zero value", slog.String("key", res.Key), slog.Any("error", encErr))
-		return res, encErr
+		res.Problem = encErr
 	}
-	return res, nil
+	return res
 }
 
-// encode returns the bytes to store for v. When v cannot be stored, it
+// encode returns the bytes to store for v. When v cannot be stored (an
+// error or a panic of the codec, or a result over MaxResultSize), it
 // returns nil bytes (the record completes without a result) and an error
 // matching ErrResultNotStored.
-func (r *Receiver[M, R]) encode(v R) ([]byte, error) {
+func (r *Receiver[M, R]) encode(v R) (data []byte, err error) {
 	if r.zeroSize {
 		return nil, nil
 	}
-	data, err := r.cfg.Codec.Marshal(v)
+	defer func() {
+		if p := recover(); p != nil {
+			data, err = nil, fmt.Errorf("%w: encode: %w", ErrResultNotStored, &PanicError{Func: "codec Marshal", Value: p, Stack: debug.Stack()})
+		}
+	}()
+	data, err = r.cfg.Codec.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode: %w", ErrResultNotStored, err)
 	}
@@ -370,34 +561,32 @@ func (r *Receiver[M, R]) encode(v R) ([]byte, error) {
 	return data, nil
 }
 
-// release records a failed attempt. An error is logged, not returned: the
-// caller already reports the handler's error, and a claim that could not be
-// released simply expires with its lease.
-func (r *Receiver[M, R]) release(ctx context.Context, key string, token Token, why string) {
-	err := r.store.Release(detach(ctx), key, token, Failure{Error: why, Retention: r.cfg.Retention})
+// release records a failed attempt, detached from the caller's
+// cancellation and bounded by StoreTimeout. An error is logged, not
+// returned: the caller already reports the handler's error, and a claim
+// that could not be released simply expires with its lease.
+func (r *Receiver[M, R]) release(ctx context.Context, key string, token store.Token, why string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StoreTimeout)
+	defer cancel()
+	err := r.store.Release(cctx, store.ReleaseRequest{Key: key, Token: token, Error: why, Retention: r.cfg.Retention})
 	if err != nil {
 		r.cfg.Logger.WarnContext(ctx, "dedup: release failed; the claim will expire with its lease", slog.String("key", key), slog.Any("error", err))
 	}
 }
 
-// runClaimed runs the handler while a heartbeat extends the claim. When the
-// lease is lost, the handler's context is cancelled with ErrLeaseLost as
-// its cause.
-func (r *Receiver[M, R]) runClaimed(ctx context.Context, key string, token Token, msg M, hb *heartbeat, idx int) (R, error) {
-	hctx, cancel := context.WithCancelCause(ctx)
+// runClaimed runs the handler while hb extends the claim (entry idx). When
+// the lease is lost, the handler's context is cancelled with ErrLeaseLost
+// as its cause.
+func (r *Receiver[M, R]) runClaimed(ctx context.Context, held *store.HeldClaim, msg M, hb *heartbeat, idx int, tm *timing) (R, error) {
+	hctx, cancel := context.WithCancelCause(store.ContextWithClaim(ctx, held))
 	defer cancel(nil)
-	if hb == nil {
-		hb = r.newHeartbeat(ctx)
-		defer hb.stop()
-		idx = hb.add(key, token, r.beaterOf(msg))
-		hb.start()
-	} else {
-		defer hb.finish(idx)
-	}
 	if !hb.running(idx, cancel) {
 		var zero R
-		return zero, fmt.Errorf("dedup: %q: %w before the handler started", key, ErrLeaseLost)
+		return zero, fmt.Errorf("dedup: %q: %w before the handler started", held.Key, ErrLeaseLost)
 	}
+	defer hb.handled(idx)
+	t := tm.start()
+	defer tm.addHandler(t)
 	return r.call(hctx, msg)
 }
 
@@ -406,7 +595,7 @@ func (r *Receiver[M, R]) runClaimed(ctx context.Context, key string, token Token
 func (r *Receiver[M, R]) call(ctx context.Context, msg M) (v R, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &PanicError{Value: p, Stack: debug.Stack()}
+			err = &PanicError{Func: "handler", Value: p, Stack: debug.Stack()}
 		}
 	}()
 	return r.handler(ctx, msg)
@@ -429,14 +618,4 @@ func (r *Receiver[M, R]) beaterOf(msg M) func(context.Context) error {
 		return b.Heartbeat
 	}
 	return nil
-}
-
-// detach keeps a store write going when the caller's context is already
-// cancelled: a handler that succeeded must still be recorded, or its
-// redelivery would repeat the effect. The store's own timeouts bound it.
-func detach(ctx context.Context) context.Context {
-	if ctx.Err() != nil {
-		return context.WithoutCancel(ctx)
-	}
-	return ctx
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/store"
 )
 
 type receipt struct {
@@ -41,7 +42,7 @@ func TestHandleProcessesOnceAndReplays(t *testing.T) {
 	require.Equal(t, dedup.StatusDuplicate, dup.Status)
 	require.Equal(t, res.Value, dup.Value, "a duplicate gets the first result")
 	require.Equal(t, int64(1), calls.Load())
-	require.Equal(t, dedup.Ack, dedup.Decide(dup, err, rcv.Policy()).Action)
+	require.Equal(t, dedup.Ack, rcv.Decide(dup, err).Action)
 
 	st := rcv.Stats()
 	require.Equal(t, uint64(1), st.Processed)
@@ -51,11 +52,11 @@ func TestHandleProcessesOnceAndReplays(t *testing.T) {
 func TestNamespacesDoNotShareRecords(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(epoch)
-	store := newMemstore(t, clk)
+	st := newMemstore(t, clk)
 	var calls atomic.Int64
 	h := func(ctx context.Context, o order) (int64, error) { return calls.Add(1), nil }
-	billing := newReceiver(t, store, h, &dedup.Config{Namespace: "billing", Clock: clk})
-	shipping := newReceiver(t, store, h, &dedup.Config{Namespace: "shipping", Clock: clk})
+	billing := newReceiver(t, st, h, &dedup.Config{Namespace: "billing", Clock: clk})
+	shipping := newReceiver(t, st, h, &dedup.Config{Namespace: "shipping", Clock: clk})
 
 	a, err := billing.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
@@ -75,7 +76,7 @@ func TestTransientFailureThenSuccess(t *testing.T) {
 			return "", errTransient
 		}
 		return "charged " + o.ID, nil
-	}, &dedup.Config{Clock: clk, Backoff: func(n int) time.Duration { return time.Duration(n) * time.Second }})
+	}, &dedup.Config{Clock: clk, Backoff: dedup.BackoffFunc(func(n int) time.Duration { return time.Duration(n) * time.Second })})
 
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.ErrorIs(t, err, errTransient)
@@ -83,7 +84,7 @@ func TestTransientFailureThenSuccess(t *testing.T) {
 	require.ErrorAs(t, err, &he)
 	require.Equal(t, 1, he.Attempt)
 	require.Equal(t, dedup.StatusNone, res.Status)
-	d := dedup.Decide(res, err, rcv.Policy())
+	d := rcv.Decide(res, err)
 	require.Equal(t, dedup.Retry, d.Action)
 	require.Equal(t, time.Second, d.Delay)
 	require.Equal(t, dedup.ReasonHandlerError, d.Reason)
@@ -112,7 +113,7 @@ func TestPermanentFailureDeadLetters(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.ErrorIs(t, err, errCard)
 	require.True(t, dedup.IsPermanent(err))
-	d := dedup.Decide(res, err, rcv.Policy())
+	d := rcv.Decide(res, err)
 	require.Equal(t, dedup.DeadLetter, d.Action)
 	require.Equal(t, dedup.ReasonPermanent, d.Reason)
 }
@@ -129,7 +130,7 @@ func TestAttemptsExhaustedDeadLetters(t *testing.T) {
 	for attempt := 1; attempt <= 3; attempt++ {
 		res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 		require.ErrorIs(t, err, errTransient)
-		d := dedup.Decide(res, err, rcv.Policy())
+		d := rcv.Decide(res, err)
 		if attempt < 3 {
 			require.Equal(t, dedup.Retry, d.Action, "attempt %d", attempt)
 		} else {
@@ -142,7 +143,7 @@ func TestAttemptsExhaustedDeadLetters(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.ErrorIs(t, err, dedup.ErrAttemptsExhausted)
 	require.Contains(t, err.Error(), errTransient.Error(), "the last error is reported")
-	require.Equal(t, dedup.DeadLetter, dedup.Decide(res, err, rcv.Policy()).Action)
+	require.Equal(t, dedup.DeadLetter, rcv.Decide(res, err).Action)
 	require.Equal(t, int64(3), calls.Load())
 }
 
@@ -162,7 +163,7 @@ func TestPanicIsRecoveredAndReleased(t *testing.T) {
 	var pe *dedup.PanicError
 	require.ErrorAs(t, err, &pe)
 	require.Contains(t, string(pe.Stack), "receiver_test.go", "the stack points at the handler")
-	require.Equal(t, dedup.Retry, dedup.Decide(res, err, rcv.Policy()).Action)
+	require.Equal(t, dedup.Retry, rcv.Decide(res, err).Action)
 
 	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
@@ -198,7 +199,7 @@ func TestFingerprintMismatchIsKeyReused(t *testing.T) {
 	res, err = rcv.Handle(t.Context(), signedOrder{ID: "o-1", Amount: 99})
 	require.ErrorIs(t, err, dedup.ErrKeyReused)
 	require.NotEqual(t, dedup.StatusDuplicate, res.Status, "never replay someone else's result")
-	d := dedup.Decide(res, err, rcv.Policy())
+	d := rcv.Decide(res, err)
 	require.Equal(t, dedup.DeadLetter, d.Action)
 	require.Equal(t, dedup.ReasonKeyReused, d.Reason)
 	require.Equal(t, int64(1), calls.Load())
@@ -207,29 +208,29 @@ func TestFingerprintMismatchIsKeyReused(t *testing.T) {
 func TestStoreDownFailClosed(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(epoch)
-	store := &faultyStore{Store: newMemstore(t, clk)}
+	st := &faultyStore{Store: newMemstore(t, clk)}
 	var calls atomic.Int64
-	rcv := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+	rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
 		calls.Add(1)
 		return "ok", nil
 	}, &dedup.Config{Clock: clk, StoreRetryDelay: 7 * time.Second})
 
-	store.down.Store(true)
+	st.down.Store(true)
 	for i := range 5 {
 		res, err := rcv.Handle(t.Context(), order{ID: fmt.Sprint("o-", i)})
 		require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
-		var se *dedup.StoreError
+		var se *store.OpError
 		require.ErrorAs(t, err, &se)
 		require.Equal(t, "acquire", se.Op)
 		require.ErrorIs(t, err, errConnRefused.errno, "the store's own error stays reachable")
-		d := dedup.Decide(res, err, rcv.Policy())
+		d := rcv.Decide(res, err)
 		require.Equal(t, dedup.Retry, d.Action)
 		require.Equal(t, 7*time.Second, d.Delay)
 		require.Equal(t, dedup.ReasonStoreUnavailable, d.Reason)
 	}
 	require.Zero(t, calls.Load(), "fail-closed: the handler never runs unprotected")
 
-	store.down.Store(false)
+	st.down.Store(false)
 	for i := range 5 {
 		res, err := rcv.Handle(t.Context(), order{ID: fmt.Sprint("o-", i)})
 		require.NoError(t, err)
@@ -242,43 +243,23 @@ func TestStoreDownFailClosed(t *testing.T) {
 func TestStoreDownFailOpen(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(epoch)
-	store := &faultyStore{Store: newMemstore(t, clk)}
+	st := &faultyStore{Store: newMemstore(t, clk)}
 	var calls atomic.Int64
-	rcv := newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
+	rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
 		calls.Add(1)
 		return "ok " + o.ID, nil
 	}, &dedup.Config{Clock: clk, FailOpen: true})
 
-	store.down.Store(true)
+	st.down.Store(true)
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
 	require.Equal(t, dedup.StatusBypassed, res.Status)
 	require.Equal(t, "ok o-1", res.Value)
-	d := dedup.Decide(res, err, rcv.Policy())
+	d := rcv.Decide(res, err)
 	require.Equal(t, dedup.Ack, d.Action)
 	require.Equal(t, dedup.ReasonBypassed, d.Reason)
 	require.Equal(t, int64(1), calls.Load())
 	require.Equal(t, uint64(1), rcv.Stats().Bypassed)
-}
-
-func TestCompletionFailureStillAcks(t *testing.T) {
-	t.Parallel()
-	clk := clock.NewFake(epoch)
-	store := &faultyStore{Store: newMemstore(t, clk)}
-	var rcv *dedup.Receiver[order, string]
-	rcv = newReceiver(t, store, func(ctx context.Context, o order) (string, error) {
-		store.down.Store(true) // the store goes away while the handler runs
-		return "charged", nil
-	}, &dedup.Config{Clock: clk})
-
-	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
-	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
-	require.Equal(t, dedup.StatusProcessed, res.Status, "the effect happened")
-	require.Equal(t, "charged", res.Value)
-	d := dedup.Decide(res, err, rcv.Policy())
-	require.Equal(t, dedup.Ack, d.Action, "redelivery would repeat the effect")
-	require.Equal(t, dedup.ReasonNotStored, d.Reason)
-	require.Equal(t, uint64(1), rcv.Stats().ResultsNotStored)
 }
 
 func TestCancelledContextStillCompletes(t *testing.T) {

@@ -38,8 +38,8 @@ func (s Status) String() string {
 }
 
 // Done reports whether the message's effect has happened (processed,
-// duplicate or bypassed): such a delivery is acknowledged, whatever error
-// came with it.
+// duplicate or bypassed): such a delivery is acknowledged. Handle never
+// returns an error with a done status.
 func (s Status) Done() bool {
 	return s == StatusProcessed || s == StatusDuplicate || s == StatusBypassed
 }
@@ -61,6 +61,16 @@ type Result[R any] struct {
 	// RetryAfter is, for StatusInFlight, how long the other delivery's lease
 	// still runs.
 	RetryAfter time.Duration
+	// Problem is what went wrong beside a done status, which the delivery
+	// is still acknowledged with: the effect happened, and a redelivery
+	// would repeat it. It matches ErrResultNotStored (the result could not
+	// be encoded or stored: a later duplicate may get the zero value, or
+	// run again if the completion itself failed), ErrLeaseLost (another
+	// delivery took the key over before the completion), or
+	// ErrResultUndecodable (a duplicate whose stored result did not
+	// decode: Value is the zero value). Nil otherwise. Each problem is
+	// counted in Stats and logged at warning level or above.
+	Problem error
 }
 
 // Outcome pairs a Result with its error, for HandleBatch.

@@ -17,12 +17,14 @@ type Stats struct {
 	ResultsNotStored uint64
 	// LeaseLost counts successes whose claim had been taken over.
 	LeaseLost uint64
+	// Undecodable counts duplicates whose stored result did not decode.
+	Undecodable uint64
 }
 
 type stats struct {
 	processed, duplicates, inFlight, bypassed    atomic.Uint64
 	handlerErrors, storeErrors, resultsNotStored atomic.Uint64
-	leaseLost                                    atomic.Uint64
+	leaseLost, undecodable                       atomic.Uint64
 }
 
 // Stats returns the receiver's counters.
@@ -37,5 +39,6 @@ func (r *Receiver[M, R]) Stats() Stats {
 		StoreErrors:      s.storeErrors.Load(),
 		ResultsNotStored: s.resultsNotStored.Load(),
 		LeaseLost:        s.leaseLost.Load(),
+		Undecodable:      s.undecodable.Load(),
 	}
 }

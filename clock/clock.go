@@ -32,13 +32,3 @@ type realClock struct{}
 func (realClock) Now() time.Time { return time.Now() }
 
 func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
-
-// Until returns how long until t on c. On the real clock it reads only the
-// monotonic clock (time.Until), which costs half of a full Now on most
-// machines: it is what stores call on their hot path to check an expiry.
-func Until(c Clock, t time.Time) time.Duration {
-	if _, ok := c.(realClock); ok {
-		return time.Until(t)
-	}
-	return t.Sub(c.Now())
-}

@@ -95,19 +95,6 @@ func TestFakeConcurrentUse(t *testing.T) {
 	require.Equal(t, 800, n)
 }
 
-func TestUntil(t *testing.T) {
-	t.Parallel()
-	c := clock.NewFake(start)
-	require.Equal(t, time.Minute, clock.Until(c, start.Add(time.Minute)))
-	c.Advance(2 * time.Minute)
-	require.Equal(t, -time.Minute, clock.Until(c, start.Add(time.Minute)))
-
-	real := clock.Real()
-	d := clock.Until(real, time.Now().Add(time.Hour))
-	require.Greater(t, d, 59*time.Minute)
-	require.LessOrEqual(t, d, time.Hour)
-}
-
 func TestRealAfterFunc(t *testing.T) {
 	t.Parallel()
 	done := make(chan struct{})

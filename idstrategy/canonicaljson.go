@@ -2,10 +2,12 @@ package idstrategy
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -413,10 +415,78 @@ func (c *canonicalizer) object(depth int) (int32, error) {
 	return c.addNode(node{kind: objectNode, from: from, to: int32(len(c.members))}), nil
 }
 
-// compareKeys orders members by canonical key. Keys are equal exactly when
-// their decoded strings are, because the canonical encoding is one-to-one.
+// compareKeys orders members as RFC 8785 does: by the UTF-16 code units of
+// the decoded keys. Keys are equal exactly when their decoded strings are.
 func (c *canonicalizer) compareKeys(a, b member) int {
-	return bytes.Compare(c.buf[a.keyFrom+1:a.keyTo-1], c.buf[b.keyFrom+1:b.keyTo-1])
+	return compareUTF16(c.buf[a.keyFrom+1:a.keyTo-1], c.buf[b.keyFrom+1:b.keyTo-1])
+}
+
+// compareUTF16 compares two canonical string encodings (without their quotes)
+// by the UTF-16 code units of the strings they encode. Neither the bytes of
+// the encoding nor those of UTF-8 will do: an escape sorts by its backslash
+// (a newline, written \n, would follow "1"), and UTF-8 puts U+E000-U+FFFF
+// before the characters above U+FFFF, which UTF-16 writes with surrogates
+// from U+D800.
+//
+// The canonical encoding writes each character one way only, so equal
+// characters are equal bytes and the loop can step over them without
+// decoding; only the first differing character is decoded.
+func compareUTF16(a, b []byte) int {
+	for len(a) > 0 && len(b) > 0 {
+		if a[0] == b[0] && a[0] < utf8.RuneSelf && a[0] != '\\' {
+			a, b = a[1:], b[1:]
+			continue
+		}
+		ra, na := decodeCanonical(a)
+		rb, nb := decodeCanonical(b)
+		if ra != rb {
+			return cmp.Compare(utf16Rank(ra), utf16Rank(rb))
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// decodeCanonical decodes the first character of a canonical string
+// encoding, which is valid UTF-8 and holds only the escapes appendRune
+// writes, and returns it with its length in bytes.
+func decodeCanonical(s []byte) (rune, int) {
+	if s[0] != '\\' {
+		return utf8.DecodeRune(s)
+	}
+	switch s[1] {
+	case 'b':
+		return '\b', 2
+	case 'f':
+		return '\f', 2
+	case 'n':
+		return '\n', 2
+	case 'r':
+		return '\r', 2
+	case 't':
+		return '\t', 2
+	case 'u': // \u00XX, a control character
+		return rune(unhex(s[4])<<4 | unhex(s[5])), 6
+	}
+	return rune(s[1]), 2 // '"' or '\\'
+}
+
+func unhex(ch byte) byte {
+	if ch <= '9' {
+		return ch - '0'
+	}
+	return ch - 'a' + 10
+}
+
+// utf16Rank maps a character (never a surrogate: the parser refuses lone
+// ones) to a number that sorts as its UTF-16 encoding does. That is code
+// point order, except that U+E000-U+FFFF follow every character above U+FFFF,
+// whose first code unit is a surrogate, U+D800-U+DBFF.
+func utf16Rank(r rune) rune {
+	if 0xe000 <= r && r <= 0xffff {
+		return r + unicode.MaxRune + 1
+	}
+	return r
 }
 
 func (c *canonicalizer) array(depth int) (int32, error) {

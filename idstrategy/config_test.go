@@ -22,6 +22,9 @@ func TestConstructorsPanicOnBadConfig(t *testing.T) {
 	}{
 		{"Field nil get", `idstrategy: Field: dedup: invalid config: get is nil (field "ID")`, func() { idstrategy.Field[order]("ID", nil) }},
 		{"Header nil get", `Header: dedup: invalid config: get is nil (header "X")`, func() { idstrategy.Header[order]("X", nil) }},
+		{"BodyField nil get", `idstrategy: BodyField: dedup: invalid config: get is nil (field "OrderID")`, func() {
+			idstrategy.BodyField[placed]("OrderID", nil)
+		}},
 		{"ContentHash nil body", "ContentHash: dedup: invalid config: body is nil", func() { idstrategy.ContentHash[order](nil) }},
 		{"CanonicalJSON nil body", "CanonicalJSON: dedup: invalid config: body is nil", func() { idstrategy.CanonicalJSON[order](nil) }},
 		{"Composite no parts", "Composite: dedup: invalid config: no parts", func() { idstrategy.Composite[order]() }},

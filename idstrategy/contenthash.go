@@ -48,20 +48,24 @@ func readBody[M any](strategy string, body func(M) ([]byte, error), m M) ([]byte
 // escapes) gives the same id. The prefix differs from ContentHash's because
 // the two hash different things.
 //
-// The canonical form:
-//   - objects have their members sorted by key (bytewise, on the canonical
-//     encoding of the key), recursively in nested objects and arrays;
+// The canonical form is that of RFC 8785 (the JSON Canonicalization Scheme),
+// except for numbers:
+//   - objects have their members sorted by key as RFC 8785 sorts them: by the
+//     UTF-16 code units of the decoded key (so "\r" comes before "1", and
+//     U+1F600 before U+FB01, although UTF-8 orders them the other way),
+//     recursively in nested objects and arrays;
 //   - insignificant whitespace is removed;
 //   - strings are decoded and re-encoded one way: '"', '\' and control
 //     characters escaped (\n, \t and so on where JSON has a short escape,
 //     \u00XX otherwise), everything else written as UTF-8, so "\u00e9", "\u00E9"
 //     and "é" are one string;
-//   - numbers are kept exactly as written: 1, 1.0 and 1e0 give different ids.
-//     Making them equal would need exact decimal arithmetic, and going through
-//     float64 would make distinct large numbers (ids above 2^53, amounts with
-//     many digits) equal: a false duplicate loses a message, while a missed
-//     one is only processed twice (and redeliveries of the same bytes still
-//     get the same id);
+//   - numbers are kept exactly as written (RFC 8785 rewrites them as IEEE 754
+//     doubles): 1, 1.0 and 1e0 give different ids. Making them equal would
+//     need exact decimal arithmetic, and going through float64 would make
+//     distinct large numbers (ids above 2^53, amounts with many digits)
+//     equal: a false duplicate loses a message, while a missed one is only
+//     processed twice (and redeliveries of the same bytes still get the same
+//     id);
 //   - array order is kept: it is significant.
 //
 // Documents that JSON parsers read differently are rejected with

@@ -3,17 +3,44 @@
 // dedup.KeyFunc[M]; they nest, so a receiver's rule reads like a sentence:
 //
 //	key := idstrategy.FirstOf(
-//		idstrategy.Header("Message-Id", getHeader),
-//		idstrategy.CanonicalJSON(body),
+//		idstrategy.MessageHeader[Order]("Idempotency-Key"),
+//		idstrategy.DataCanonicalJSON[Order](),
 //	)
+//
+// # On the message envelope
+//
+// Every broker adapter hands the receiver a *dedup.Message[T], so these
+// strategies serve NATS, RabbitMQ and Kafka consumers alike, and the same
+// logical message gets the same id whichever broker delivered it, as long as
+// that broker fills the field used:
+//
+//   - [MessageID]: the broker's message id, Message.ID (Nats-Msg-Id, the
+//     AMQP message-id; Kafka has none).
+//   - [MessageHeader]: a header, matched exactly, case included (every
+//     broker).
+//   - [BodyField]: a field of the decoded body (every broker).
+//   - [DataHash], [DataCanonicalJSON]: [ContentHash] and [CanonicalJSON] of
+//     the raw body (every broker).
+//   - [StreamSequence]: "stream:sequence" of a JetStream message; it refuses
+//     Kafka messages, whose offsets count per partition.
+//   - [TopicPartitionOffset]: "topic:partition:offset" of a Kafka message
+//     (and of a JetStream one, in partition 0).
+//
+// StreamSequence and TopicPartitionOffset catch the broker's redeliveries of
+// one stored message, not a producer that published twice; prefer an id the
+// producer sends. Each is one of the generic strategies below applied to a
+// field of the envelope, with the same checks and error messages, and a nil
+// message fails with dedup.ErrNoKey. The generic strategies serve message
+// types of your own.
 //
 // # Choosing a strategy
 //
 // The best id is one the producer assigns once and sends with every copy:
 //
 //   - [Field]: a field of the message (an event id, an order number).
-//   - [Header]: a header, through a getter; the broker adapters supply theirs
-//     and add broker ids (AMQP MessageId, Kafka offsets, NATS Nats-Msg-Id).
+//   - [Header]: a header, read through a getter for a message type of your
+//     own; on the envelope, [MessageHeader] reads dedup.Message's headers on
+//     every broker, and [MessageID] its broker message id.
 //   - [Method]: messages with an IdempotencyKey() string method.
 //
 // Without one, the id is derived, and which derivation decides what counts as

@@ -164,3 +164,58 @@ func ExampleHashLong() {
 	// true
 	// sha256:44f8354494a5ba03ba1792a8d3e9c534c47a9181980fde7a3f44b06ef2ae7c7f
 }
+
+// Order is the body of the examples' messages.
+type Order struct {
+	OrderID string `json:"order_id"`
+}
+
+func ExampleBodyField() {
+	// Whichever broker delivered it, the order number in the body is the id.
+	key := idstrategy.BodyField("OrderID", func(o Order) string { return o.OrderID })
+
+	fromKafka := &dedup.Message[Order]{Body: Order{OrderID: "ord-42"}, Broker: "kafka", Stream: "orders", Offset: 1042}
+	fromRabbitMQ := &dedup.Message[Order]{Body: Order{OrderID: "ord-42"}, Broker: "rabbitmq", ID: "m-1"}
+	a, _ := key(fromKafka)
+	b, _ := key(fromRabbitMQ)
+	fmt.Println(a, b)
+
+	_, err := key(&dedup.Message[Order]{Broker: "kafka"})
+	fmt.Println(err)
+	// Output:
+	// ord-42 ord-42
+	// idstrategy: field "OrderID": dedup: message has no id: the field is empty
+}
+
+func ExampleFirstOf_message() {
+	// The Idempotency-Key header where the producer sets one, else the raw
+	// body: one rule for every broker's messages.
+	key := idstrategy.FirstOf(
+		idstrategy.MessageHeader[Order]("Idempotency-Key"),
+		idstrategy.DataHash[Order](),
+	)
+
+	withHeader := &dedup.Message[Order]{
+		Data:   []byte("hello"),
+		Header: dedup.MapHeader{"Idempotency-Key": {"k-1"}},
+		Broker: "nats",
+	}
+	id, _ := key(withHeader)
+	fmt.Println(id)
+
+	// Names are matched exactly: this header is not Idempotency-Key.
+	otherCase := &dedup.Message[Order]{
+		Data:   []byte("hello"),
+		Header: dedup.MapHeader{"idempotency-key": {"k-1"}},
+		Broker: "nats",
+	}
+	id, _ = key(otherCase)
+	fmt.Println(id)
+
+	_, err := key(&dedup.Message[Order]{Broker: "kafka"})
+	fmt.Println(err)
+	// Output:
+	// k-1
+	// sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824
+	// idstrategy: first of: dedup: message has no id: none of 2 strategies found one: header "Idempotency-Key": the header is missing; content hash: the body is empty
+}

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store"
 )
 
 // BenchmarkPeek measures the answer to a duplicate of a completed message,
@@ -13,11 +13,11 @@ import (
 func BenchmarkPeek(b *testing.B) {
 	b.Run("memstore", func(b *testing.B) {
 		s, _ := setup(b, 0)
-		c, err := s.Acquire(ctx, "done", dedup.AcquireRequest{Lease: lease})
+		c, err := s.Acquire(ctx, store.AcquireRequest{Key: "done", Lease: lease})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Complete(ctx, "done", c.Token, []byte(`{"ok":true}`), retention); err != nil {
+		if err := s.Complete(ctx, store.CompleteRequest{Key: "done", Token: c.Token, Result: []byte(`{"ok":true}`), Retention: retention}); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
@@ -29,7 +29,7 @@ func BenchmarkPeek(b *testing.B) {
 	})
 	b.Run("baseline=map+mutex", func(b *testing.B) {
 		var mu sync.Mutex
-		m := map[string]dedup.Record{"done": {Key: "done", State: dedup.StateCompleted}}
+		m := map[string]store.Record{"done": {Key: "done", State: store.StateCompleted}}
 		b.ReportAllocs()
 		for b.Loop() {
 			mu.Lock()
@@ -59,7 +59,7 @@ func BenchmarkAcquireComplete(b *testing.B) {
 		for b.Loop() {
 			key := keys[i%len(keys)]
 			i++
-			c, err := s.Acquire(ctx, key, dedup.AcquireRequest{Lease: lease})
+			c, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: lease})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -67,7 +67,7 @@ func BenchmarkAcquireComplete(b *testing.B) {
 				// The key came round again within its retention: a replay.
 				continue
 			}
-			if err := s.Complete(ctx, key, c.Token, result, retention); err != nil {
+			if err := s.Complete(ctx, store.CompleteRequest{Key: key, Token: c.Token, Result: result, Retention: retention}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,4 +1,4 @@
-// Package memstore is the in-process [dedup.Store], the embedded default:
+// Package memstore is the in-process [store.Store], the embedded default:
 // no server to run, and a duplicate of a completed message answered from
 // memory without I/O ([Store.Peek]).
 //
@@ -10,8 +10,12 @@
 //
 // Every method is one atomic step under one mutex: of many concurrent
 // Acquires of a key exactly one claims it, and a claim whose lease was
-// taken over is fenced off by its token ([dedup.ErrLeaseLost]). It passes
-// [github.com/dedup-go/dedup/store/storetest].
+// taken over is fenced off by its token ([store.ErrLeaseLost]). It keeps
+// every rule of the contract (package store) and passes
+// [github.com/dedup-go/dedup/store/storetest]. Where the contract leaves
+// a choice, memstore takes the lenient one: a call with a token whose lease
+// has expired succeeds, with its full effect, until another Acquire takes
+// the key over.
 //
 // It guarantees nothing beyond its process:
 //
@@ -34,9 +38,11 @@
 // A processing record is never evicted for room: a second delivery would
 // run while the first still works. Claims are kept apart, bounded by the
 // same Capacity, and when that many are processing Acquire fails with an
-// error matching [dedup.ErrStoreUnavailable] (the receiver then refuses or
+// error matching [store.ErrUnavailable] (the receiver then refuses or
 // bypasses the delivery, as configured) until a claim completes, fails, or
-// its lease expires.
+// its lease expires. An expired claim swept to make that room is forgotten
+// with its attempt count, and its holder's later calls get
+// [store.ErrLeaseLost].
 //
 // # Time and expiry
 //

@@ -7,17 +7,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
-	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
 	"github.com/dedup-go/dedup/store/storetest"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -44,7 +39,7 @@ func TestConformanceCoreOnly(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		s, clk := setup(t, 0)
-		return storetest.Harness{Store: struct{ dedup.Store }{s}, Advance: clk.Advance}
+		return storetest.Harness{Store: struct{ store.Store }{s}, Advance: clk.Advance}
 	})
 }
 
@@ -69,7 +64,7 @@ func TestNew(t *testing.T) {
 	require.Equal(t, memstore.DefaultCapacity, s.Stats().Capacity)
 
 	_, err = memstore.New(&memstore.Options{Capacity: -1})
-	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
+	require.ErrorIs(t, err, store.ErrInvalidConfig)
 }
 
 const (
@@ -79,9 +74,9 @@ const (
 
 var ctx = context.Background()
 
-func acquire(t *testing.T, s *memstore.Store, key string) dedup.Claim {
+func acquire(t *testing.T, s *memstore.Store, key string) store.Claim {
 	t.Helper()
-	c, err := s.Acquire(ctx, key, dedup.AcquireRequest{Lease: lease})
+	c, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: lease})
 	require.NoError(t, err)
 	return c
 }
@@ -90,7 +85,7 @@ func complete(t *testing.T, s *memstore.Store, key string) {
 	t.Helper()
 	c := acquire(t, s, key)
 	require.True(t, c.Acquired, "Acquire(%q)", key)
-	require.NoError(t, s.Complete(ctx, key, c.Token, []byte(key), retention))
+	require.NoError(t, s.Complete(ctx, store.CompleteRequest{Key: key, Token: c.Token, Result: []byte(key), Retention: retention}))
 }
 
 func TestEvictionIsCounted(t *testing.T) {
@@ -114,7 +109,7 @@ func TestEvictionOfExpiredIsNotCounted(t *testing.T) {
 	s, clk := setup(t, 2)
 	complete(t, s, "a")
 	c := acquire(t, s, "b")
-	require.NoError(t, s.Release(ctx, "b", c.Token, dedup.Failure{Error: "boom", Retention: retention}))
+	require.NoError(t, s.Release(ctx, store.ReleaseRequest{Key: "b", Token: c.Token, Error: "boom", Retention: retention}))
 	clk.Advance(retention + time.Second)
 	complete(t, s, "c") // evicts a, expired
 	complete(t, s, "d") // evicts b, failed and expired
@@ -125,7 +120,7 @@ func TestEvictionOfFailedIsNotCounted(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t, 1)
 	c := acquire(t, s, "failed")
-	require.NoError(t, s.Release(ctx, "failed", c.Token, dedup.Failure{Error: "boom", Retention: retention}))
+	require.NoError(t, s.Release(ctx, store.ReleaseRequest{Key: "failed", Token: c.Token, Error: "boom", Retention: retention}))
 	complete(t, s, "done")
 	require.Zero(t, s.Stats().Evictions)
 }
@@ -143,7 +138,7 @@ func TestProcessingSurvivesCapacityPressure(t *testing.T) {
 
 	again := acquire(t, s, "held")
 	require.False(t, again.Acquired, "a processing record must never be evicted for room")
-	require.NoError(t, s.Complete(ctx, "held", held.Token, []byte("ok"), retention))
+	require.NoError(t, s.Complete(ctx, store.CompleteRequest{Key: "held", Token: held.Token, Result: []byte("ok"), Retention: retention}))
 	rec := s.Peek("", "held")
 	require.NotNil(t, rec)
 	require.Equal(t, "ok", string(rec.Result))
@@ -154,8 +149,8 @@ func TestInFlightBound(t *testing.T) {
 	s, clk := setup(t, 2)
 	a, b := acquire(t, s, "a"), acquire(t, s, "b")
 
-	_, err := s.Acquire(ctx, "c", dedup.AcquireRequest{Lease: lease})
-	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
+	_, err := s.Acquire(ctx, store.AcquireRequest{Key: "c", Lease: lease})
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.ErrorContains(t, err, "Options.Capacity", "the error must say which limit was hit")
 	require.Equal(t, 2, s.Stats().InFlight)
 
@@ -163,31 +158,31 @@ func TestInFlightBound(t *testing.T) {
 	require.False(t, acquire(t, s, "a").Acquired)
 
 	// A completed claim makes room.
-	require.NoError(t, s.Complete(ctx, "a", a.Token, nil, retention))
+	require.NoError(t, s.Complete(ctx, store.CompleteRequest{Key: "a", Token: a.Token, Result: nil, Retention: retention}))
 	require.True(t, acquire(t, s, "c").Acquired)
 
 	// So does an expired lease nobody took over: its claim is swept, and
 	// its holder has lost it.
-	_, err = s.Acquire(ctx, "d", dedup.AcquireRequest{Lease: lease})
-	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
+	_, err = s.Acquire(ctx, store.AcquireRequest{Key: "d", Lease: lease})
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	clk.Advance(lease + time.Second)
 	require.True(t, acquire(t, s, "d").Acquired)
-	require.ErrorIs(t, s.Complete(ctx, "b", b.Token, nil, retention), dedup.ErrLeaseLost)
+	require.ErrorIs(t, s.Complete(ctx, store.CompleteRequest{Key: "b", Token: b.Token, Result: nil, Retention: retention}), store.ErrLeaseLost)
 }
 
 func TestInFlightBoundKeepsFailedRecord(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t, 2)
 	c := acquire(t, s, "failed")
-	require.NoError(t, s.Release(ctx, "failed", c.Token, dedup.Failure{Error: "boom", Retention: retention}))
+	require.NoError(t, s.Release(ctx, store.ReleaseRequest{Key: "failed", Token: c.Token, Error: "boom", Retention: retention}))
 	held := acquire(t, s, "held")
 	acquire(t, s, "held too")
 
-	_, err := s.Acquire(ctx, "failed", dedup.AcquireRequest{Lease: lease})
-	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
+	_, err := s.Acquire(ctx, store.AcquireRequest{Key: "failed", Lease: lease})
+	require.ErrorIs(t, err, store.ErrUnavailable)
 
 	// The refused retry lost nothing: once there is room, it counts on.
-	require.NoError(t, s.Complete(ctx, "held", held.Token, nil, retention))
+	require.NoError(t, s.Complete(ctx, store.CompleteRequest{Key: "held", Token: held.Token, Result: nil, Retention: retention}))
 	retry := acquire(t, s, "failed")
 	require.True(t, retry.Acquired)
 	require.Equal(t, 2, retry.Record.Attempt)
@@ -203,8 +198,8 @@ func TestSweepSkipsLiveClaims(t *testing.T) {
 	clk.Advance(lease/2 + time.Second) // a expired, b did not
 
 	require.True(t, acquire(t, s, "c").Acquired, "the expired claim of a makes room")
-	_, err := s.Acquire(ctx, "d", dedup.AcquireRequest{Lease: lease})
-	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
+	_, err := s.Acquire(ctx, store.AcquireRequest{Key: "d", Lease: lease})
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.False(t, acquire(t, s, "b").Acquired, "the sweep must leave live claims alone")
 }
 
@@ -216,11 +211,26 @@ func TestScanOrder(t *testing.T) {
 	}
 	acquire(t, s, "k:0")
 	var keys []string
-	require.NoError(t, s.Scan(ctx, "k:", func(rec dedup.Record) bool {
+	for rec, err := range s.Scan(ctx, "k:") {
+		require.NoError(t, err)
 		keys = append(keys, rec.Key)
-		return true
-	}))
+	}
 	require.Equal(t, []string{"k:0", "k:a", "k:b", "k:c"}, keys)
+}
+
+// TestScanBodyMayCallStore: Scan yields a snapshot without its lock held,
+// so the loop body may use the store, even delete what it is given.
+func TestScanBodyMayCallStore(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, 0)
+	for _, key := range []string{"k:a", "k:b"} {
+		complete(t, s, key)
+	}
+	for rec, err := range s.Scan(ctx, "k:") {
+		require.NoError(t, err)
+		require.NoError(t, s.Delete(ctx, rec.Key))
+	}
+	require.Zero(t, s.Stats().Len)
 }
 
 // TestDuplicatesAllocateNothing is not parallel: AllocsPerRun counts the
@@ -243,7 +253,7 @@ func TestDuplicatesAllocateNothing(t *testing.T) {
 	// costs nothing either.
 	for _, key := range []string{"done", "held"} {
 		allocs = testing.AllocsPerRun(1000, func() {
-			c, _ := s.Acquire(ctx, key, dedup.AcquireRequest{Lease: lease})
+			c, _ := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: lease})
 			claimed = claimed || c.Acquired
 		})
 		require.False(t, claimed, "Acquire claimed %q, which was taken", key)

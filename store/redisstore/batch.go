@@ -5,67 +5,97 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store"
 )
 
 // maxMany bounds the keys of one multi-key script run, which holds the
 // server for its whole run.
 const maxMany = 1000
 
-// AcquireBatch runs Acquire for every item in one round trip. On a single
-// server (or a Sentinel-managed one) the batch is one script run that
-// claims the keys in order; on a Cluster it is a pipeline of one script
-// run per key (one round trip per node). Either way a key repeated in
-// items is claimed by its first item, which the later ones find holding it.
-func (s *Store) AcquireBatch(ctx context.Context, items []dedup.AcquireItem) []dedup.AcquireOutcome {
-	out := make([]dedup.AcquireOutcome, len(items))
-	tokens := make([]dedup.Token, len(items))
+// AcquireBatch runs Acquire for every request in one round trip. On a
+// single server (or a Sentinel-managed one) the batch is one script run
+// that claims the keys in order; on a Cluster it is a pipeline of one
+// script run per key (one round trip per node). Either way a key repeated
+// in reqs is claimed by its first request, which the later ones find
+// holding it. A request with bad input gets the error Acquire would give
+// it, and a cancelled context fails every other request with its error.
+func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {
+	out := make([]store.AcquireOutcome, len(reqs))
+	tokens := make([]store.Token, len(reqs))
 	var calls []scriptCall
-	for i, it := range items {
-		if out[i].Err = checkAcquire(it.Key, it.Request); out[i].Err != nil {
+	for i, req := range reqs {
+		if out[i].Err = checkAcquire(req); out[i].Err != nil {
 			continue
 		}
-		tokens[i] = dedup.NewToken()
-		calls = append(calls, scriptCall{index: i, key: it.Key, script: acquireScript, args: s.acquireArgs(tokens[i], it.Request)})
+		tokens[i] = store.NewToken()
+		calls = append(calls, scriptCall{index: i, key: req.Key, script: acquireScript, args: s.acquireArgs(tokens[i], req)})
 	}
-	done := func(i int, reply []any, err error) {
+	s.run(ctx, "acquire", acquireManyScript, calls, func(i int, reply []any, err error) {
 		if err != nil {
 			out[i].Err = err
 			return
 		}
-		out[i].Claim, out[i].Err = claimOf(items[i].Key, tokens[i], reply)
-	}
-	if s.oneServer() {
-		s.many(ctx, "acquire", acquireManyScript, calls, done)
-	} else {
-		s.pipeline(ctx, "acquire", calls, done)
-	}
+		out[i].Claim, out[i].Err = claimOf(reqs[i].Key, tokens[i], reply)
+	})
 	return out
 }
 
-// CompleteBatch runs Complete for every item in one round trip, as
+// CompleteBatch runs Complete for every request in one round trip, as
 // AcquireBatch does.
-func (s *Store) CompleteBatch(ctx context.Context, items []dedup.CompleteItem) []error {
-	errs := make([]error, len(items))
+func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
+	errs := make([]error, len(reqs))
 	var calls []scriptCall
-	for i, it := range items {
-		if errs[i] = checkSettle("complete", it.Key, it.Token, it.Retention); errs[i] != nil {
+	for i, req := range reqs {
+		if errs[i] = checkSettle("complete", req.Key, req.Token, req.Retention); errs[i] != nil {
 			continue
 		}
-		calls = append(calls, scriptCall{index: i, key: it.Key, script: settleScript, args: s.completeArgs(it.Token, it.Result, it.Retention)})
+		calls = append(calls, scriptCall{index: i, key: req.Key, script: settleScript, args: completeArgs(req)})
 	}
-	done := func(i int, reply []any, err error) {
+	s.run(ctx, "complete", settleManyScript, calls, func(i int, reply []any, err error) {
 		if err == nil {
-			err = settledOf("complete", items[i].Key, reply)
+			err = settledOf("complete", reqs[i].Key, reply)
 		}
 		errs[i] = err
+	})
+	return errs
+}
+
+// ExtendBatch runs Extend for every request in one round trip, as
+// AcquireBatch does: a batch's heartbeat extends all of its claims at once.
+func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []error {
+	errs := make([]error, len(reqs))
+	var calls []scriptCall
+	for i, req := range reqs {
+		if errs[i] = checkExtend(req); errs[i] != nil {
+			continue
+		}
+		calls = append(calls, scriptCall{index: i, key: req.Key, script: extendScript, args: s.extendArgs(req)})
+	}
+	s.run(ctx, "extend", extendManyScript, calls, func(i int, reply []any, err error) {
+		if err == nil {
+			err = settledOf("extend", reqs[i].Key, reply)
+		}
+		errs[i] = err
+	})
+	return errs
+}
+
+// run runs calls, all of one single-key script, in one round trip: through
+// many, the script's multi-key form, on a single server; as a pipeline on
+// a Cluster. A context that ended fails every call with its error and
+// sends nothing.
+func (s *Store) run(ctx context.Context, op string, many *redis.Script, calls []scriptCall, done func(index int, reply []any, err error)) {
+	if err := ctx.Err(); err != nil {
+		for _, c := range calls {
+			done(c.index, nil, errContext(op, c.key, err))
+		}
+		return
 	}
 	if s.oneServer() {
-		s.many(ctx, "complete", settleManyScript, calls, done)
+		s.many(ctx, op, many, calls, done)
 	} else {
-		s.pipeline(ctx, "complete", calls, done)
+		s.pipeline(ctx, op, calls, done)
 	}
-	return errs
 }
 
 // oneServer reports whether every key lives on the one server the client
@@ -106,7 +136,7 @@ func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls
 	}
 }
 
-// scriptCall is one script run of a pipeline, for the item at index.
+// scriptCall is one script run of a batch, for the request at index.
 type scriptCall struct {
 	index  int
 	key    string
@@ -114,8 +144,8 @@ type scriptCall struct {
 	args   []any
 }
 
-// pipeline runs calls by SHA in one round trip (one per Cluster node) and hands each reply to
-// done. Calls that the server answered NOSCRIPT (it restarted, or someone
+// pipeline runs calls by SHA in one round trip (one per Cluster node) and
+// hands each reply to done. Calls that the server answered NOSCRIPT (it restarted, or someone
 // ran SCRIPT FLUSH) did nothing, so their scripts are loaded again and they
 // run once more, in a second round trip.
 func (s *Store) pipeline(ctx context.Context, op string, calls []scriptCall, done func(index int, reply []any, err error)) {

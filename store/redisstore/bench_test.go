@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/store"
 )
 
 // The benchmarks run against the shared Redis, each beside its baseline: a
@@ -40,8 +41,9 @@ func ids(n int) []string {
 	return out
 }
 
-// BenchmarkNewMessage: a new message through Handle (claim, run, complete:
-// two script round trips) against one SET NX round trip.
+// BenchmarkNewMessage: a new message through the store alone (Acquire,
+// Complete: two script round trips) and through Handle (claim, run,
+// complete), against one SET NX round trip.
 func BenchmarkNewMessage(b *testing.B) {
 	b.Run("baseline=SETNX", func(b *testing.B) {
 		c := redistest.Client(b)
@@ -51,6 +53,21 @@ func BenchmarkNewMessage(b *testing.B) {
 		b.ResetTimer()
 		for i := range b.N {
 			if err := c.SetNX(ctx, prefix+keys[i], "1", time.Minute).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Acquire+Complete", func(b *testing.B) {
+		s := newStore(b, redistest.Client(b), nil)
+		keys := ids(b.N)
+		ctx := context.Background()
+		b.ResetTimer()
+		for i := range b.N {
+			c, err := s.Acquire(ctx, store.AcquireRequest{Key: keys[i], Lease: time.Minute})
+			if err != nil || !c.Acquired {
+				b.Fatal(c, err)
+			}
+			if err := s.Complete(ctx, store.CompleteRequest{Key: keys[i], Token: c.Token, Retention: time.Minute}); err != nil {
 				b.Fatal(err)
 			}
 		}

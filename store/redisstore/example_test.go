@@ -33,6 +33,6 @@ func Example() {
 		panic(err)
 	}
 	res, err := rcv.Handle(ctx, Order{ID: "o-1"})
-	d := dedup.Decide(res, err, rcv.Policy())
+	d := rcv.Decide(res, err)
 	fmt.Println(res.Status, res.Value, d.Action)
 }

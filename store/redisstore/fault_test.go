@@ -76,7 +76,7 @@ func runOutage(t *testing.T, failOpen bool, payments, stopAfter, outage int) out
 		p := queue[0]
 		queue = queue[1:]
 		res, err := rcv.Handle(ctx, p)
-		d := dedup.Decide(res, err, rcv.Policy())
+		d := rcv.Decide(res, err)
 		if down {
 			run.outage = append(run.outage, d)
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store"
 )
 
 // Defaults of Options.
@@ -30,7 +30,7 @@ type Options struct {
 
 	// Timeout bounds every call to Redis, retries included: a Redis that
 	// does not answer fails the call with an error matching
-	// dedup.ErrStoreUnavailable after at most this long. The client's own
+	// store.ErrUnavailable after at most this long. The client's own
 	// DialTimeout, ReadTimeout and WriteTimeout bound each attempt as well;
 	// set ContextTimeoutEnabled on the client so that this deadline also
 	// cuts a read that is already waiting. Must not be negative. Defaults
@@ -46,7 +46,7 @@ type Options struct {
 	AbandonedTTL time.Duration
 }
 
-// Store is a dedup.Store in Redis. It is safe for concurrent use and holds
+// Store is a store.Store in Redis. It is safe for concurrent use and holds
 // no state of its own beyond the client, which the caller owns and closes.
 type Store struct {
 	client       redis.UniversalClient
@@ -56,28 +56,28 @@ type Store struct {
 }
 
 var (
-	_ dedup.Store      = (*Store)(nil)
-	_ dedup.BatchStore = (*Store)(nil)
-	_ dedup.Inspector  = (*Store)(nil)
+	_ store.Store      = (*Store)(nil)
+	_ store.BatchStore = (*Store)(nil)
+	_ store.Inspector  = (*Store)(nil)
 )
 
 // New returns a Store on client after checking that Redis answers and
 // loading the store's scripts, all within ctx and Options.Timeout: a Redis
-// that is down gives an error matching dedup.ErrStoreUnavailable, not a
+// that is down gives an error matching store.ErrUnavailable, not a
 // hang. A Redis Cluster gets the scripts on every master.
 func New(ctx context.Context, client redis.UniversalClient, opts *Options) (*Store, error) {
 	if client == nil {
-		return nil, fmt.Errorf("redisstore: %w: the client is nil", dedup.ErrInvalidConfig)
+		return nil, fmt.Errorf("redisstore: %w: the client is nil", store.ErrInvalidConfig)
 	}
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
 	if o.Timeout < 0 {
-		return nil, fmt.Errorf("redisstore: %w: Timeout is %v, it must not be negative", dedup.ErrInvalidConfig, o.Timeout)
+		return nil, fmt.Errorf("redisstore: %w: Timeout is %v, it must not be negative", store.ErrInvalidConfig, o.Timeout)
 	}
 	if o.AbandonedTTL < 0 {
-		return nil, fmt.Errorf("redisstore: %w: AbandonedTTL is %v, it must not be negative", dedup.ErrInvalidConfig, o.AbandonedTTL)
+		return nil, fmt.Errorf("redisstore: %w: AbandonedTTL is %v, it must not be negative", store.ErrInvalidConfig, o.AbandonedTTL)
 	}
 	s := &Store{
 		client:       client,
@@ -109,9 +109,9 @@ func (s *Store) load(ctx context.Context) error {
 	case ctx.Err() != nil:
 		return fmt.Errorf("redisstore: connect to Redis at %s: %w", s.addrs(), ctx.Err())
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("redisstore: %w: Redis at %s did not answer within %v (Options.Timeout): %w", dedup.ErrStoreUnavailable, s.addrs(), s.timeout, err)
+		return fmt.Errorf("redisstore: %w: Redis at %s did not answer within %v (Options.Timeout): %w", store.ErrUnavailable, s.addrs(), s.timeout, err)
 	default:
-		return fmt.Errorf("redisstore: %w: Redis at %s: %w", dedup.ErrStoreUnavailable, s.addrs(), err)
+		return fmt.Errorf("redisstore: %w: Redis at %s: %w", store.ErrUnavailable, s.addrs(), err)
 	}
 }
 
@@ -133,60 +133,70 @@ func (s *Store) Prefix() string { return s.prefix }
 // redisKey is the Redis key of a record key.
 func (s *Store) redisKey(key string) string { return s.prefix + key }
 
-// Acquire claims key if it is absent, failed, or processing under an
-// expired lease, and reports the record holding it otherwise, in one
-// script run.
-func (s *Store) Acquire(ctx context.Context, key string, req dedup.AcquireRequest) (dedup.Claim, error) {
-	if err := checkAcquire(key, req); err != nil {
-		return dedup.Claim{}, err
+// Acquire claims req.Key if it is absent, failed, or processing under a
+// lease that has ended, and reports the record holding it otherwise, in
+// one script run. A fingerprint that differs from the record's is
+// store.ErrKeyReused in every state.
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
+	if err := checkAcquire(req); err != nil {
+		return store.Claim{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Claim{}, errContext("acquire", req.Key, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	token := dedup.NewToken()
-	reply, err := acquireScript.Run(cctx, s.client, []string{s.redisKey(key)}, s.acquireArgs(token, req)...).Slice()
+	token := store.NewToken()
+	reply, err := acquireScript.Run(cctx, s.client, []string{s.redisKey(req.Key)}, s.acquireArgs(token, req)...).Slice()
 	if err != nil {
-		return dedup.Claim{}, s.fail(ctx, "acquire", key, err)
+		return store.Claim{}, s.fail(ctx, "acquire", req.Key, err)
 	}
-	return claimOf(key, token, reply)
+	return claimOf(req.Key, token, reply)
 }
 
-func (s *Store) acquireArgs(token dedup.Token, req dedup.AcquireRequest) []any {
+func (s *Store) acquireArgs(token store.Token, req store.AcquireRequest) []any {
 	return []any{string(token[:]), ms(req.Lease), req.Fingerprint, ms(s.abandonedTTL)}
 }
 
-func checkAcquire(key string, req dedup.AcquireRequest) error {
-	if key == "" {
+func checkAcquire(req store.AcquireRequest) error {
+	if req.Key == "" {
 		return errEmptyKey("acquire")
 	}
 	if req.Lease <= 0 {
-		return fmt.Errorf("redisstore: acquire %q: %w: the lease is %v, it must be positive", key, dedup.ErrInvalidConfig, req.Lease)
+		return fmt.Errorf("redisstore: acquire %q: %w: the lease is %v, it must be positive", req.Key, store.ErrInvalidConfig, req.Lease)
 	}
 	return nil
 }
 
-// Complete stores result for the key held by token and keeps it, immutable,
-// for retention (the key's Redis TTL).
-func (s *Store) Complete(ctx context.Context, key string, token dedup.Token, result []byte, retention time.Duration) error {
-	if err := checkSettle("complete", key, token, retention); err != nil {
+// Complete stores req.Result for the key held by req.Token and keeps it,
+// immutable, for req.Retention (the key's Redis expiry). Completing again
+// with the token that completed the record succeeds and changes nothing:
+// the first result and expiry stay.
+func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
+	if err := checkSettle("complete", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	return s.settle(ctx, "complete", key, s.completeArgs(token, result, retention))
+	return s.settle(ctx, "complete", req.Key, completeArgs(req))
 }
 
-func (s *Store) completeArgs(token dedup.Token, result []byte, retention time.Duration) []any {
-	return []any{string(token[:]), "c", "r", result, ms(retention)}
+func completeArgs(req store.CompleteRequest) []any {
+	return []any{string(req.Token[:]), "c", "r", req.Result, ms(req.Retention)}
 }
 
-// Release records the failure of the key held by token and frees the key
-// for the next Acquire, keeping the failed record for failure.Retention.
-func (s *Store) Release(ctx context.Context, key string, token dedup.Token, failure dedup.Failure) error {
-	if err := checkSettle("release", key, token, failure.Retention); err != nil {
+// Release records the failure of the key held by req.Token and frees the
+// key for the next Acquire, keeping the failed record (its attempt count
+// and req.Error) for req.Retention.
+func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
+	if err := checkSettle("release", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	return s.settle(ctx, "release", key, []any{string(token[:]), "f", "e", failure.Error, ms(failure.Retention)})
+	return s.settle(ctx, "release", req.Key, []any{string(req.Token[:]), "f", "e", req.Error, ms(req.Retention)})
 }
 
 func (s *Store) settle(ctx context.Context, op, key string, args []any) error {
+	if err := ctx.Err(); err != nil {
+		return errContext(op, key, err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	reply, err := settleScript.Run(cctx, s.client, []string{s.redisKey(key)}, args...).Slice()
@@ -198,12 +208,12 @@ func (s *Store) settle(ctx context.Context, op, key string, args []any) error {
 
 // checkSettle checks the arguments of Complete and Release. A zero token
 // never holds a key, so it gets ErrLeaseLost without a round trip.
-func checkSettle(op, key string, token dedup.Token, retention time.Duration) error {
+func checkSettle(op, key string, token store.Token, retention time.Duration) error {
 	if key == "" {
 		return errEmptyKey(op)
 	}
 	if retention <= 0 {
-		return fmt.Errorf("redisstore: %s %q: %w: the retention is %v, it must be positive", op, key, dedup.ErrInvalidConfig, retention)
+		return fmt.Errorf("redisstore: %s %q: %w: the retention is %v, it must be positive", op, key, store.ErrInvalidConfig, retention)
 	}
 	if token.IsZero() {
 		return errLeaseLost(op, key)
@@ -211,26 +221,41 @@ func checkSettle(op, key string, token dedup.Token, retention time.Duration) err
 	return nil
 }
 
-// Extend pushes the lease of the key held by token to lease from now. A
-// claim whose lease ended is extended too while no other Acquire has taken
-// the key over.
-func (s *Store) Extend(ctx context.Context, key string, token dedup.Token, lease time.Duration) error {
-	if key == "" {
-		return errEmptyKey("extend")
+// Extend sets the lease of the key held by req.Token to req.Lease from
+// now, even when that is earlier than the deadline it had. A claim whose
+// lease ended is extended too while no other Acquire has taken the key
+// over.
+func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
+	if err := checkExtend(req); err != nil {
+		return err
 	}
-	if lease <= 0 {
-		return fmt.Errorf("redisstore: extend %q: %w: the lease is %v, it must be positive", key, dedup.ErrInvalidConfig, lease)
-	}
-	if token.IsZero() {
-		return errLeaseLost("extend", key)
+	if err := ctx.Err(); err != nil {
+		return errContext("extend", req.Key, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	reply, err := extendScript.Run(cctx, s.client, []string{s.redisKey(key)}, string(token[:]), ms(lease), ms(s.abandonedTTL)).Slice()
+	reply, err := extendScript.Run(cctx, s.client, []string{s.redisKey(req.Key)}, s.extendArgs(req)...).Slice()
 	if err != nil {
-		return s.fail(ctx, "extend", key, err)
+		return s.fail(ctx, "extend", req.Key, err)
 	}
-	return settledOf("extend", key, reply)
+	return settledOf("extend", req.Key, reply)
+}
+
+func (s *Store) extendArgs(req store.ExtendRequest) []any {
+	return []any{string(req.Token[:]), ms(req.Lease), ms(s.abandonedTTL)}
+}
+
+func checkExtend(req store.ExtendRequest) error {
+	if req.Key == "" {
+		return errEmptyKey("extend")
+	}
+	if req.Lease <= 0 {
+		return fmt.Errorf("redisstore: extend %q: %w: the lease is %v, it must be positive", req.Key, store.ErrInvalidConfig, req.Lease)
+	}
+	if req.Token.IsZero() {
+		return errLeaseLost("extend", req.Key)
+	}
+	return nil
 }
 
 // ms converts d to whole milliseconds, rounding up so that a positive
@@ -241,21 +266,28 @@ func ms(d time.Duration) int64 {
 
 // fail wraps an error of a Redis call. When the caller's ctx ended, the
 // error is the context's; anything else (a refused connection, a timeout,
-// a script the server rejected) matches dedup.ErrStoreUnavailable.
+// a script the server rejected) is a *store.OpError, which matches
+// store.ErrUnavailable.
 func (s *Store) fail(ctx context.Context, op, key string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("redisstore: %s %q: %w", op, key, cerr)
+		return errContext(op, key, cerr)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("no answer within %v: %w", s.timeout, err)
 	}
-	return &dedup.StoreError{Op: op, Key: key, Err: fmt.Errorf("redisstore: %w", err)}
+	return &store.OpError{Op: op, Key: key, Err: fmt.Errorf("redisstore: %w", err)}
+}
+
+// errContext is the error of a call whose context ended: the context's
+// error, not a store failure.
+func errContext(op, key string, err error) error {
+	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
 }
 
 func errLeaseLost(op, key string) error {
-	return fmt.Errorf("redisstore: %s %q: %w", op, key, dedup.ErrLeaseLost)
+	return fmt.Errorf("redisstore: %s %q: %w", op, key, store.ErrLeaseLost)
 }
 
 func errEmptyKey(op string) error {
-	return fmt.Errorf("redisstore: %s: %w: the key is empty", op, dedup.ErrInvalidKey)
+	return fmt.Errorf("redisstore: %s: %w: the key is empty", op, store.ErrInvalidKey)
 }

@@ -4,32 +4,32 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store"
 )
 
 // claimOf reads the reply of acquireScript.
-func claimOf(key string, token dedup.Token, reply []any) (dedup.Claim, error) {
+func claimOf(key string, token store.Token, reply []any) (store.Claim, error) {
 	outcome, _ := field[string](reply, 0)
 	switch outcome {
 	case "reused":
 		state, _ := field[string](reply, 1)
-		return dedup.Claim{}, fmt.Errorf("redisstore: acquire %q: %w: the %s record has another fingerprint", key, dedup.ErrKeyReused, stateOf(state))
+		return store.Claim{}, fmt.Errorf("redisstore: acquire %q: %w: the %s record has another fingerprint", key, store.ErrKeyReused, stateOf(state))
 	case "acquired", "held":
 		rec, err := recordOf(key, reply[1:])
 		if err != nil {
-			return dedup.Claim{}, err
+			return store.Claim{}, err
 		}
 		if outcome == "held" {
-			return dedup.Claim{Record: rec}, nil
+			return store.Claim{Record: rec}, nil
 		}
-		return dedup.Claim{Acquired: true, Token: token, Record: rec}, nil
+		return store.Claim{Acquired: true, Token: token, Record: rec}, nil
 	}
-	return dedup.Claim{}, errReply("acquire", key, reply)
+	return store.Claim{}, errReply("acquire", key, reply)
 }
 
 // recordOf reads {state, attempt, fingerprint, result, last error, lease
-// deadline, expiry} as the scripts answer a record.
-func recordOf(key string, f []any) (dedup.Record, error) {
+// deadline, expiry} as the scripts answer a record (view in scripts.go).
+func recordOf(key string, f []any) (store.Record, error) {
 	state, ok1 := field[string](f, 0)
 	attempt, ok2 := field[int64](f, 1)
 	fp, ok3 := field[string](f, 2)
@@ -38,9 +38,9 @@ func recordOf(key string, f []any) (dedup.Record, error) {
 	lease, ok6 := field[int64](f, 5)
 	expiry, ok7 := field[int64](f, 6)
 	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7) || stateOf(state) == 0 {
-		return dedup.Record{}, errReply("read", key, f)
+		return store.Record{}, errReply("read", key, f)
 	}
-	rec := dedup.Record{
+	rec := store.Record{
 		Key:         key,
 		State:       stateOf(state),
 		Attempt:     int(attempt),
@@ -75,14 +75,14 @@ func field[T any](f []any, i int) (T, bool) {
 	return v, ok
 }
 
-func stateOf(s string) dedup.State {
+func stateOf(s string) store.State {
 	switch s {
 	case "p":
-		return dedup.StateProcessing
+		return store.StateProcessing
 	case "c":
-		return dedup.StateCompleted
+		return store.StateCompleted
 	case "f":
-		return dedup.StateFailed
+		return store.StateFailed
 	}
 	return 0
 }
@@ -98,5 +98,5 @@ func timeOf(ms int64) time.Time {
 // errReply reports a reply no script of this package gives: a key that
 // another program wrote, or a server that is not Redis.
 func errReply(op, key string, reply any) error {
-	return &dedup.StoreError{Op: op, Key: key, Err: fmt.Errorf("redisstore: unexpected reply %v", reply)}
+	return &store.OpError{Op: op, Key: key, Err: fmt.Errorf("redisstore: unexpected reply %v", reply)}
 }

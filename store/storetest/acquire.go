@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store"
 )
 
 // acquireCases pin the claim itself: what a first and a second Acquire see,
@@ -22,18 +22,19 @@ var acquireCases = []testCase{
 
 func testAcquireAbsent(t *testing.T, f *fixture) {
 	key := f.key("absent")
-	c := f.claim(t, key)
+	c := f.claim(t, key) // checks LeaseUntil against the store's clock
 	require.Equal(t, key, c.Record.Key)
 	require.Equal(t, 1, c.Record.Attempt)
 	require.Empty(t, c.Record.Result)
-	f.requireFromNow(t, f.lease(), c.Record.LeaseUntil, "LeaseUntil of a new claim")
 
-	// The lease counts from the claim: a longer lease ends later by the
-	// difference, whatever the store's clock reads.
-	long, err := f.store.Acquire(f.ctx, f.key("absent-long"), dedup.AcquireRequest{Lease: 3 * f.lease()})
-	require.NoError(t, err)
+	// The lease counts from the claim: a longer lease claimed later ends at
+	// least the difference later, however long the calls took.
+	long := f.acquireFor(t, f.key("absent-long"), "", 3*f.lease())
 	require.True(t, long.Acquired)
-	f.requireAbout(t, c.Record.LeaseUntil.Add(2*f.lease()), long.Record.LeaseUntil, "LeaseUntil of a claim with a longer lease")
+	requireClaimed(t, long)
+	earliest := c.Record.LeaseUntil.Add(2 * f.lease())
+	require.Falsef(t, long.Record.LeaseUntil.Before(earliest),
+		"a lease of %v claimed after one of %v ends at %v, before %v", 3*f.lease(), f.lease(), long.Record.LeaseUntil, earliest)
 	require.NotEqual(t, c.Token, long.Token, "every claim needs its own token")
 }
 
@@ -41,13 +42,9 @@ func testAcquireHeld(t *testing.T, f *fixture) {
 	key := f.key("held")
 	first := f.claim(t, key)
 
-	second := f.acquire(t, key, "")
-	require.False(t, second.Acquired, "a held key was claimed twice")
-	require.True(t, second.Token.IsZero(), "a claim that is not acquired has no token")
-	require.Equal(t, dedup.StateProcessing, second.Record.State)
-	require.Equal(t, key, second.Record.Key)
-	require.Equal(t, first.Record.Attempt, second.Record.Attempt, "a refused Acquire must not count an attempt")
-	f.requireAbout(t, first.Record.LeaseUntil, second.Record.LeaseUntil, "a refused Acquire reports the holder's lease")
+	second := f.requireHeld(t, key, first.Record.Attempt) // a refused Acquire counts no attempt
+	require.Equal(t, key, second.Key)
+	requireSameTime(t, first.Record.LeaseUntil, second.LeaseUntil, "a refused Acquire reports the holder's lease")
 
 	// The refused Acquire changed nothing: the holder still completes.
 	f.complete(t, key, first.Token, []byte("ok"))
@@ -59,11 +56,11 @@ const racers = 64
 
 // race runs racers concurrent Acquires of key, released at once, and
 // returns their claims. Goroutines only record; the test goroutine asserts.
-func (f *fixture) race(t *testing.T, keys []string) map[string][]dedup.Claim {
+func (f *fixture) race(t *testing.T, keys []string) map[string][]store.Claim {
 	t.Helper()
 	type outcome struct {
 		key   string
-		claim dedup.Claim
+		claim store.Claim
 		err   error
 	}
 	outcomes := make([]outcome, len(keys)*racers)
@@ -73,14 +70,14 @@ func (f *fixture) race(t *testing.T, keys []string) map[string][]dedup.Claim {
 		key := keys[i%len(keys)]
 		wg.Go(func() {
 			<-start
-			c, err := f.store.Acquire(f.ctx, key, dedup.AcquireRequest{Lease: f.lease()})
+			c, err := f.store.Acquire(f.ctx, store.AcquireRequest{Key: key, Lease: f.lease()})
 			outcomes[i] = outcome{key: key, claim: c, err: err}
 		})
 	}
 	close(start)
 	wg.Wait()
 
-	claims := make(map[string][]dedup.Claim, len(keys))
+	claims := make(map[string][]store.Claim, len(keys))
 	for _, o := range outcomes {
 		require.NoError(t, o.err, "concurrent Acquire(%q)", o.key)
 		claims[o.key] = append(claims[o.key], o.claim)
@@ -90,21 +87,33 @@ func (f *fixture) race(t *testing.T, keys []string) map[string][]dedup.Claim {
 
 // requireOneWinner requires that exactly one of claims acquired, with
 // attempt, and that every loser saw the winner's processing record.
-func requireOneWinner(t *testing.T, key string, claims []dedup.Claim, attempt int) dedup.Claim {
+func (f *fixture) requireOneWinner(t *testing.T, key string, claims []store.Claim, attempt int) store.Claim {
 	t.Helper()
-	var winners []dedup.Claim
+	var winners []store.Claim
 	for _, c := range claims {
-		require.Equal(t, dedup.StateProcessing, c.Record.State, "every racer for %q sees a processing record", key)
-		require.Equal(t, attempt, c.Record.Attempt, "every racer for %q sees the winner's attempt", key)
 		if c.Acquired {
 			winners = append(winners, c)
-			continue
 		}
-		require.True(t, c.Token.IsZero(), "a claim that is not acquired has no token")
 	}
-	require.Len(t, winners, 1, "%d concurrent Acquires of %q: exactly one must claim it", len(claims), key)
-	require.False(t, winners[0].Token.IsZero())
-	return winners[0]
+	require.NotEmpty(t, winners, "%d concurrent Acquires of %q: one must claim it", len(claims), key)
+	// Two winners, or attempts other than expected, are legitimate only
+	// once the first winner's lease or the record the race replaced ended.
+	deadline := f.deadlines[key]
+	for _, w := range winners {
+		deadline = earlier(deadline, w.Record.LeaseUntil)
+	}
+	f.expect(t, len(winners) == 1, deadline, "%d concurrent Acquires of %q: exactly one must claim it, %d did", len(claims), key, len(winners))
+	w := winners[0]
+	require.False(t, w.Token.IsZero())
+	for _, c := range claims {
+		require.Equal(t, store.StateProcessing, c.Record.State, "every racer for %q sees a processing record", key)
+		f.expect(t, c.Record.Attempt == attempt, deadline, "a racer for %q saw attempt %d, want the winner's %d", key, c.Record.Attempt, attempt)
+		if !c.Acquired {
+			require.True(t, c.Token.IsZero(), "a claim that is not acquired has no token")
+		}
+	}
+	f.note(key, w.Record.LeaseUntil)
+	return w
 }
 
 func (f *fixture) raceKeys(name string, n int) []string {
@@ -119,7 +128,7 @@ func testAcquireContention(t *testing.T, f *fixture) {
 	keys := f.raceKeys("race", 8)
 	claims := f.race(t, keys)
 	for _, key := range keys {
-		w := requireOneWinner(t, key, claims[key], 1)
+		w := f.requireOneWinner(t, key, claims[key], 1)
 		f.complete(t, key, w.Token, []byte(key))
 		f.requireCompleted(t, key, []byte(key))
 	}
@@ -127,14 +136,14 @@ func testAcquireContention(t *testing.T, f *fixture) {
 
 func testTakeoverContention(t *testing.T, f *fixture) {
 	keys := f.raceKeys("takeover", 4)
-	old := make(map[string]dedup.Token, len(keys))
+	old := make(map[string]store.Token, len(keys))
 	for _, key := range keys {
 		old[key] = f.claim(t, key).Token
 	}
-	f.advance(f.lease() + f.tick)
+	f.advance(f.lease())
 	claims := f.race(t, keys)
 	for _, key := range keys {
-		w := requireOneWinner(t, key, claims[key], 2)
+		w := f.requireOneWinner(t, key, claims[key], 2)
 		require.NotEqual(t, old[key], w.Token)
 	}
 }
@@ -146,6 +155,6 @@ func testReleaseContention(t *testing.T, f *fixture) {
 	}
 	claims := f.race(t, keys)
 	for _, key := range keys {
-		requireOneWinner(t, key, claims[key], 2)
+		f.requireOneWinner(t, key, claims[key], 2)
 	}
 }

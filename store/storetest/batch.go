@@ -3,29 +3,34 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store"
 )
 
-// batchCases pin dedup.BatchStore: every item's outcome is what the
-// single-key method would have returned, in order, items of one batch
-// seeing the items before them.
+// batchCases pin store.BatchStore: every request's outcome is what the
+// single-key method would have returned, in order, requests of one batch
+// seeing the requests before them.
 var batchCases = []testCase{
 	{"AcquireMatchesSingle", testAcquireBatchMatchesSingle},
 	{"Complete", testCompleteBatch},
+	{"CompleteTwice", testCompleteBatchTwice},
+	{"ExtendMatchesSingle", testExtendBatchMatchesSingle},
+	{"Extend", testExtendBatch},
 	{"Empty", testBatchEmpty},
 	{"CanceledContext", testBatchCanceled},
 }
 
-func (f *fixture) batchStore(t *testing.T) dedup.BatchStore {
+func (f *fixture) batchStore(t *testing.T) store.BatchStore {
 	t.Helper()
-	b, ok := f.store.(dedup.BatchStore)
+	b, ok := f.store.(store.BatchStore)
 	if !ok {
-		t.Skip("the store does not implement dedup.BatchStore")
+		t.Skip("the store does not implement store.BatchStore")
 	}
 	return b
 }
@@ -33,15 +38,49 @@ func (f *fixture) batchStore(t *testing.T) dedup.BatchStore {
 // sentinels are the errors whose matching must not differ between a batch
 // and single-key calls.
 var sentinels = []error{
-	dedup.ErrKeyReused, dedup.ErrLeaseLost, dedup.ErrInvalidKey, dedup.ErrInvalidConfig,
-	dedup.ErrStoreUnavailable, context.Canceled,
+	store.ErrKeyReused, store.ErrLeaseLost, store.ErrInvalidKey, store.ErrInvalidConfig,
+	store.ErrUnavailable, context.Canceled,
+}
+
+// sameError reports how the error of a batch request differs from the
+// single-key call's, or "" when it does not.
+func sameError(want, got error) string {
+	if (want == nil) != (got == nil) {
+		return fmt.Sprintf("the batch gave error %v, the single call %v", got, want)
+	}
+	for _, s := range sentinels {
+		if errors.Is(want, s) != errors.Is(got, s) {
+			return fmt.Sprintf("the batch gave error %v, the single call %v", got, want)
+		}
+	}
+	return ""
+}
+
+// earliestDeadline returns the earliest noted deadline of keys, or zero
+// when one of them is unknown.
+func (f *fixture) earliestDeadline(keys ...string) time.Time {
+	var first time.Time
+	for _, key := range keys {
+		d, ok := f.deadlines[key]
+		if !ok {
+			continue
+		}
+		if d.IsZero() {
+			return time.Time{}
+		}
+		if first.IsZero() || d.Before(first) {
+			first = d
+		}
+	}
+	return first
 }
 
 func testAcquireBatchMatchesSingle(t *testing.T, f *fixture) {
 	b := f.batchStore(t)
 
 	// Two identical worlds: one answers AcquireBatch, the other single
-	// Acquires of the same items in the same order.
+	// Acquires of the same requests in the same order.
+	var worldKeys []string
 	world := func(name string) func(string) string {
 		k := func(n string) string { return f.key(name + ":" + n) }
 		held := f.acquire(t, k("held"), "payload-a")
@@ -50,72 +89,103 @@ func testAcquireBatchMatchesSingle(t *testing.T, f *fixture) {
 		require.True(t, done.Acquired)
 		f.complete(t, k("done"), done.Token, []byte("done"))
 		f.release(t, k("failed"), f.claim(t, k("failed")).Token, "boom")
+		worldKeys = append(worldKeys, k("held"), k("done"), k("failed"))
 		return k
 	}
-	items := func(k func(string) string) []dedup.AcquireItem {
-		req := dedup.AcquireRequest{Lease: f.lease()}
-		return []dedup.AcquireItem{
-			{Key: k("fresh"), Request: req},
-			{Key: k("fresh"), Request: req},
-			{Key: k("held"), Request: req},
-			{Key: k("done"), Request: req},
-			{Key: k("failed"), Request: req},
-			{Key: k("failed"), Request: req},
-			{Key: k("held"), Request: dedup.AcquireRequest{Lease: f.lease(), Fingerprint: "payload-b"}},
-			{Key: k("done"), Request: dedup.AcquireRequest{Lease: f.lease(), Fingerprint: "payload-b"}},
-			{Key: k("done"), Request: dedup.AcquireRequest{Lease: f.lease(), Fingerprint: "payload-a"}},
-			{Key: "", Request: req},
-			{Key: k("bad-lease"), Request: dedup.AcquireRequest{}},
-			{Key: k("bad-lease"), Request: req},
+	requests := func(k func(string) string) []store.AcquireRequest {
+		req := func(key, fingerprint string) store.AcquireRequest {
+			return store.AcquireRequest{Key: key, Lease: f.lease(), Fingerprint: fingerprint}
+		}
+		return []store.AcquireRequest{
+			req(k("fresh"), ""),
+			req(k("fresh"), ""),
+			req(k("held"), ""),
+			req(k("done"), ""),
+			req(k("failed"), ""),
+			req(k("failed"), ""),
+			req(k("held"), "payload-b"),
+			req(k("done"), "payload-b"),
+			req(k("done"), "payload-a"),
+			req("", ""),
+			{Key: k("bad-lease")},
+			req(k("bad-lease"), ""),
 		}
 	}
 	batchKey, singleKey := world("batch"), world("single")
 
-	got := b.AcquireBatch(f.ctx, items(batchKey))
-	singleItems := items(singleKey)
-	require.Len(t, got, len(singleItems), "AcquireBatch returns one outcome per item")
-	for i, it := range singleItems {
-		c, err := f.store.Acquire(f.ctx, it.Key, it.Request)
-		f.requireSameOutcome(t, i, dedup.AcquireOutcome{Claim: c, Err: err}, got[i], f.key("single:"), f.key("batch:"))
+	var got []store.AcquireOutcome
+	w := f.during(func() { got = b.AcquireBatch(f.ctx, requests(batchKey)) })
+	single := requests(singleKey)
+	require.Len(t, got, len(single), "AcquireBatch returns one outcome per request")
+	want := make([]store.AcquireOutcome, len(single))
+	for i, req := range single {
+		want[i].Claim, want[i].Err = f.store.Acquire(f.ctx, req)
+	}
+	// A world's leases and retentions last 10 ticks: a difference is only
+	// the store's fault while none has ended.
+	deadline := f.earliestDeadline(worldKeys...)
+	for i := range single {
+		if diff := sameOutcome(want[i], got[i], f.key("single:"), f.key("batch:")); diff != "" {
+			f.failOnTime(t, deadline, "request %d: %s", i, diff)
+		}
+		if got[i].Claim.Acquired {
+			w.requireAt(t, f.lease(), got[i].Claim.Record.LeaseUntil, fmt.Sprintf("LeaseUntil of the claim of request %d", i))
+		}
 	}
 
 	// The comparison alone would pass two equally wrong stores; pin the
 	// outcomes that matter too.
-	require.True(t, got[0].Claim.Acquired, "the first item of a fresh key claims it")
-	require.False(t, got[1].Claim.Acquired, "the second item of the same key sees the first one's claim")
-	require.Equal(t, dedup.StateProcessing, got[1].Claim.Record.State)
-	require.Equal(t, 1, got[1].Claim.Record.Attempt)
-	require.Equal(t, dedup.StateCompleted, got[3].Claim.Record.State)
-	require.True(t, got[4].Claim.Acquired, "a failed key is claimed again")
-	require.Equal(t, 2, got[4].Claim.Record.Attempt)
-	require.False(t, got[5].Claim.Acquired)
-	require.ErrorIs(t, got[6].Err, dedup.ErrKeyReused)
-	require.ErrorIs(t, got[7].Err, dedup.ErrKeyReused)
-	require.NoError(t, got[8].Err)
-	require.Error(t, got[9].Err, "an empty key fails its item")
-	require.Error(t, got[10].Err, "a zero lease fails its item")
-	require.True(t, got[11].Claim.Acquired, "a failed item claims nothing")
+	deadline = earlier(deadline, got[0].Claim.Record.LeaseUntil)
+	for _, c := range []struct {
+		ok   bool
+		what string
+	}{
+		{got[0].Claim.Acquired, "the first request of a fresh key claims it"},
+		{!got[1].Claim.Acquired && got[1].Claim.Record.State == store.StateProcessing && got[1].Claim.Record.Attempt == 1,
+			"the second request of the same key sees the first one's claim"},
+		{got[3].Claim.Record.State == store.StateCompleted, "a completed key is replayed"},
+		{got[4].Claim.Acquired && got[4].Claim.Record.Attempt == 2, "a failed key is claimed again, with attempt 2"},
+		{!got[5].Claim.Acquired, "the second request of a failed key sees the first one's claim"},
+		{errors.Is(got[6].Err, store.ErrKeyReused), "another fingerprint for a held key is ErrKeyReused"},
+		{errors.Is(got[7].Err, store.ErrKeyReused), "another fingerprint for a completed key is ErrKeyReused"},
+		{got[8].Err == nil, "the same fingerprint for a completed key is replayed"},
+		{errors.Is(got[9].Err, store.ErrInvalidKey), "an empty key fails its request with ErrInvalidKey"},
+		{errors.Is(got[10].Err, store.ErrInvalidConfig), "a zero lease fails its request with ErrInvalidConfig"},
+		{got[11].Claim.Acquired, "a failed request claims nothing"},
+	} {
+		f.expect(t, c.ok, deadline, "AcquireBatch: %s", c.what)
+	}
 }
 
-// requireSameOutcome requires that a batch item's outcome equals the
-// single-key call's, keys compared without their world's prefix.
-func (f *fixture) requireSameOutcome(t *testing.T, i int, want, got dedup.AcquireOutcome, wantPrefix, gotPrefix string) {
-	t.Helper()
-	require.Equal(t, want.Err == nil, got.Err == nil, "item %d: the batch gave error %v, Acquire gave %v", i, got.Err, want.Err)
-	for _, s := range sentinels {
-		require.Equal(t, errors.Is(want.Err, s), errors.Is(got.Err, s), "item %d: the batch gave error %v, Acquire gave %v", i, got.Err, want.Err)
+// sameOutcome reports how a batch request's outcome differs from the
+// single-key call's, keys compared without their world's prefix, or ""
+// when it does not. Times are set by two calls at two moments: only
+// whether they are set must agree.
+func sameOutcome(want, got store.AcquireOutcome, wantPrefix, gotPrefix string) string {
+	if diff := sameError(want.Err, got.Err); diff != "" {
+		return diff
 	}
-	require.Equal(t, want.Claim.Acquired, got.Claim.Acquired, "item %d: Acquired", i)
-	require.Equal(t, want.Claim.Token.IsZero(), got.Claim.Token.IsZero(), "item %d: token", i)
 	w, g := want.Claim.Record, got.Claim.Record
-	require.Equal(t, strings.TrimPrefix(w.Key, wantPrefix), strings.TrimPrefix(g.Key, gotPrefix), "item %d: Key", i)
-	require.Equal(t, w.State, g.State, "item %d: State", i)
-	require.Equal(t, w.Attempt, g.Attempt, "item %d: Attempt", i)
-	require.Equal(t, w.Fingerprint, g.Fingerprint, "item %d: Fingerprint", i)
-	require.Equal(t, string(w.Result), string(g.Result), "item %d: Result", i)
-	require.Equal(t, w.LastError, g.LastError, "item %d: LastError", i)
-	f.requireAbout(t, w.LeaseUntil, g.LeaseUntil, "LeaseUntil")
-	f.requireAbout(t, w.ExpiresAt, g.ExpiresAt, "ExpiresAt")
+	for _, d := range []struct {
+		what      string
+		want, got any
+	}{
+		{"Acquired", want.Claim.Acquired, got.Claim.Acquired},
+		{"a zero token", want.Claim.Token.IsZero(), got.Claim.Token.IsZero()},
+		{"Key", strings.TrimPrefix(w.Key, wantPrefix), strings.TrimPrefix(g.Key, gotPrefix)},
+		{"State", w.State, g.State},
+		{"Attempt", w.Attempt, g.Attempt},
+		{"Fingerprint", w.Fingerprint, g.Fingerprint},
+		{"Result", string(w.Result), string(g.Result)},
+		{"LastError", w.LastError, g.LastError},
+		{"a zero LeaseUntil", w.LeaseUntil.IsZero(), g.LeaseUntil.IsZero()},
+		{"a zero ExpiresAt", w.ExpiresAt.IsZero(), g.ExpiresAt.IsZero()},
+	} {
+		if d.want != d.got {
+			return fmt.Sprintf("%s: the batch gave %v, the single call %v", d.what, d.got, d.want)
+		}
+	}
+	return ""
 }
 
 func testCompleteBatch(t *testing.T, f *fixture) {
@@ -125,24 +195,23 @@ func testCompleteBatch(t *testing.T, f *fixture) {
 	// k2's first token goes stale: its lease expires and another claim
 	// takes the key over.
 	stale := f.claim(t, k2).Token
-	f.advance(f.lease() + f.tick)
+	f.advance(f.lease())
 	fresh := f.claim(t, k2).Token
 	t1, t3, t4 := f.claim(t, k1).Token, f.claim(t, k3).Token, f.claim(t, k4).Token
 
-	errs := b.CompleteBatch(f.ctx, []dedup.CompleteItem{
-		{Key: k1, Token: t1, Result: []byte("r1"), Retention: f.retention()},
-		{Key: k2, Token: stale, Result: []byte("stale"), Retention: f.retention()},
-		{Key: k3, Token: t3, Result: []byte("r3"), Retention: f.retention()},
-		{Key: k1, Token: t1, Result: []byte("again"), Retention: f.retention()},
+	errs := b.CompleteBatch(f.ctx, []store.CompleteRequest{
+		f.completeRequest(k1, t1, "r1"),
+		f.completeRequest(k2, stale, "stale"),
+		f.completeRequest(k3, t3, "r3"),
+		f.completeRequest(k1, t1, "again"),
 		{Key: k4, Token: t4, Result: []byte("r4"), Retention: 0},
 	})
-	require.Len(t, errs, 5, "CompleteBatch returns one error per item")
-	require.NoError(t, errs[0])
-	requireLeaseLost(t, errs[1], "a batch item with a stale token")
-	require.NoError(t, errs[2])
-	requireLeaseLost(t, errs[3], "a batch item completing a key an earlier item completed")
-	require.Error(t, errs[4], "a batch item with a zero retention")
-	require.NotErrorIs(t, errs[4], dedup.ErrLeaseLost)
+	require.Len(t, errs, 5, "CompleteBatch returns one error per request")
+	f.requireNoLoss(t, k1, errs[0], "CompleteBatch")
+	requireLeaseLost(t, errs[1], "a batch request with a stale token")
+	f.requireNoLoss(t, k3, errs[2], "CompleteBatch")
+	require.NoError(t, errs[3], "a batch request completing again with the token an earlier request completed with")
+	require.ErrorIs(t, errs[4], store.ErrInvalidConfig, "a batch request with a zero retention")
 
 	f.requireCompleted(t, k1, []byte("r1"))
 	f.requireCompleted(t, k3, []byte("r3"))
@@ -153,10 +222,132 @@ func testCompleteBatch(t *testing.T, f *fixture) {
 	f.requireCompleted(t, k2, []byte("r2"))
 }
 
+func testCompleteBatchTwice(t *testing.T, f *fixture) {
+	b := f.batchStore(t)
+	key := f.key("twice")
+	c := f.claim(t, key)
+	f.complete(t, key, c.Token, []byte("first"))
+	first := f.requireCompleted(t, key, []byte("first"))
+
+	errs := b.CompleteBatch(f.ctx, []store.CompleteRequest{
+		{Key: key, Token: c.Token, Result: []byte("second"), Retention: 3 * f.retention()},
+		f.completeRequest(key, staleToken(), "third"),
+	})
+	require.Len(t, errs, 2)
+	f.expectKept(t, key, errs[0] == nil, "CompleteBatch with the token that completed the record: %v", errs[0])
+	requireLeaseLost(t, errs[1], "CompleteBatch of a completed key with another token")
+	again := f.requireCompleted(t, key, []byte("first"))
+	requireSameTime(t, first.ExpiresAt, again.ExpiresAt, "completing again must not move ExpiresAt")
+}
+
+// extendWorld holds a world of keys for ExtendBatch: held ones with their
+// tokens, and a completed one.
+type extendWorld struct {
+	k      func(string) string
+	tokens map[string]store.Token
+}
+
+func (f *fixture) extendWorld(t *testing.T, name string) extendWorld {
+	t.Helper()
+	w := extendWorld{k: func(n string) string { return f.key(name + ":" + n) }, tokens: map[string]store.Token{}}
+	for _, n := range []string{"held", "held-stale", "held-bad", "held-zero"} {
+		w.tokens[n] = f.claim(t, w.k(n)).Token
+	}
+	w.tokens["done"] = f.claim(t, w.k("done")).Token
+	f.complete(t, w.k("done"), w.tokens["done"], []byte("done"))
+	return w
+}
+
+func (w extendWorld) keys() []string {
+	var keys []string
+	for n := range w.tokens {
+		keys = append(keys, w.k(n))
+	}
+	return keys
+}
+
+func (w extendWorld) requests(f *fixture) []store.ExtendRequest {
+	var zero store.Token
+	return []store.ExtendRequest{
+		{Key: w.k("held"), Token: w.tokens["held"], Lease: 2 * f.lease()},
+		{Key: w.k("held-stale"), Token: staleToken(), Lease: f.lease()},
+		{Key: "", Token: w.tokens["held"], Lease: f.lease()},
+		{Key: w.k("held-bad"), Token: w.tokens["held-bad"], Lease: 0},
+		{Key: w.k("absent"), Token: staleToken(), Lease: f.lease()},
+		{Key: w.k("done"), Token: w.tokens["done"], Lease: f.lease()},
+		{Key: w.k("held-zero"), Token: zero, Lease: f.lease()},
+		{Key: w.k("held"), Token: w.tokens["held"], Lease: 3 * f.lease()},
+	}
+}
+
+func testExtendBatchMatchesSingle(t *testing.T, f *fixture) {
+	b := f.batchStore(t)
+	batchWorld, singleWorld := f.extendWorld(t, "batch"), f.extendWorld(t, "single")
+
+	var got []error
+	w := f.during(func() { got = b.ExtendBatch(f.ctx, batchWorld.requests(f)) })
+	single := singleWorld.requests(f)
+	require.Len(t, got, len(single), "ExtendBatch returns one error per request")
+	deadline := f.earliestDeadline(append(batchWorld.keys(), singleWorld.keys()...)...)
+	for i, req := range single {
+		if diff := sameError(f.store.Extend(f.ctx, req), got[i]); diff != "" {
+			f.failOnTime(t, deadline, "request %d: %s", i, diff)
+		}
+	}
+
+	f.requireNoLoss(t, batchWorld.k("held"), got[0], "ExtendBatch")
+	requireLeaseLost(t, got[1], "a stale token")
+	require.ErrorIs(t, got[2], store.ErrInvalidKey, "an empty key")
+	require.ErrorIs(t, got[3], store.ErrInvalidConfig, "a zero lease")
+	requireLeaseLost(t, got[4], "an absent key")
+	requireLeaseLost(t, got[5], "a completed key")
+	requireLeaseLost(t, got[6], "the zero token")
+	f.requireNoLoss(t, batchWorld.k("held"), got[7], "ExtendBatch")
+
+	// The last extension of a key is the one that holds.
+	f.note(batchWorld.k("held"), w.earliest(3*f.lease()))
+	rec := f.requireHeld(t, batchWorld.k("held"), 1)
+	w.requireAt(t, 3*f.lease(), rec.LeaseUntil, "LeaseUntil after ExtendBatch")
+	f.requireCompleted(t, batchWorld.k("done"), []byte("done"))
+}
+
+func testExtendBatch(t *testing.T, f *fixture) {
+	b := f.batchStore(t)
+	k1, k2 := f.key("one"), f.key("two")
+	c1, c2 := f.claim(t, k1), f.claim(t, k2)
+	f.advance(5 * f.tick)
+
+	// k1 is extended past its first lease, k2 to an earlier deadline; both
+	// then end where the batch set them.
+	var errs []error
+	w := f.during(func() {
+		errs = b.ExtendBatch(f.ctx, []store.ExtendRequest{
+			{Key: k1, Token: c1.Token, Lease: 4 * f.lease()},
+			{Key: k2, Token: c2.Token, Lease: f.tick},
+		})
+	})
+	require.Len(t, errs, 2)
+	f.requireNoLoss(t, k1, errs[0], "ExtendBatch")
+	f.requireNoLoss(t, k2, errs[1], "ExtendBatch")
+	f.note(k1, w.earliest(4*f.lease()))
+	rec := f.requireHeld(t, k1, 1)
+	w.requireAt(t, 4*f.lease(), rec.LeaseUntil, "LeaseUntil of a key extended by ExtendBatch")
+
+	f.advance(f.tick) // past k2's shortened lease, within its first one
+	taken := f.acquire(t, k2, "")
+	require.True(t, taken.Acquired, "ExtendBatch set an earlier deadline, which has passed")
+	require.Equal(t, 2, taken.Record.Attempt)
+
+	f.advance(f.lease()) // past k1's first lease, within its extended one
+	f.requireHeld(t, k1, 1)
+}
+
 func testBatchEmpty(t *testing.T, f *fixture) {
 	b := f.batchStore(t)
 	require.Empty(t, b.AcquireBatch(f.ctx, nil))
 	require.Empty(t, b.CompleteBatch(f.ctx, nil))
+	require.Empty(t, b.ExtendBatch(f.ctx, nil))
+	require.Empty(t, b.ExtendBatch(f.ctx, []store.ExtendRequest{}))
 }
 
 func testBatchCanceled(t *testing.T, f *fixture) {
@@ -165,26 +356,39 @@ func testBatchCanceled(t *testing.T, f *fixture) {
 	cancel()
 	k1, k2 := f.key("one"), f.key("two")
 
-	outs := b.AcquireBatch(ctx, []dedup.AcquireItem{
-		{Key: k1, Request: dedup.AcquireRequest{Lease: f.lease()}},
-		{Key: k2, Request: dedup.AcquireRequest{Lease: f.lease()}},
+	outs := b.AcquireBatch(ctx, []store.AcquireRequest{
+		{Key: k1, Lease: f.lease()},
+		{Key: k2, Lease: f.lease()},
 	})
 	require.Len(t, outs, 2)
 	for i, o := range outs {
-		require.ErrorIs(t, o.Err, context.Canceled, "item %d", i)
-		require.False(t, o.Claim.Acquired, "item %d", i)
+		require.ErrorIs(t, o.Err, context.Canceled, "request %d", i)
+		require.False(t, o.Claim.Acquired, "request %d", i)
 	}
 
 	c1, c2 := f.claim(t, k1), f.claim(t, k2)
 	require.Equal(t, 1, c1.Record.Attempt, "the canceled batch must claim nothing")
-	errs := b.CompleteBatch(ctx, []dedup.CompleteItem{
-		{Key: k1, Token: c1.Token, Result: []byte("x"), Retention: f.retention()},
-		{Key: k2, Token: c2.Token, Result: []byte("x"), Retention: f.retention()},
+	errs := b.CompleteBatch(ctx, []store.CompleteRequest{
+		f.completeRequest(k1, c1.Token, "x"),
+		f.completeRequest(k2, c2.Token, "x"),
 	})
 	require.Len(t, errs, 2)
 	for i, err := range errs {
-		require.ErrorIs(t, err, context.Canceled, "item %d", i)
+		require.ErrorIs(t, err, context.Canceled, "request %d", i)
 	}
-	f.requireHeld(t, k1, 1)
-	f.requireHeld(t, k2, 1)
+
+	errs = b.ExtendBatch(ctx, []store.ExtendRequest{
+		{Key: k1, Token: c1.Token, Lease: 10 * f.lease()},
+		{Key: k2, Token: c2.Token, Lease: f.tick},
+	})
+	require.Len(t, errs, 2)
+	for i, err := range errs {
+		require.ErrorIs(t, err, context.Canceled, "request %d", i)
+	}
+
+	// The canceled batches changed nothing.
+	rec := f.requireHeld(t, k1, 1)
+	requireSameTime(t, c1.Record.LeaseUntil, rec.LeaseUntil, "a canceled ExtendBatch must not move a lease")
+	rec = f.requireHeld(t, k2, 1)
+	requireSameTime(t, c2.Record.LeaseUntil, rec.LeaseUntil, "a canceled ExtendBatch must not move a lease")
 }

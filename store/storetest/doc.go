@@ -1,22 +1,51 @@
-// Package storetest is the conformance suite of [dedup.Store]: every store
+// Package storetest is the conformance suite of [store.Store]: every store
 // of this module passes it, and a store of your own can too.
 //
-// The suite pins each rule of the contract with its own subtest: one
-// atomic claim among many concurrent Acquires, lease expiry and takeover,
-// fencing by token (a taken-over worker gets [dedup.ErrLeaseLost] and
-// overwrites nothing), Extend, Release and attempt counting, retention of
-// completed and failed records, copying of results, payload fingerprints
-// ([dedup.ErrKeyReused] in every state), and the refusal of bad input
-// (empty key, non-positive durations, zero or stale token, canceled
-// context). The optional abilities [dedup.Peeker], [dedup.BatchStore] and
-// [dedup.Inspector] are tested when the store has them and skipped
-// otherwise.
+// # What it pins
+//
+// Each rule of the contract (the package documentation of store, "Rules
+// every store keeps") has its own subtest, grouped by topic:
+//
+//   - Acquire: one atomic claim among many concurrent Acquires, of a free
+//     key, of an expired lease, of a failed record; a refused Acquire
+//     counts no attempt and reports the holder's lease.
+//   - Lifecycle: completion (the result copied, replayed to duplicates,
+//     immutable), takeover of an expired lease (attempt plus one, a new
+//     token, the old one fenced off), Extend, Release and attempt
+//     counting, LastError kept by the completed record after a failure,
+//     retention of completed and failed records.
+//   - Deadlines: a lease has expired at its LeaseUntil exactly; Extend
+//     sets now + lease even when that is earlier; a completed or failed
+//     record is gone at its ExpiresAt exactly (Acquire claims afresh with
+//     attempt 1, Get reports [store.ErrNotFound], Peek finds nothing).
+//   - Fencing: Complete, Release or Extend with a token after its lease's
+//     deadline and before a takeover either has its full effect or fails
+//     with [store.ErrLeaseLost] and has none, and then every later call
+//     with that token fails too; Complete with the token that completed
+//     the record succeeds again and keeps the first result.
+//   - Fingerprint: [store.ErrKeyReused] in every state, processing,
+//     completed, failed and processing under an expired lease, winning
+//     over the retry or takeover an equal fingerprint would get and
+//     changing nothing; an empty fingerprint is not checked; the first
+//     one is kept.
+//   - BadInput: an empty key is [store.ErrInvalidKey], a non-positive
+//     lease or retention [store.ErrInvalidConfig], a zero or stale token
+//     ErrLeaseLost, a cancelled context the context's error; a refused
+//     call changes nothing.
+//
+// The optional abilities are tested when the store has them and skipped
+// otherwise: [store.Peeker] (completed, unexpired records only, never
+// another key's), [store.BatchStore] (AcquireBatch, CompleteBatch and
+// ExtendBatch match the single-key calls request by request, in order;
+// empty batches; cancelled contexts) and [store.Inspector] (Get, Delete,
+// and Scan as an iterator: only the prefix's records, stopping when the
+// loop breaks, a failure yielded once).
 //
 // # Running it against your store
 //
 // Call [Run] from a test of your store's package with a function that
-// returns a [Harness]: the store, and how to move its clock. A store that
-// reads an injected clock takes a
+// returns a [Harness]: the store, and how to move and read its clock. A
+// store that reads an injected clock takes a
 // [github.com/dedup-go/dedup/clock.Fake] and the suite runs in
 // milliseconds:
 //
@@ -28,13 +57,26 @@
 //		})
 //	}
 //
-// A store on a server's clock cannot be advanced: its Advance sleeps, and
-// a small Tick (the suite's time unit, leases are 10 ticks) keeps the
-// sleeps short:
+// A store on a server's clock cannot be advanced: its Advance sleeps, a
+// small Tick (the suite's time unit, leases are 10 ticks) keeps the sleeps
+// short, and Now reads the server's clock:
 //
 //	storetest.Run(t, func(t *testing.T) storetest.Harness {
-//		return storetest.Harness{Store: shared, Advance: time.Sleep, Tick: 20 * time.Millisecond}
+//		return storetest.Harness{Store: shared, Advance: time.Sleep, Tick: 20 * time.Millisecond, Now: serverTime}
 //	})
+//
+// # Time checks on a busy machine
+//
+// No check depends on how fast the machine runs. A LeaseUntil or ExpiresAt
+// is checked against Now read before and after the call that set it
+// (before + d <= got <= after + d, the before reading truncated to
+// Harness.Resolution), and deadlines are passed by advancing at least to
+// them, which a sleep that runs long cannot break. A check that a lease or
+// record still holds is the one a slow machine can spoil: when it fails
+// and Now shows that the store's clock has passed the deadline in
+// question, the subtest skips as inconclusive rather than fails. Without
+// Now the suite checks only the order of times and cannot tell, so a
+// harness on real time should set it.
 //
 // # Isolation
 //

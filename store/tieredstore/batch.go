@@ -2,43 +2,50 @@ package tieredstore
 
 import (
 	"context"
+	"fmt"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store"
 )
 
 // AcquireBatch answers the keys completed in the local tier from memory
 // and sends the others to the remote store in one batch (one round trip
-// when the remote store is a dedup.BatchStore, else one call per key).
-func (s *Store) AcquireBatch(ctx context.Context, items []dedup.AcquireItem) []dedup.AcquireOutcome {
-	out := make([]dedup.AcquireOutcome, len(items))
+// when the remote store is a store.BatchStore, else one call per key).
+func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {
+	out := make([]store.AcquireOutcome, len(reqs))
+	if err := ctx.Err(); err != nil {
+		for i, req := range reqs {
+			out[i].Err = fmt.Errorf("tieredstore: acquire %q: %w", req.Key, err)
+		}
+		return out
+	}
 	var (
-		remote []dedup.AcquireItem
-		index  []int // index[j] is the item of remote[j]
+		remote []store.AcquireRequest
+		index  []int // index[j] is the request of remote[j]
 	)
-	for i, it := range items {
-		if c, err, ok := s.acquireLocal(it.Key, it.Request); ok {
-			out[i] = dedup.AcquireOutcome{Claim: c, Err: err}
+	for i, req := range reqs {
+		if c, err, ok := s.acquireLocal(req); ok {
+			out[i] = store.AcquireOutcome{Claim: c, Err: err}
 			continue
 		}
-		remote = append(remote, it)
+		remote = append(remote, req)
 		index = append(index, i)
 	}
 	if len(remote) == 0 {
 		return out
 	}
 	start := s.clock.Now()
-	var answers []dedup.AcquireOutcome
-	if b, ok := s.remote.(dedup.BatchStore); ok {
+	var answers []store.AcquireOutcome
+	if b, ok := s.remote.(store.BatchStore); ok {
 		answers = b.AcquireBatch(ctx, remote)
 	} else {
-		answers = make([]dedup.AcquireOutcome, len(remote))
-		for j, it := range remote {
-			answers[j].Claim, answers[j].Err = s.remote.Acquire(ctx, it.Key, it.Request)
+		answers = make([]store.AcquireOutcome, len(remote))
+		for j, req := range remote {
+			answers[j].Claim, answers[j].Err = s.remote.Acquire(ctx, req)
 		}
 	}
 	for j, a := range answers {
 		if a.Err == nil {
-			s.learn(remote[j].Key, a.Claim, start, remote[j].Request.Lease)
+			s.learn(remote[j], a.Claim, start)
 		}
 		out[index[j]] = a
 	}
@@ -46,20 +53,39 @@ func (s *Store) AcquireBatch(ctx context.Context, items []dedup.AcquireItem) []d
 }
 
 // CompleteBatch completes the records in the remote store (one round trip
-// when it is a dedup.BatchStore) and caches those it confirmed.
-func (s *Store) CompleteBatch(ctx context.Context, items []dedup.CompleteItem) []error {
+// when it is a store.BatchStore) and caches those it confirmed.
+func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
 	start := s.clock.Now()
 	var errs []error
-	if b, ok := s.remote.(dedup.BatchStore); ok {
-		errs = b.CompleteBatch(ctx, items)
+	if b, ok := s.remote.(store.BatchStore); ok {
+		errs = b.CompleteBatch(ctx, reqs)
 	} else {
-		errs = make([]error, len(items))
-		for i, it := range items {
-			errs[i] = s.remote.Complete(ctx, it.Key, it.Token, it.Result, it.Retention)
+		errs = make([]error, len(reqs))
+		for i, req := range reqs {
+			errs[i] = s.remote.Complete(ctx, req)
 		}
 	}
-	for i, it := range items {
-		s.completed(it.Key, it.Token, it.Result, start, it.Retention, errs[i])
+	for i, req := range reqs {
+		s.completed(ctx, req, start, errs[i])
+	}
+	return errs
+}
+
+// ExtendBatch extends the claims in the remote store (one round trip when
+// it is a store.BatchStore) and moves the noted claims as Extend does.
+func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []error {
+	start := s.clock.Now()
+	var errs []error
+	if b, ok := s.remote.(store.BatchStore); ok {
+		errs = b.ExtendBatch(ctx, reqs)
+	} else {
+		errs = make([]error, len(reqs))
+		for i, req := range reqs {
+			errs[i] = s.remote.Extend(ctx, req)
+		}
+	}
+	for i, req := range reqs {
+		s.extended(req, start, errs[i])
 	}
 	return errs
 }

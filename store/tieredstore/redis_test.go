@@ -2,6 +2,7 @@ package tieredstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -12,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/redisstore"
 	"github.com/dedup-go/dedup/store/storetest"
 	"github.com/dedup-go/dedup/store/tieredstore"
@@ -63,6 +64,39 @@ func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	}
 }
 
+// errInFlight: deliver gave up waiting for another delivery's claim.
+var errInFlight = errors.New("still in flight")
+
+// deliver handles one delivery of key through s the way a receiver does:
+// a completed record in memory answers at once (Peek), else Acquire claims
+// the key or reports who holds it. A claim runs handle and completes the
+// record with its result; a completed record replays its result; a claim
+// in flight elsewhere is waited for, up to ctx's deadline.
+func deliver(ctx context.Context, s *tieredstore.Store, key string, handle func() string) (string, error) {
+	for {
+		if rec := s.Peek(store.SplitKey(key)); rec != nil {
+			return string(rec.Result), nil
+		}
+		c, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: 10 * time.Second})
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case c.Acquired:
+			result := handle()
+			err := s.Complete(ctx, store.CompleteRequest{Key: key, Token: c.Token, Result: []byte(result), Retention: time.Hour})
+			return result, err
+		case c.Record.State == store.StateCompleted:
+			return string(c.Record.Result), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("%s: %w: %w", key, errInFlight, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 // TestLocalHitNoRedisCall: a duplicate answered by the local tier sends no
 // command to Redis; the same duplicate through a second process's tiered
 // store goes to Redis once, then is local too.
@@ -72,48 +106,69 @@ func TestLocalHitNoRedisCall(t *testing.T) {
 	c.AddHook(hook)
 	prefix := redistest.Prefix(t, c)
 	var runs atomic.Int64
-	newRcv := func() *dedup.Receiver[string, string] {
-		rcv, err := dedup.NewReceiver(overRedis(t, c, prefix), func(id string) (string, error) { return id, nil },
-			func(_ context.Context, id string) (string, error) {
-				runs.Add(1)
-				return "receipt-" + id, nil
-			}, &dedup.Config{Namespace: "pay"})
-		require.NoError(t, err)
-		return rcv
+	handle := func() string {
+		runs.Add(1)
+		return "receipt-p1"
 	}
-	first, second := newRcv(), newRcv()
-	ctx := t.Context()
+	first, second := overRedis(t, c, prefix), overRedis(t, c, prefix)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
 
-	res, err := first.Handle(ctx, "p1")
+	res, err := deliver(ctx, first, "pay:p1", handle)
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, "receipt-p1", res)
 	before := hook.n.Load()
 	require.Positive(t, before, "the hook sees the commands of a new message")
 	for range 100 {
-		res, err := first.Handle(ctx, "p1")
+		res, err := deliver(ctx, first, "pay:p1", handle)
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusDuplicate, res.Status)
-		require.Equal(t, "receipt-p1", res.Value)
+		require.Equal(t, "receipt-p1", res)
+		dup, err := first.Acquire(ctx, store.AcquireRequest{Key: "pay:p1", Lease: time.Second})
+		require.NoError(t, err)
+		require.Equal(t, store.StateCompleted, dup.Record.State)
 	}
 	require.Equal(t, before, hook.n.Load(), "local hits sent commands to Redis")
 
-	res, err = second.Handle(ctx, "p1")
+	res, err = deliver(ctx, second, "pay:p1", handle)
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
-	require.Equal(t, "receipt-p1", res.Value)
+	require.Equal(t, "receipt-p1", res)
 	require.Equal(t, before+1, hook.n.Load(), "the other process asks Redis once")
 	for range 100 {
-		_, err := second.Handle(ctx, "p1")
+		_, err := deliver(ctx, second, "pay:p1", handle)
 		require.NoError(t, err)
 	}
 	require.Equal(t, before+1, hook.n.Load(), "then answers from its own memory")
 	require.EqualValues(t, 1, runs.Load())
 }
 
-// TestTwoProcesses: two receivers with a tiered store each (two processes)
-// share one Redis; 1,000 payments are delivered 3 times each, spread over
-// both at random and concurrently. Every payment is charged exactly once and
-// every delivery is acknowledged with the first receipt.
+// TestLocalCopyKeepsLastErrorOverRedis: the local copy of a record
+// completed after a failed attempt equals the Redis record but for its
+// expiry, last error included.
+func TestLocalCopyKeepsLastErrorOverRedis(t *testing.T) {
+	c := redistest.Client(t)
+	s := overRedis(t, c, redistest.Prefix(t, c))
+	ctx := t.Context()
+	first := acquire(t, s, "ns:k", "fp")
+	require.NoError(t, s.Release(ctx, store.ReleaseRequest{Key: "ns:k", Token: first.Token, Error: "boom", Retention: time.Hour}))
+	retry := acquire(t, s, "ns:k", "fp")
+	require.Equal(t, "boom", retry.Record.LastError)
+	complete(t, s, "ns:k", retry.Token, "ok")
+
+	want, err := s.Get(ctx, "ns:k") // the remote's record
+	require.NoError(t, err)
+	local := s.Peek("ns:", "k")
+	require.NotNil(t, local)
+	require.False(t, local.ExpiresAt.After(want.ExpiresAt), "the local copy outlives the remote record")
+	want.ExpiresAt = local.ExpiresAt
+	require.Equal(t, want, *local)
+	require.Equal(t, "boom", local.LastError)
+	require.Equal(t, 2, local.Attempt)
+}
+
+// TestTwoProcesses: two tiered stores (two processes) share one Redis;
+// 1,000 payments are delivered 3 times each, spread over both at random
+// and concurrently. Every payment is charged exactly once and every
+// delivery is answered with the first receipt.
 func TestTwoProcesses(t *testing.T) {
 	c := redistest.Client(t)
 	prefix := redistest.Prefix(t, c)
@@ -121,19 +176,8 @@ func TestTwoProcesses(t *testing.T) {
 
 	var mu sync.Mutex
 	charges := map[string]int{}
-	newRcv := func(name string) *dedup.Receiver[string, string] {
-		rcv, err := dedup.NewReceiver(overRedis(t, c, prefix), func(id string) (string, error) { return id, nil },
-			func(_ context.Context, id string) (string, error) {
-				time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond) // a charge takes a while
-				mu.Lock()
-				defer mu.Unlock()
-				charges[id]++
-				return name + "/" + id, nil
-			}, &dedup.Config{Namespace: "pay", Lease: 10 * time.Second})
-		require.NoError(t, err)
-		return rcv
-	}
-	procs := []*dedup.Receiver[string, string]{newRcv("A"), newRcv("B")}
+	procs := []*tieredstore.Store{overRedis(t, c, prefix), overRedis(t, c, prefix)}
+	names := []string{"A", "B"}
 
 	type delivery struct {
 		id   string
@@ -147,31 +191,30 @@ func TestTwoProcesses(t *testing.T) {
 	}
 	rand.Shuffle(len(queue), func(i, j int) { queue[i], queue[j] = queue[j], queue[i] })
 	work := make(chan delivery)
-	receipts := make(map[string]map[string]bool) // id -> receipts acked
+	receipts := make(map[string]map[string]bool) // id -> receipts answered
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 	var wg sync.WaitGroup
-	ctx := t.Context()
 	for range workers {
 		wg.Go(func() {
 			for d := range work {
-				for {
-					res, err := procs[d.proc].Handle(ctx, d.id)
-					dec := dedup.Decide(res, err, procs[d.proc].Policy())
-					if dec.Action == dedup.Retry { // in flight in the other process
-						time.Sleep(time.Millisecond)
-						continue
-					}
-					if dec.Action != dedup.Ack {
-						t.Errorf("%s: %v %v", d.id, dec.Action, dec.Err)
-						break
-					}
+				res, err := deliver(ctx, procs[d.proc], "pay:"+d.id, func() string {
+					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond) // a charge takes a while
 					mu.Lock()
-					if receipts[d.id] == nil {
-						receipts[d.id] = map[string]bool{}
-					}
-					receipts[d.id][res.Value] = true
-					mu.Unlock()
-					break
+					defer mu.Unlock()
+					charges[d.id]++
+					return names[d.proc] + "/" + d.id
+				})
+				if err != nil {
+					t.Errorf("%s: %v", d.id, err)
+					continue
 				}
+				mu.Lock()
+				if receipts[d.id] == nil {
+					receipts[d.id] = map[string]bool{}
+				}
+				receipts[d.id][res] = true
+				mu.Unlock()
 			}
 		})
 	}

@@ -5,17 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
-	"github.com/dedup-go/dedup/store/memstore"
+	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/internal/memcore"
 )
 
 // Defaults of Options.
 const (
+	DefaultCapacity    = memcore.DefaultCapacity
 	DefaultMaxLocalTTL = 5 * time.Minute
 	DefaultClockSkew   = time.Second
 )
@@ -24,8 +24,9 @@ const (
 // field takes its default.
 type Options struct {
 	// Capacity bounds the completed records kept locally, least recently
-	// used first out. Must not be negative. Defaults to
-	// memstore.DefaultCapacity.
+	// used first out, and separately the claims of this process noted so
+	// that their records can be cached on completion. Must not be negative.
+	// Defaults to DefaultCapacity (100_000).
 	Capacity int
 
 	// MaxLocalTTL bounds how long a record is answered locally, whatever
@@ -47,49 +48,33 @@ type Options struct {
 	Clock clock.Clock
 }
 
-// Store is a dedup.Store that keeps completed records in process memory in
+// Store is a store.Store that keeps completed records in process memory in
 // front of a remote store. It is safe for concurrent use.
 type Store struct {
-	remote      dedup.Store
-	local       *memstore.Store
+	remote      store.Store
+	local       *memcore.Store
 	clock       clock.Clock
 	maxLocalTTL time.Duration
 	clockSkew   time.Duration
-	capacity    int
 
-	mu sync.Mutex
-	// claims remembers what Complete needs to cache a record (its attempt
-	// and fingerprint) for the claims this process holds, bounded by
-	// capacity.
-	claims map[string]held
-	// nextLeaseEnd is no later than the earliest leaseUntil in claims (zero
-	// when unknown), as in memstore.
-	nextLeaseEnd time.Time
+	claims claims
 
 	localHits atomic.Uint64
 	cached    atomic.Uint64
 }
 
-// held is a claim of this process on the remote store.
-type held struct {
-	token       dedup.Token
-	attempt     int
-	fingerprint string
-	leaseUntil  time.Time // on the local clock
-}
-
 var (
-	_ dedup.Store      = (*Store)(nil)
-	_ dedup.Peeker     = (*Store)(nil)
-	_ dedup.BatchStore = (*Store)(nil)
-	_ dedup.Inspector  = (*Store)(nil)
+	_ store.Store      = (*Store)(nil)
+	_ store.Peeker     = (*Store)(nil)
+	_ store.BatchStore = (*Store)(nil)
+	_ store.Inspector  = (*Store)(nil)
 )
 
 // New returns a Store caching the completed records of remote. A nil opts
 // means all defaults.
-func New(remote dedup.Store, opts *Options) (*Store, error) {
+func New(remote store.Store, opts *Options) (*Store, error) {
 	if remote == nil {
-		return nil, fmt.Errorf("tieredstore: %w: the remote store is nil", dedup.ErrInvalidConfig)
+		return nil, fmt.Errorf("tieredstore: %w: the remote store is nil", store.ErrInvalidConfig)
 	}
 	var o Options
 	if opts != nil {
@@ -100,13 +85,17 @@ func New(remote dedup.Store, opts *Options) (*Store, error) {
 		d    time.Duration
 	}{{"MaxLocalTTL", o.MaxLocalTTL}, {"ClockSkew", o.ClockSkew}} {
 		if f.d < 0 {
-			return nil, fmt.Errorf("tieredstore: %w: %s is %v, it must not be negative", dedup.ErrInvalidConfig, f.name, f.d)
+			return nil, fmt.Errorf("tieredstore: %w: %s is %v, it must not be negative", store.ErrInvalidConfig, f.name, f.d)
 		}
 	}
+	if o.Capacity < 0 {
+		return nil, fmt.Errorf("tieredstore: %w: Capacity is %d, it must not be negative", store.ErrInvalidConfig, o.Capacity)
+	}
+	o.Capacity = cmp.Or(o.Capacity, DefaultCapacity)
 	if o.Clock == nil {
 		o.Clock = clock.Real()
 	}
-	local, err := memstore.New(&memstore.Options{Capacity: o.Capacity, Clock: o.Clock})
+	local, err := memcore.New(&memcore.Options{Capacity: o.Capacity, Clock: o.Clock})
 	if err != nil {
 		return nil, fmt.Errorf("tieredstore: %w", err)
 	}
@@ -116,16 +105,15 @@ func New(remote dedup.Store, opts *Options) (*Store, error) {
 		clock:       o.Clock,
 		maxLocalTTL: cmp.Or(o.MaxLocalTTL, DefaultMaxLocalTTL),
 		clockSkew:   cmp.Or(o.ClockSkew, DefaultClockSkew),
-		capacity:    cmp.Or(o.Capacity, memstore.DefaultCapacity),
-		claims:      make(map[string]held),
+		claims:      claims{clock: o.Clock, capacity: o.Capacity, held: make(map[string]held)},
 	}, nil
 }
 
 // Remote returns the remote store.
-func (s *Store) Remote() dedup.Store { return s.remote }
+func (s *Store) Remote() store.Store { return s.remote }
 
 // Peek answers a completed record from the local tier, without I/O.
-func (s *Store) Peek(prefix, id string) *dedup.Record {
+func (s *Store) Peek(prefix, id string) *store.Record {
 	rec := s.local.Peek(prefix, id)
 	if rec != nil {
 		s.localHits.Add(1)
@@ -135,42 +123,54 @@ func (s *Store) Peek(prefix, id string) *dedup.Record {
 
 // Acquire answers a key completed in the local tier at once; anything else
 // goes to the remote store. A completed record the remote store reports is
-// cached.
-func (s *Store) Acquire(ctx context.Context, key string, req dedup.AcquireRequest) (dedup.Claim, error) {
-	if c, err, ok := s.acquireLocal(key, req); ok {
+// cached, and a claim it grants is noted so that Complete can cache its
+// record.
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Claim{}, fmt.Errorf("tieredstore: acquire %q: %w", req.Key, err)
+	}
+	if c, err, ok := s.acquireLocal(req); ok {
 		return c, err
 	}
 	start := s.clock.Now()
-	c, err := s.remote.Acquire(ctx, key, req)
+	c, err := s.remote.Acquire(ctx, req)
 	if err == nil {
-		s.learn(key, c, start, req.Lease)
+		s.learn(req, c, start)
 	}
 	return c, err
 }
 
-// acquireLocal answers Acquire from the local tier when it holds key; ok
-// is false when the remote store must answer.
-func (s *Store) acquireLocal(key string, req dedup.AcquireRequest) (c dedup.Claim, err error, ok bool) {
-	if key == "" || req.Lease <= 0 {
-		return dedup.Claim{}, nil, false // the remote store reports the bad input
+// acquireLocal answers Acquire from the local tier when it holds the key;
+// ok is false when the remote store must answer.
+func (s *Store) acquireLocal(req store.AcquireRequest) (c store.Claim, err error, ok bool) {
+	if req.Key == "" || req.Lease <= 0 {
+		return store.Claim{}, nil, false // the remote store reports the bad input
 	}
-	rec := s.Peek(dedup.SplitKey(key))
+	rec := s.Peek(store.SplitKey(req.Key))
 	if rec == nil {
-		return dedup.Claim{}, nil, false
+		return store.Claim{}, nil, false
 	}
 	if rec.Fingerprint != "" && req.Fingerprint != "" && rec.Fingerprint != req.Fingerprint {
-		return dedup.Claim{}, fmt.Errorf("tieredstore: acquire %q: %w: the completed record has another fingerprint", key, dedup.ErrKeyReused), true
+		return store.Claim{}, fmt.Errorf("tieredstore: acquire %q: %w: the completed record has another fingerprint", req.Key, store.ErrKeyReused), true
 	}
-	return dedup.Claim{Record: *rec}, nil, true
+	return store.Claim{Record: *rec}, nil, true
 }
 
 // learn acts on the remote store's answer to Acquire: it caches a completed
 // record, or notes a claim so that Complete can cache its record.
-func (s *Store) learn(key string, c dedup.Claim, start time.Time, lease time.Duration) {
+func (s *Store) learn(req store.AcquireRequest, c store.Claim, start time.Time) {
 	switch {
 	case c.Acquired:
-		s.hold(key, held{token: c.Token, attempt: c.Record.Attempt, fingerprint: c.Record.Fingerprint, leaseUntil: start.Add(lease)})
-	case c.Record.State == dedup.StateCompleted:
+		// A completed record keeps what its claim's record holds: the
+		// attempt count, the fingerprint kept, and the last failure.
+		s.claims.hold(req.Key, held{
+			token:       c.Token,
+			attempt:     c.Record.Attempt,
+			fingerprint: c.Record.Fingerprint,
+			lastError:   c.Record.LastError,
+			leaseUntil:  start.Add(req.Lease),
+		})
+	case c.Record.State == store.StateCompleted:
 		// The expiry is on the remote's clock: keep a margin for skew.
 		s.remember(c.Record, start, c.Record.ExpiresAt.Add(-s.clockSkew))
 	}
@@ -178,7 +178,7 @@ func (s *Store) learn(key string, c dedup.Claim, start time.Time, lease time.Dur
 
 // remember caches a completed record until expires, or MaxLocalTTL after
 // start if sooner.
-func (s *Store) remember(rec dedup.Record, start, expires time.Time) {
+func (s *Store) remember(rec store.Record, start, expires time.Time) {
 	if limit := start.Add(s.maxLocalTTL); limit.Before(expires) {
 		expires = limit
 	}
@@ -191,108 +191,75 @@ func (s *Store) remember(rec dedup.Record, start, expires time.Time) {
 	}
 }
 
-// hold notes a claim of this process. When capacity claims are noted, those
-// whose lease ended are forgotten first; if none has, the claim is not
-// noted and its record is simply not cached on completion.
-func (s *Store) hold(key string, h held) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.claims) >= s.capacity && !s.sweep() {
-		return
-	}
-	s.claims[key] = h
-	if s.nextLeaseEnd.IsZero() || h.leaseUntil.Before(s.nextLeaseEnd) {
-		s.nextLeaseEnd = h.leaseUntil
-	}
-}
-
-// sweep forgets the noted claims whose lease ended and reports whether
-// room was made. It walks them only once some lease has ended since the
-// last walk, so a table full of live claims costs nothing. Under s.mu.
-func (s *Store) sweep() bool {
-	now := s.clock.Now()
-	if !s.nextLeaseEnd.IsZero() && now.Before(s.nextLeaseEnd) {
-		return false
-	}
-	var next time.Time
-	for k, h := range s.claims {
-		switch {
-		case !now.Before(h.leaseUntil):
-			delete(s.claims, k)
-		case next.IsZero() || h.leaseUntil.Before(next):
-			next = h.leaseUntil
-		}
-	}
-	s.nextLeaseEnd = next
-	return len(s.claims) < s.capacity
-}
-
-// unhold forgets the claim of token on key and returns it.
-func (s *Store) unhold(key string, token dedup.Token) (held, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h, ok := s.claims[key]
-	if !ok || h.token != token {
-		return held{}, false
-	}
-	delete(s.claims, key)
-	return h, true
-}
-
 // Complete completes the record in the remote store, then caches it
 // locally until its retention ends as measured from before the call, so
 // the copy never outlives the remote record.
-func (s *Store) Complete(ctx context.Context, key string, token dedup.Token, result []byte, retention time.Duration) error {
+//
+// Whether the token holds the key, and whether the record it already
+// completed may be completed again, is the remote store's answer alone:
+// the local tier never answers Complete, Release or Extend.
+func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
 	start := s.clock.Now()
-	err := s.remote.Complete(ctx, key, token, result, retention)
-	s.completed(key, token, result, start, retention, err)
+	err := s.remote.Complete(ctx, req)
+	s.completed(ctx, req, start, err)
 	return err
 }
 
 // completed caches a record the remote store confirmed, and forgets the
 // claim unless the call failed in a way that leaves it held.
-func (s *Store) completed(key string, token dedup.Token, result []byte, start time.Time, retention time.Duration, err error) {
-	if err != nil && !errors.Is(err, dedup.ErrLeaseLost) {
+func (s *Store) completed(ctx context.Context, req store.CompleteRequest, start time.Time, err error) {
+	if err != nil && !errors.Is(err, store.ErrLeaseLost) {
 		return // the claim may still hold: a retried Complete can cache
 	}
-	h, ok := s.unhold(key, token)
+	h, ok := s.claims.unhold(req.Key, req.Token)
 	if !ok || err != nil {
+		// Not noted (over the bound, or already completed through this
+		// Store: the first completion cached the first result), or refused.
 		return
 	}
-	s.remember(dedup.Record{
-		Key:         key,
-		State:       dedup.StateCompleted,
+	if hc, ok := store.ClaimFromContext(ctx); ok && hc.Key == req.Key && hc.Token == req.Token && hc.Completed() {
+		// The handler completed the record in its own transaction, so the
+		// remote store keeps that first result, which need not be
+		// req.Result: the next Acquire learns the record from the remote.
+		return
+	}
+	s.remember(store.Record{
+		Key:         req.Key,
+		State:       store.StateCompleted,
 		Attempt:     h.attempt,
 		Fingerprint: h.fingerprint,
-		Result:      result,
-	}, start, start.Add(retention))
+		Result:      req.Result,
+		LastError:   h.lastError,
+	}, start, start.Add(req.Retention))
 }
 
 // Release goes to the remote store: failed records are never cached.
-func (s *Store) Release(ctx context.Context, key string, token dedup.Token, failure dedup.Failure) error {
-	err := s.remote.Release(ctx, key, token, failure)
-	if err == nil || errors.Is(err, dedup.ErrLeaseLost) {
-		s.unhold(key, token)
+func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
+	err := s.remote.Release(ctx, req)
+	if err == nil || errors.Is(err, store.ErrLeaseLost) {
+		s.claims.unhold(req.Key, req.Token)
 	}
 	return err
 }
 
-// Extend goes to the remote store.
-func (s *Store) Extend(ctx context.Context, key string, token dedup.Token, lease time.Duration) error {
+// Extend goes to the remote store; the noted claim follows its answer.
+func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
 	start := s.clock.Now()
-	err := s.remote.Extend(ctx, key, token, lease)
-	switch {
-	case errors.Is(err, dedup.ErrLeaseLost):
-		s.unhold(key, token)
-	case err == nil:
-		s.mu.Lock()
-		if h, ok := s.claims[key]; ok && h.token == token {
-			h.leaseUntil = start.Add(lease)
-			s.claims[key] = h
-		}
-		s.mu.Unlock()
-	}
+	err := s.remote.Extend(ctx, req)
+	s.extended(req, start, err)
 	return err
+}
+
+// extended updates the noted claim after the remote store answered Extend:
+// a lost lease forgets it, an extended one moves its deadline (earlier too,
+// as the remote's did).
+func (s *Store) extended(req store.ExtendRequest, start time.Time, err error) {
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		s.claims.unhold(req.Key, req.Token)
+	case err == nil:
+		s.claims.extend(req.Key, req.Token, start.Add(req.Lease))
+	}
 }
 
 // Stats counts the local tier's work.

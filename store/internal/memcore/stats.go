@@ -1,4 +1,4 @@
-package memstore
+package memcore
 
 // Stats is a snapshot of a Store's size and of what it had to forget.
 type Stats struct {
@@ -11,11 +11,9 @@ type Stats struct {
 	// Capacity is the bound of Len, and separately of InFlight.
 	Capacity int
 	// Evictions counts completed records evicted for room before their
-	// retention ended. Each one is a key whose duplicate would run the
-	// handler again; a steadily growing count means Capacity is too small
-	// for the retention and the message rate. Evicted failed records and
-	// expired ones are not counted: forgetting them loses an attempt count
-	// at most.
+	// retention ended: each one is a key whose duplicate would run the
+	// handler again. Evicted failed records and expired ones are not
+	// counted.
 	Evictions uint64
 }
 

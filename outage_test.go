@@ -1,0 +1,171 @@
+package dedup_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/clock"
+)
+
+// outcome is a Handle result sent from the goroutine that ran it.
+type outcome struct {
+	res dedup.Result[string]
+	err error
+}
+
+// handleAsync runs rcv.Handle on its own goroutine.
+func handleAsync(ctx context.Context, rcv *dedup.Receiver[order, string], o order) <-chan outcome {
+	ch := make(chan outcome, 1)
+	go func() {
+		res, err := rcv.Handle(ctx, o)
+		ch <- outcome{res, err}
+	}()
+	return ch
+}
+
+// waitFor polls cond until it holds, failing the test after 10 seconds of
+// wall time: a regression fails fast instead of hanging.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// advanceUntil advances clk by step until ch yields, failing after 10
+// seconds of wall time.
+func advanceUntil(t *testing.T, clk *clock.Fake, step time.Duration, ch <-chan outcome) outcome {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case o := <-ch:
+			return o
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for Handle to return")
+		}
+		clk.Advance(step)
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCompletionRetriedWhileLeaseHolds: the store goes down between the
+// handler's success and its completion. The receiver keeps retrying the
+// completion while its lease holds, answers in-process duplicates from the
+// result it holds meanwhile, and records it once the store is back: another
+// process never runs the handler a second time.
+func TestCompletionRetriedWhileLeaseHolds(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	st := &faultyStore{Store: newMemstore(t, clk)}
+	var effects atomic.Int64
+	h := func(ctx context.Context, o order) (string, error) {
+		effects.Add(1)
+		st.down.Store(true) // the store goes away while the handler runs
+		return "charged", nil
+	}
+	cfg := &dedup.Config{Clock: clk, Lease: testLease, Namespace: "billing"}
+	rcv := newReceiver(t, st, h, cfg)
+	other := newReceiver(t, st, h, cfg) // another process on the same store
+
+	first := handleAsync(t.Context(), rcv, order{ID: "o-1"})
+	waitFor(t, "the completion to be retried", func() bool { return clk.Pending() >= 2 }) // the heartbeat and a retry's wait
+
+	dup, err := rcv.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusDuplicate, dup.Status, "an in-process duplicate is answered from the result held")
+	require.Equal(t, "charged", dup.Value)
+	_, err = other.Handle(t.Context(), order{ID: "o-1"})
+	require.ErrorIs(t, err, dedup.ErrStoreUnavailable, "fail-closed elsewhere while the store is down")
+
+	clk.Advance(testLease / 2) // an outage shorter than the lease
+	st.down.Store(false)
+	o := advanceUntil(t, clk, 100*time.Millisecond, first)
+	require.NoError(t, o.err)
+	require.Equal(t, dedup.StatusProcessed, o.res.Status)
+	require.NoError(t, o.res.Problem, "the completion was recorded once the store came back")
+
+	clk.Advance(3 * testLease) // long past the first claim's lease
+	res, err := other.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, "charged", res.Value)
+	require.Equal(t, int64(1), effects.Load(), "no double effect")
+	require.Zero(t, rcv.Stats().ResultsNotStored)
+}
+
+// TestCompletionGivesUpWhenLeaseEnds: a store that stays down past the
+// lease: the receiver stops retrying before the lease ends, acks (the
+// effect happened) and reports the result as not stored.
+func TestCompletionGivesUpWhenLeaseEnds(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	st := &faultyStore{Store: newMemstore(t, clk)}
+	var gaveUpAt time.Time
+	rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
+		st.down.Store(true)
+		return "charged", nil
+	}, &dedup.Config{Clock: clk, Lease: testLease})
+
+	o := advanceUntil(t, clk, time.Second, handleAsync(t.Context(), rcv, order{ID: "o-1"}))
+	gaveUpAt = clk.Now()
+	require.NoError(t, o.err)
+	require.Equal(t, dedup.StatusProcessed, o.res.Status)
+	require.ErrorIs(t, o.res.Problem, dedup.ErrResultNotStored)
+	require.ErrorIs(t, o.res.Problem, dedup.ErrStoreUnavailable)
+	require.Equal(t, dedup.Ack, rcv.Decide(o.res, o.err).Action)
+	require.True(t, gaveUpAt.Before(epoch.Add(testLease+time.Second)), "gave up at %v, within the lease (one step of slack)", gaveUpAt.Sub(epoch))
+	require.Equal(t, uint64(1), rcv.Stats().ResultsNotStored)
+}
+
+// TestUnconfirmedLeaseEndsLocally: a worker cut off from the store cannot
+// extend its lease. When the lease ends by its own clock (less a margin),
+// its handler is cancelled with ErrLeaseLost, before another process could
+// take the key over, and the broker stops hearing that it is in progress.
+func TestUnconfirmedLeaseEndsLocally(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	st := &faultyStore{Store: newMemstore(t, clk)}
+	var beats atomic.Int64
+	var cancelledAt atomic.Int64
+	keyOf := func(o beatingOrder) (string, error) { return o.ID, nil }
+	rcv, err := dedup.NewReceiver(st, keyOf, func(ctx context.Context, o beatingOrder) (string, error) {
+		st.down.Store(true) // cut off from the store
+		<-ctx.Done()
+		cancelledAt.Store(int64(clk.Now().Sub(epoch)))
+		return "", context.Cause(ctx)
+	}, &dedup.Config{Clock: clk, Lease: testLease})
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := rcv.Handle(context.Background(), beatingOrder{ID: "o-1", beats: &beats})
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	var herr error
+	for herr == nil {
+		select {
+		case herr = <-done:
+			continue
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "the handler was never cancelled")
+		clk.Advance(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	require.ErrorIs(t, herr, dedup.ErrLeaseLost)
+	require.Less(t, time.Duration(cancelledAt.Load()), testLease, "cancelled before the store's lease could end")
+	require.Zero(t, beats.Load(), "no InProgress for a lease that was never confirmed")
+}

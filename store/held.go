@@ -1,0 +1,47 @@
+package store
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// HeldClaim is the claim a handler runs under, reachable from the handler's
+// context through ClaimFromContext (dedup.ClaimFromContext is the same
+// function). A store that can complete the record inside the handler's own
+// transaction (pgstore.CompleteTx) reads the key, token and retention here
+// and calls MarkCompleted, so the receiver does not complete it again.
+type HeldClaim struct {
+	// Key is the record's key.
+	Key string
+	// Token fences the claim.
+	Token Token
+	// Attempt is the claim's attempt number, 1 for the first.
+	Attempt int
+	// Retention is how long the receiver keeps completed records.
+	Retention time.Duration
+
+	completed atomic.Bool
+}
+
+// MarkCompleted records that the handler completed the record itself, with
+// this claim's token. The receiver then skips its own Complete.
+func (h *HeldClaim) MarkCompleted() { h.completed.Store(true) }
+
+// Completed reports whether MarkCompleted was called.
+func (h *HeldClaim) Completed() bool { return h.completed.Load() }
+
+type heldKey struct{}
+
+// ContextWithClaim returns ctx carrying h. The receiver calls it before the
+// handler runs.
+func ContextWithClaim(ctx context.Context, h *HeldClaim) context.Context {
+	return context.WithValue(ctx, heldKey{}, h)
+}
+
+// ClaimFromContext returns the claim the handler running under ctx holds,
+// or false outside a handler.
+func ClaimFromContext(ctx context.Context) (*HeldClaim, bool) {
+	h, ok := ctx.Value(heldKey{}).(*HeldClaim)
+	return h, ok && h != nil
+}

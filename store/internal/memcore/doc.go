@@ -1,0 +1,11 @@
+// Package memcore is the in-memory store behind store/memstore and the
+// local tier of store/tieredstore: a bounded LRU of completed and failed
+// records beside a map of processing claims, under one mutex, on an
+// injected clock, with no goroutine of its own.
+//
+// It is internal so that what only a tier needs ([Store.Remember], which
+// caches a record another store confirmed) stays out of memstore's public
+// API. memstore documents the behaviour users rely on; this package keeps
+// every rule of the store contract (package store), and the conformance
+// suite runs against it through memstore.
+package memcore

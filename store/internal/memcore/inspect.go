@@ -1,0 +1,85 @@
+package memcore
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"slices"
+	"strings"
+
+	"github.com/dedup-go/dedup/store"
+)
+
+// Get returns the record of key, in whatever state, or an error matching
+// store.ErrNotFound. Unlike Peek, it does not count as a use of the record.
+func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Record{}, fmt.Errorf("memstore: get %q: %w", key, err)
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.claims[key]; ok {
+		return c.record(key), nil
+	}
+	if e, ok := s.settled.Peek(split(key)); ok && !expired(&e.rec, now) {
+		return e.rec, nil
+	}
+	return store.Record{}, fmt.Errorf("memstore: get %q: %w", key, store.ErrNotFound)
+}
+
+// Delete forgets key, whatever its state: a duplicate arriving later is
+// processed again, and the holder of a deleted claim gets ErrLeaseLost.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: delete %q: %w", key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.claims, key)
+	s.settled.Remove(split(key))
+	return nil
+}
+
+// Scan yields every unexpired record whose key starts with prefix, in key
+// order. The records are a snapshot taken under the lock when iteration
+// starts, yielded after releasing it, so the loop body may call the store.
+// A cancelled context is yielded once, as a zero Record with its error, and
+// ends the scan.
+func (s *Store) Scan(ctx context.Context, prefix string) iter.Seq2[store.Record, error] {
+	return func(yield func(store.Record, error) bool) {
+		if err := ctx.Err(); err != nil {
+			yield(store.Record{}, fmt.Errorf("memstore: scan %q: %w", prefix, err))
+			return
+		}
+		for _, rec := range s.snapshot(prefix) {
+			if err := ctx.Err(); err != nil {
+				yield(store.Record{}, fmt.Errorf("memstore: scan %q: %w", prefix, err))
+				return
+			}
+			if !yield(rec, nil) {
+				return
+			}
+		}
+	}
+}
+
+// snapshot returns the unexpired records under prefix, sorted by key.
+func (s *Store) snapshot(prefix string) []store.Record {
+	now := s.clock.Now()
+	s.mu.Lock()
+	var recs []store.Record
+	for key, c := range s.claims {
+		if strings.HasPrefix(key, prefix) {
+			recs = append(recs, c.record(key))
+		}
+	}
+	for _, e := range s.settled.Values() {
+		if strings.HasPrefix(e.rec.Key, prefix) && !expired(&e.rec, now) {
+			recs = append(recs, e.rec)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(recs, func(a, b store.Record) int { return strings.Compare(a.Key, b.Key) })
+	return recs
+}

@@ -1,0 +1,417 @@
+package memcore
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/store"
+)
+
+// DefaultCapacity is the Capacity of a Store whose Options leave it zero.
+const DefaultCapacity = 100_000
+
+// Options configures a Store. A nil *Options means all defaults; a zero
+// field takes its default.
+type Options struct {
+	// Capacity bounds the completed and failed records kept (the least
+	// recently used one is evicted past it), and separately the processing
+	// claims (Acquire fails with store.ErrUnavailable past it). Must not be
+	// negative. Defaults to DefaultCapacity.
+	Capacity int
+
+	// Clock is the time source of leases and retention. Defaults to
+	// clock.Real().
+	Clock clock.Clock
+}
+
+// Store is a store.Store held in process memory. It is safe for concurrent
+// use; every method takes one mutex once.
+//
+// The Result of a record it returns is shared with the store, so that a
+// replay copies nothing: treat it as read-only.
+type Store struct {
+	clock    clock.Clock
+	capacity int
+
+	mu sync.Mutex
+	// settled holds completed and failed records, bounded by capacity,
+	// under their keys cut in two (see store.SplitKey) so that Peek finds
+	// them without joining namespace and id.
+	settled *simplelru.LRU[splitKey, *entry]
+	// claims holds processing records. They live outside the LRU because
+	// evicting one would let a second delivery run while the first still
+	// works: the one thing this library exists to prevent. A key is in
+	// claims or in settled, never in both.
+	claims map[string]claim
+	// nextLeaseEnd is no later than the earliest LeaseUntil in claims (zero
+	// when unknown), so a full Acquire can tell that no lease has expired
+	// without walking every claim.
+	nextLeaseEnd time.Time
+	evictions    uint64
+}
+
+var (
+	_ store.Store      = (*Store)(nil)
+	_ store.Peeker     = (*Store)(nil)
+	_ store.BatchStore = (*Store)(nil)
+	_ store.Inspector  = (*Store)(nil)
+)
+
+// splitKey is a key cut by store.SplitKey; its parts share the key's memory.
+type splitKey struct{ prefix, id string }
+
+func split(key string) splitKey {
+	prefix, id := store.SplitKey(key)
+	return splitKey{prefix, id}
+}
+
+// entry is a settled record with what the contract needs beyond it: the
+// token that completed it, so that Complete with that token again succeeds
+// without a change. It stays out of store.Record, which callers see.
+type entry struct {
+	rec store.Record
+	// token completed rec; zero for a failed or remembered record, which
+	// no token completes again.
+	token store.Token
+}
+
+// claim is a processing record without the fields a processing record
+// never uses, small enough for the map to keep it inline.
+type claim struct {
+	token       store.Token
+	attempt     int
+	fingerprint string
+	lastError   string
+	leaseUntil  time.Time
+}
+
+func (c *claim) record(key string) store.Record {
+	return store.Record{
+		Key:         key,
+		State:       store.StateProcessing,
+		Attempt:     c.attempt,
+		Fingerprint: c.fingerprint,
+		LastError:   c.lastError,
+		LeaseUntil:  c.leaseUntil,
+	}
+}
+
+// New returns an empty Store. A nil opts means all defaults.
+func New(opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Capacity < 0 {
+		return nil, fmt.Errorf("memstore: %w: Capacity is %d, it must not be negative", store.ErrInvalidConfig, o.Capacity)
+	}
+	o.Capacity = cmp.Or(o.Capacity, DefaultCapacity)
+	if o.Clock == nil {
+		o.Clock = clock.Real()
+	}
+	// Eviction is done by hand in settle, which must count it, so the LRU
+	// gets no callback (simplelru would also call it on every Remove).
+	settled, err := simplelru.NewLRU[splitKey, *entry](o.Capacity, nil)
+	if err != nil {
+		return nil, fmt.Errorf("memstore: %w", err)
+	}
+	return &Store{
+		clock:    o.Clock,
+		capacity: o.Capacity,
+		settled:  settled,
+		claims:   make(map[string]claim),
+	}, nil
+}
+
+// Acquire claims req.Key if it is absent, failed, or processing under an
+// expired lease, and reports the record holding it otherwise. It fails with
+// store.ErrUnavailable when Capacity claims are already processing.
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w", req.Key, err)
+	}
+	if err := checkAcquire(req); err != nil {
+		return store.Claim{}, err
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.acquire(req, now)
+}
+
+func checkAcquire(req store.AcquireRequest) error {
+	if req.Key == "" {
+		return errEmptyKey("acquire")
+	}
+	if req.Lease <= 0 {
+		return fmt.Errorf("memstore: acquire %q: %w: the lease is %v, it must be positive", req.Key, store.ErrInvalidConfig, req.Lease)
+	}
+	return nil
+}
+
+// acquire is Acquire on checked arguments, under s.mu.
+func (s *Store) acquire(req store.AcquireRequest, now time.Time) (store.Claim, error) {
+	key := req.Key
+	if c, ok := s.claims[key]; ok {
+		// The fingerprint is checked first: a reused key is refused even
+		// when the lease expired and an equal fingerprint would take over.
+		if reused(c.fingerprint, req.Fingerprint) {
+			return store.Claim{}, errReused(key, store.StateProcessing)
+		}
+		if now.Before(c.leaseUntil) {
+			return store.Claim{Record: c.record(key)}, nil
+		}
+		// The holder's lease expired: take the key over in place, which
+		// needs no room.
+		c.token = store.NewToken()
+		c.attempt++
+		c.fingerprint = cmp.Or(c.fingerprint, req.Fingerprint)
+		c.leaseUntil = now.Add(req.Lease)
+		s.claims[key] = c
+		s.noteLease(c.leaseUntil)
+		return store.Claim{Acquired: true, Token: c.token, Record: c.record(key)}, nil
+	}
+
+	var prev store.Record // the failed record being retried, if any
+	sk := split(key)
+	if e, ok := s.settled.Peek(sk); ok {
+		switch {
+		case expired(&e.rec, now):
+			s.settled.Remove(sk)
+		case reused(e.rec.Fingerprint, req.Fingerprint):
+			return store.Claim{}, errReused(key, e.rec.State)
+		case e.rec.State == store.StateCompleted:
+			s.settled.Get(sk) // a replayed record is in use: keep it longest
+			return store.Claim{Record: e.rec}, nil
+		default:
+			prev = e.rec
+		}
+	}
+	if len(s.claims) >= s.capacity && !s.sweep(now) {
+		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w: %d records are processing, the limit set by Options.Capacity", key, store.ErrUnavailable, len(s.claims))
+	}
+	if prev.State == store.StateFailed {
+		s.settled.Remove(sk)
+	}
+	c := claim{
+		token:       store.NewToken(),
+		attempt:     prev.Attempt + 1,
+		fingerprint: cmp.Or(prev.Fingerprint, req.Fingerprint),
+		lastError:   prev.LastError,
+		leaseUntil:  now.Add(req.Lease),
+	}
+	s.claims[key] = c
+	s.noteLease(c.leaseUntil)
+	return store.Claim{Acquired: true, Token: c.token, Record: c.record(key)}, nil
+}
+
+// noteLease keeps nextLeaseEnd no later than t, a lease just granted.
+func (s *Store) noteLease(t time.Time) {
+	if s.nextLeaseEnd.IsZero() || t.Before(s.nextLeaseEnd) {
+		s.nextLeaseEnd = t
+	}
+}
+
+// sweep forgets the claims whose lease expired, so that a worker that
+// crashed does not hold room forever, and reports whether room was made.
+// It walks every claim, but only once some lease has ended since the last
+// walk, so a store full of live claims refuses Acquire in constant time.
+// A swept claim is gone with its attempt count; its holder's later calls
+// fail with ErrLeaseLost, all of them.
+func (s *Store) sweep(now time.Time) bool {
+	if !s.nextLeaseEnd.IsZero() && now.Before(s.nextLeaseEnd) {
+		return false
+	}
+	var next time.Time
+	for key, c := range s.claims {
+		if !now.Before(c.leaseUntil) {
+			delete(s.claims, key)
+			continue
+		}
+		if next.IsZero() || c.leaseUntil.Before(next) {
+			next = c.leaseUntil
+		}
+	}
+	s.nextLeaseEnd = next
+	return len(s.claims) < s.capacity
+}
+
+// Complete stores a copy of req.Result for the key held by req.Token and
+// keeps it, immutable, for req.Retention. A claim whose lease expired still
+// completes while no other Acquire has taken the key over. Completing again
+// with the token that completed the record succeeds and changes nothing.
+func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
+	if err := checkSettle(ctx, "complete", req.Key, req.Token, req.Retention); err != nil {
+		return err
+	}
+	// Copied outside the lock: callers reuse their buffers.
+	result := bytes.Clone(req.Result)
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.complete(req, result, now)
+}
+
+// checkSettle checks the arguments of Complete and Release. A zero token
+// never holds a key, so it gets ErrLeaseLost like any other stale token.
+func checkSettle(ctx context.Context, op, key string, token store.Token, retention time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: %s %q: %w", op, key, err)
+	}
+	if key == "" {
+		return errEmptyKey(op)
+	}
+	if retention <= 0 {
+		return fmt.Errorf("memstore: %s %q: %w: the retention is %v, it must be positive", op, key, store.ErrInvalidConfig, retention)
+	}
+	if token.IsZero() {
+		return errLeaseLost(op, key)
+	}
+	return nil
+}
+
+// complete is Complete on checked arguments and a copied result, under s.mu.
+func (s *Store) complete(req store.CompleteRequest, result []byte, now time.Time) error {
+	if _, ok := s.claims[req.Key]; !ok {
+		// A record completed in the handler's own transaction may be
+		// completed again by its receiver: the first result stays.
+		if e, ok := s.settled.Peek(split(req.Key)); ok && e.token == req.Token &&
+			e.rec.State == store.StateCompleted && !expired(&e.rec, now) {
+			return nil
+		}
+	}
+	return s.finish("complete", req.Key, req.Token, now, func(c *claim) entry {
+		return entry{
+			rec:   store.Record{State: store.StateCompleted, Result: result, LastError: c.lastError, ExpiresAt: now.Add(req.Retention)},
+			token: req.Token,
+		}
+	})
+}
+
+// Release records the failure of the key held by req.Token and frees the
+// key for the next Acquire, which counts the next attempt. A claim whose
+// lease expired is still released while no other Acquire has taken the key
+// over.
+func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
+	if err := checkSettle(ctx, "release", req.Key, req.Token, req.Retention); err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finish("release", req.Key, req.Token, now, func(*claim) entry {
+		return entry{rec: store.Record{State: store.StateFailed, LastError: req.Error, ExpiresAt: now.Add(req.Retention)}}
+	})
+}
+
+// finish ends the claim token holds on key with the settled entry next
+// returns, which keeps the claim's key, attempt and fingerprint. Under s.mu.
+func (s *Store) finish(op, key string, token store.Token, now time.Time, next func(*claim) entry) error {
+	c, ok := s.claims[key]
+	if !ok || c.token != token {
+		return errLeaseLost(op, key)
+	}
+	delete(s.claims, key)
+	e := next(&c)
+	e.rec.Key, e.rec.Attempt, e.rec.Fingerprint = key, c.attempt, c.fingerprint
+	s.settle(&e, now)
+	return nil
+}
+
+// settle moves a record that left processing into the LRU, evicting the
+// least recently used one when full. The key is never in the LRU already:
+// Acquire removed it when it made the claim.
+func (s *Store) settle(e *entry, now time.Time) {
+	if s.settled.Len() >= s.capacity {
+		_, old, _ := s.settled.RemoveOldest()
+		if old.rec.State == store.StateCompleted && !expired(&old.rec, now) {
+			s.evictions++
+		}
+	}
+	// Settled entries are never modified in place (Acquire removes a failed
+	// one before retrying it), which is what lets Peek share them.
+	s.settled.Add(split(e.rec.Key), e)
+}
+
+// Extend sets the lease of the key held by req.Token to req.Lease from now,
+// even when that is earlier than the deadline it had. A claim whose lease
+// expired is extended too while no other Acquire has taken the key over.
+func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
+	if err := checkExtend(ctx, req); err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.extend(req, now)
+}
+
+func checkExtend(ctx context.Context, req store.ExtendRequest) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: extend %q: %w", req.Key, err)
+	}
+	if req.Key == "" {
+		return errEmptyKey("extend")
+	}
+	if req.Lease <= 0 {
+		return fmt.Errorf("memstore: extend %q: %w: the lease is %v, it must be positive", req.Key, store.ErrInvalidConfig, req.Lease)
+	}
+	if req.Token.IsZero() {
+		return errLeaseLost("extend", req.Key)
+	}
+	return nil
+}
+
+// extend is Extend on checked arguments, under s.mu.
+func (s *Store) extend(req store.ExtendRequest, now time.Time) error {
+	c, ok := s.claims[req.Key]
+	if !ok || c.token != req.Token {
+		return errLeaseLost("extend", req.Key)
+	}
+	c.leaseUntil = now.Add(req.Lease)
+	s.claims[req.Key] = c
+	s.noteLease(c.leaseUntil)
+	return nil
+}
+
+// Peek returns the completed, unexpired record of prefix+id, cut as
+// store.SplitKey cuts it, or nil. It allocates and copies nothing: the
+// record is the store's own and must not be modified.
+func (s *Store) Peek(prefix, id string) *store.Record {
+	s.mu.Lock()
+	e, ok := s.settled.Get(splitKey{prefix, id})
+	s.mu.Unlock()
+	// until reads only the monotonic clock: half the price of Now.
+	if !ok || e.rec.State != store.StateCompleted || until(s.clock, e.rec.ExpiresAt) <= 0 {
+		return nil
+	}
+	return &e.rec
+}
+
+// expired reports whether a completed or failed record's retention ended.
+func expired(rec *store.Record, now time.Time) bool { return !now.Before(rec.ExpiresAt) }
+
+// reused reports whether a claim's fingerprint contradicts the record's;
+// an empty one on either side is not checked.
+func reused(stored, requested string) bool {
+	return stored != "" && requested != "" && stored != requested
+}
+
+func errReused(key string, state store.State) error {
+	return fmt.Errorf("memstore: acquire %q: %w: the %s record has another fingerprint", key, store.ErrKeyReused, state)
+}
+
+func errLeaseLost(op, key string) error {
+	return fmt.Errorf("memstore: %s %q: %w", op, key, store.ErrLeaseLost)
+}
+
+func errEmptyKey(op string) error {
+	return fmt.Errorf("memstore: %s: %w: the key is empty", op, store.ErrInvalidKey)
+}

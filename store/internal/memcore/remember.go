@@ -1,0 +1,42 @@
+package memcore
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/dedup-go/dedup/store"
+)
+
+// Remember keeps a copy of rec, a completed record that another store
+// holds, as if it had been completed here: Peek and Acquire answer with it
+// until rec.ExpiresAt on this store's clock. It is how a local tier caches
+// what its remote store confirmed (tieredstore); the caller picks an
+// ExpiresAt no later than the remote record's. No token completes a
+// remembered record again: Complete, Release and Extend of its key fail
+// with store.ErrLeaseLost.
+//
+// A record in another state, without a key, or already expired is refused
+// with an error matching store.ErrInvalidConfig (store.ErrInvalidKey for no
+// key); a key claimed in this store is left to its claim, and Remember
+// reports false.
+func (s *Store) Remember(rec store.Record) (bool, error) {
+	if rec.Key == "" {
+		return false, errEmptyKey("remember")
+	}
+	if rec.State != store.StateCompleted {
+		return false, fmt.Errorf("memstore: remember %q: %w: only completed records are remembered, not %s ones", rec.Key, store.ErrInvalidConfig, rec.State)
+	}
+	rec.Result = bytes.Clone(rec.Result)
+	now := s.clock.Now()
+	if expired(&rec, now) {
+		return false, fmt.Errorf("memstore: remember %q: %w: the record expired at %v", rec.Key, store.ErrInvalidConfig, rec.ExpiresAt)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.claims[rec.Key]; ok {
+		return false, nil
+	}
+	s.settled.Remove(split(rec.Key)) // settle adds a key that is not there
+	s.settle(&entry{rec: rec}, now)
+	return true, nil
+}

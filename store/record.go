@@ -1,0 +1,80 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+)
+
+// Claim is the answer of Acquire.
+type Claim struct {
+	// Acquired reports whether the caller now holds the key with Token.
+	// When false, Record is the record that holds it (processing under an
+	// unexpired lease, or completed).
+	Acquired bool
+	// Token fences the claim: Complete, Release and Extend succeed only with
+	// it. Zero when not acquired.
+	Token Token
+	// Record is the record after the call: for an acquired claim, the new
+	// processing record (its Attempt counts this claim).
+	Record Record
+}
+
+// State is the state of a record.
+type State uint8
+
+// The states of a record; an absent key has no record.
+const (
+	StateProcessing State = iota + 1
+	StateCompleted
+	StateFailed
+)
+
+// String returns the state's name.
+func (s State) String() string {
+	switch s {
+	case StateProcessing:
+		return "processing"
+	case StateCompleted:
+		return "completed"
+	case StateFailed:
+		return "failed"
+	default:
+		return "unknown"
+	}
+}
+
+// Record is what a store keeps for one key.
+type Record struct {
+	Key   string
+	State State
+	// Attempt counts the claims of the key: 1 for the first.
+	Attempt int
+	// Fingerprint of the payload that made the first claim, if any.
+	Fingerprint string
+	// Result of the completed handler, as encoded by the receiver's codec.
+	Result []byte
+	// LastError is the error text of the last failed attempt; a completed
+	// record keeps the one before its success.
+	LastError string
+	// LeaseUntil is when the processing claim expires.
+	LeaseUntil time.Time
+	// ExpiresAt is when a completed or failed record is forgotten.
+	ExpiresAt time.Time
+}
+
+// Token fences a claim: a fresh random value for every Acquire.
+type Token [16]byte
+
+// NewToken returns a fresh random token.
+func NewToken() Token {
+	var t Token
+	_, _ = rand.Read(t[:]) // crypto/rand.Read never fails on supported platforms.
+	return t
+}
+
+// IsZero reports whether t is the zero token (no claim).
+func (t Token) IsZero() bool { return t == Token{} }
+
+// String returns t in hexadecimal.
+func (t Token) String() string { return hex.EncodeToString(t[:]) }

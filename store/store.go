@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"iter"
+	"strings"
+)
+
+// Store keeps one record per key and moves it through the state machine of
+// the package documentation. Every method is one atomic step on one key and
+// takes a request struct, so that fields can be added without breaking
+// implementations.
+//
+// Keys are non-empty strings chosen by the receiver (namespace, a colon,
+// and the message id); a store must not interpret them. Implementations
+// must be safe for concurrent use and should pass storetest.Run.
+type Store interface {
+	// Acquire claims req.Key for the caller if it is absent, failed, or
+	// processing under an expired lease, and reports the record holding it
+	// otherwise. Check and claim are one atomic step.
+	Acquire(ctx context.Context, req AcquireRequest) (Claim, error)
+
+	// Complete stores req.Result for the key held by req.Token and keeps it,
+	// immutable, for req.Retention.
+	Complete(ctx context.Context, req CompleteRequest) error
+
+	// Release gives up the key held by req.Token and records the failure, so
+	// the next Acquire may try again. The failed record is kept for
+	// req.Retention, remembering the attempt count.
+	Release(ctx context.Context, req ReleaseRequest) error
+
+	// Extend sets the lease of the key held by req.Token to req.Lease from
+	// now.
+	Extend(ctx context.Context, req ExtendRequest) error
+}
+
+// Peeker is an optional ability of stores that can answer for a completed
+// record from process memory, without I/O (memstore, the local tier of
+// tieredstore). The receiver asks it before anything else, so a duplicate of
+// a completed message costs no round trip and no allocation.
+//
+// The key comes in two parts, as [SplitKey] cuts it: prefix is the key up to
+// and including its first ':' (the receiver's namespace), id the rest. The
+// receiver never has to join them for a duplicate, and a store may keep
+// its records under the two parts. A store may answer nil for a key cut
+// any other way; it must never answer with another key's record.
+type Peeker interface {
+	// Peek returns the completed record held for prefix+id in memory, or
+	// nil. It must never return a record that is not completed or expired,
+	// and never wait on I/O (a short in-memory lock is fine). Completed
+	// records are immutable, so the record may be the store's own: the
+	// caller must not modify it.
+	Peek(prefix, id string) *Record
+}
+
+// SplitKey cuts key after its first ':' into the prefix (namespace and
+// colon) and the id; a key without a colon has an empty prefix. The parts
+// share key's memory. Stores that implement Peeker use it to index records
+// the way the receiver looks them up.
+func SplitKey(key string) (prefix, id string) {
+	i := strings.IndexByte(key, ':')
+	return key[:i+1], key[i+1:]
+}
+
+// BatchStore is an optional ability of stores that can run many operations
+// in one round trip. Each item's outcome must equal what the single-key
+// method would have returned for it, and a result slice always has one
+// entry per request.
+type BatchStore interface {
+	Store
+	// AcquireBatch runs Acquire for every request; the outcome at index i
+	// belongs to reqs[i]. A key repeated in reqs is claimed by its first
+	// request only. A cancelled context fails every request with its error.
+	AcquireBatch(ctx context.Context, reqs []AcquireRequest) []AcquireOutcome
+	// CompleteBatch runs Complete for every request; the error at index i
+	// belongs to reqs[i] and is nil on success.
+	CompleteBatch(ctx context.Context, reqs []CompleteRequest) []error
+	// ExtendBatch runs Extend for every request; the error at index i
+	// belongs to reqs[i] and is nil on success. A batch's heartbeat extends
+	// all of its claims with it in one round trip.
+	ExtendBatch(ctx context.Context, reqs []ExtendRequest) []error
+}
+
+// Inspector is an optional ability of stores whose records can be listed
+// and removed by an operator (dedupctl, and Receiver.Forget, which redrives
+// a dead-lettered message).
+type Inspector interface {
+	// Get returns the record for key, or an error matching ErrNotFound.
+	Get(ctx context.Context, key string) (Record, error)
+	// Delete removes the record for key, whatever its state: a later
+	// Acquire claims it afresh, and the holder of a deleted claim gets
+	// ErrLeaseLost. Deleting an absent key is not an error.
+	Delete(ctx context.Context, key string) error
+	// Scan yields every unexpired record whose key starts with prefix, until
+	// the caller stops or the scan ends. A failure is yielded once, as a
+	// zero Record with the error, and ends the scan.
+	Scan(ctx context.Context, prefix string) iter.Seq2[Record, error]
+}
