@@ -1,31 +1,41 @@
-# make test        the whole suite, under the race detector, after making sure
-#                  the local services it talks to are up (installing them if needed)
+# make test        the whole suite of every module, under the race detector,
+#                  after making sure the local services it talks to are up
+#                  (installing them if needed)
 # make quickstart  the main example; needs no external service
-# make bench       the benchmarks, each beside its baseline
+# make bench       the benchmarks of every module, each beside its baseline
 
 GO       ?= go
 SERVICES ?= redis nats
+# Every module of the repository: the root (the core) and one per
+# integration, each with its own go.mod.
+MODULES  := $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' | sort))
 
-.PHONY: test services quickstart bench fuzz lint
+.PHONY: test services quickstart bench fuzz lint deps-check
 
-test: services lint
-	$(GO) test -race -count=1 -timeout 30m ./...
+test: services lint deps-check
+	@set -e; for m in $(MODULES); do \
+		echo "== go test $$m"; \
+		(cd $$m && $(GO) test -race -count=1 -timeout 30m ./...); \
+	done
 
-# The store and adapter suites need these services; more are listed
-# as their suites arrive. A service that cannot start is reported, and
-# its tests skip (or fail under DEDUP_TEST_REQUIRE=1).
+# The store and adapter suites need these services. A service that cannot
+# start is reported, and its tests skip (or fail under DEDUP_TEST_REQUIRE=1).
 services:
 	@[ -z "$(SERVICES)" ] || ./scripts/services.sh $(SERVICES) || true
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+
+# A user of the core (root and redisstore) must get no broker client.
+deps-check:
+	@./scripts/deps-check.sh
 
 quickstart:
-	$(GO) run ./examples/quickstart
+	$(GO) -C examples run ./quickstart
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...); done
 
 FUZZTIME ?= 30s
 fuzz:

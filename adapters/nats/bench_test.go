@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -119,22 +120,20 @@ func consumeBare(b *testing.B, _ jetstream.JetStream, cons jetstream.Consumer, c
 func consumeDedup(b *testing.B, js jetstream.JetStream, cons jetstream.Consumer, count int, handle func(Order)) {
 	store, err := memstore.New(&memstore.Options{Capacity: count + 1000})
 	require.NoError(b, err)
-	rcv, err := dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }),
-		func(_ context.Context, m *dedupnats.Msg[Order]) (struct{}, error) {
+	// No Observer (it would time every delivery): the handlers count, and
+	// Stop waits for the workers, so every Ack is out when it returns.
+	var handled atomic.Int64
+	done := make(chan struct{})
+	rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }),
+		func(_ context.Context, m *dedup.Message[Order]) (struct{}, error) {
 			handle(m.Body)
+			if handled.Add(1) == int64(count) {
+				close(done)
+			}
 			return struct{}{}, nil
 		}, nil)
 	require.NoError(b, err)
-	var acked atomic.Int64
-	done := make(chan struct{})
-	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{
-		Concurrency: benchConcurrency,
-		OnDecision: func(_ context.Context, e dedupnats.Event) {
-			if e.Decision.Action == dedup.Ack && acked.Add(1) == int64(count) {
-				close(done)
-			}
-		},
-	})
+	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: benchConcurrency})
 	require.NoError(b, err)
 	require.NoError(b, c.Start(context.Background()))
 	<-done

@@ -25,13 +25,17 @@ import (
 //     ReasonNoRedelivery, since nothing would deliver it again, except one
 //     in flight elsewhere, which its holder finishes;
 //   - poison is dead-lettered, and a poison request also gets a reply.
+//
+// The envelope's Source is the subject and ID the Nats-Msg-Id header; it
+// has no stream, offset or delivery count (0: core NATS does not count).
+// [CoreMsg] returns the *nats.Msg behind it, whose Reply is the request's
+// reply subject.
 type Subscriber[T, R any] struct {
 	nc      *natsgo.Conn
 	subject string
 	queue   string
-	rcv     *dedup.Receiver[*Msg[T], R]
+	rcv     *dedup.Receiver[*dedup.Message[T], R]
 	opts    Options
-	policy  dedup.Policy
 	dl      *deadLetterer
 	encoder ReplyEncoder
 
@@ -50,7 +54,7 @@ type Subscriber[T, R any] struct {
 // not empty) that feeds rcv. Replies are encoded by DefaultReplyEncoder
 // unless the subscriber is given another with WithReplyEncoder. opts may be
 // nil for the defaults.
-func NewSubscriber[T, R any](nc *natsgo.Conn, subject, queue string, rcv *dedup.Receiver[*Msg[T], R], opts *Options) (*Subscriber[T, R], error) {
+func NewSubscriber[T, R any](nc *natsgo.Conn, subject, queue string, rcv *dedup.Receiver[*dedup.Message[T], R], opts *Options) (*Subscriber[T, R], error) {
 	switch {
 	case nc == nil:
 		return nil, wrapConfig("connection is nil")
@@ -59,12 +63,12 @@ func NewSubscriber[T, R any](nc *natsgo.Conn, subject, queue string, rcv *dedup.
 	case rcv == nil:
 		return nil, wrapConfig("receiver is nil")
 	}
-	o := opts.withDefaults()
+	o := opts.withDefaults(rcv.Logger())
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	s := &Subscriber[T, R]{
-		nc: nc, subject: subject, queue: queue, rcv: rcv, opts: o, policy: rcv.Policy(),
+		nc: nc, subject: subject, queue: queue, rcv: rcv, opts: o,
 		encoder: DefaultReplyEncoder{}, sem: make(chan struct{}, o.Concurrency), stopped: make(chan struct{}),
 	}
 	if o.DeadLetterSubject != "" {
@@ -183,9 +187,9 @@ func (s *Subscriber[T, R]) dispatch(ctx context.Context, m *natsgo.Msg) {
 
 // handle runs one message through the receiver and answers it.
 func (s *Subscriber[T, R]) handle(ctx context.Context, m *natsgo.Msg) {
-	env := &Msg[T]{Subject: m.Subject, Reply: m.Reply, Header: m.Header, Data: m.Data, core: m, fingerprint: s.opts.Fingerprint}
+	env := coreMessage[T](m, s.opts.Fingerprint)
 	res, herr := decodeAndHandle(ctx, s.rcv, s.opts.Decoder, env)
-	d := dedup.Decide(res, herr, s.policy)
+	d := s.rcv.Decide(res, herr)
 	if m.Reply == "" && d.Action == dedup.Retry {
 		if d.Reason == dedup.ReasonInFlight {
 			d = dedup.Decision{Action: dedup.Ack, Reason: dedup.ReasonInFlight}
@@ -197,45 +201,45 @@ func (s *Subscriber[T, R]) handle(ctx context.Context, m *natsgo.Msg) {
 			d = dedup.Decision{Action: dedup.DeadLetter, Reason: ReasonNoRedelivery, Err: why}
 		}
 	}
-	serr := s.settle(ctx, env, res, d)
-	if s.opts.OnDecision != nil {
-		s.opts.OnDecision(ctx, Event{Subject: env.Subject, Key: res.Key, Status: res.Status, Decision: d, Err: cmp.Or(serr, d.Err)})
-	}
+	serr := s.settle(ctx, m, res, d)
+	settled(ctx, s.rcv, env, res, d, serr)
 }
 
 // settle replies to a request and publishes a dead letter where the
-// decision says so.
-func (s *Subscriber[T, R]) settle(ctx context.Context, env *Msg[T], res dedup.Result[R], d dedup.Decision) error {
+// decision says so. A done request whose result cannot be encoded into a
+// reply is answered with reason result-not-stored instead, and the encoding
+// error returned.
+func (s *Subscriber[T, R]) settle(ctx context.Context, m *natsgo.Msg, res dedup.Result[R], d dedup.Decision) error {
 	sctx, cancel := settleContext(ctx, s.opts.SettleTimeout)
 	defer cancel()
 	var err error
 	if d.Action == dedup.DeadLetter {
 		if s.dl == nil {
 			s.opts.Logger.WarnContext(ctx, "dedupnats: poison message dropped (no DeadLetterSubject)",
-				slog.String("reason", string(d.Reason)), slog.String("subject", env.Subject), slog.Any("error", d.Err))
+				slog.String("reason", string(d.Reason)), slog.String("subject", m.Subject), slog.Any("error", d.Err))
 		} else {
-			err = s.dl.publish(sctx, deadLetter{subject: env.Subject, header: env.Header, data: env.Data, reason: d.Reason, err: d.Err, key: res.Key})
+			err = s.dl.publish(sctx, deadLetter{subject: m.Subject, header: m.Header, data: m.Data, reason: d.Reason, err: d.Err, key: res.Key})
 		}
 	}
-	if env.Reply != "" {
+	if m.Reply != "" {
 		var reply *natsgo.Msg
 		if d.Action == dedup.Ack {
 			body, encErr := s.encoder.Marshal(res.Value)
 			if encErr != nil {
-				d = dedup.Decision{Action: dedup.DeadLetter, Reason: dedup.ReasonNotStored, Err: fmt.Errorf("dedupnats: encode reply: %w", encErr)}
-				reply = errorReply(env.Reply, d)
+				err = fmt.Errorf("dedupnats: encode reply: %w", encErr)
+				reply = errorReply(m.Reply, dedup.Decision{Action: dedup.DeadLetter, Reason: dedup.ReasonNotStored, Err: err})
 			} else {
-				reply = resultReply(env.Reply, res.Status, body)
+				reply = resultReply(m.Reply, res.Status, body)
 			}
 		} else {
-			reply = errorReply(env.Reply, d)
+			reply = errorReply(m.Reply, d)
 		}
 		if rerr := s.nc.PublishMsg(reply); rerr != nil {
-			err = cmp.Or(err, fmt.Errorf("dedupnats: reply to %q: %w", env.Subject, rerr))
+			err = cmp.Or(err, fmt.Errorf("dedupnats: reply to %q: %w", m.Subject, rerr))
 		}
 	}
 	if err != nil {
-		s.opts.Logger.WarnContext(ctx, "dedupnats: settling a message failed", slog.String("subject", env.Subject), slog.Any("error", err))
+		s.opts.Logger.WarnContext(ctx, "dedupnats: settling a message failed", slog.String("subject", m.Subject), slog.Any("error", err))
 	}
 	return err
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -41,7 +42,7 @@ func TestCoreRequestTwice(t *testing.T) {
 		n := newNames()
 		fx := newEffects()
 		var failNext atomic.Bool
-		charge := func(ctx context.Context, m *dedupnats.Msg[Order]) (Receipt, error) {
+		charge := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
 			if failNext.CompareAndSwap(true, false) {
 				return Receipt{}, errors.New("gateway timeout")
 			}
@@ -49,7 +50,7 @@ func TestCoreRequestTwice(t *testing.T) {
 		}
 		store, err := memstore.New(nil)
 		require.NoError(t, err)
-		rcv, err := dedup.NewReceiver(store, dedupnats.Header[Order]("Request-Id"), charge, fastConfig("api"))
+		rcv, err := dedup.NewReceiver(store, idstrategy.MessageHeader[Order]("Request-Id"), charge, fastConfig("api"))
 		require.NoError(t, err)
 		sub, err := dedupnats.NewSubscriber(nc, n.subject, "", rcv, &dedupnats.Options{DeadLetterSubject: n.dlq})
 		require.NoError(t, err)
@@ -123,19 +124,17 @@ func TestCoreQueueGroupDropsDuplicates(t *testing.T) {
 		n := newNames()
 		fx := newEffects()
 		var deliveries atomic.Int64
-		charge := func(ctx context.Context, m *dedupnats.Msg[Order]) (Receipt, error) {
+		charge := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
 			return Receipt{OrderID: m.Body.ID, Charge: fx.add(m.Body.ID)}, nil
 		}
 		store, err := memstore.New(nil)
 		require.NoError(t, err)
 		for range 2 {
-			rcv, err := dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }), charge, fastConfig("q"))
+			rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
+				observed(fastConfig("q"), onSettled(func(dedup.Event) { deliveries.Add(1) })))
 			require.NoError(t, err)
 			own, _ := connect(t, url)
-			sub, err := dedupnats.NewSubscriber(own, n.subject, "workers", rcv, &dedupnats.Options{
-				Concurrency: 4,
-				OnDecision:  func(context.Context, dedupnats.Event) { deliveries.Add(1) },
-			})
+			sub, err := dedupnats.NewSubscriber(own, n.subject, "workers", rcv, &dedupnats.Options{Concurrency: 4})
 			require.NoError(t, err)
 			require.NoError(t, sub.Start(t.Context()))
 			stopAtCleanup(t, sub)

@@ -4,36 +4,63 @@
 //
 //	import (
 //		"github.com/nats-io/nats.go/jetstream"
+//
+//		"github.com/dedup-go/dedup"
 //		dedupnats "github.com/dedup-go/dedup/adapters/nats"
+//		"github.com/dedup-go/dedup/idstrategy"
 //	)
 //
-//	rcv, err := dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }), charge,
+//	charge := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) { ... }
+//	rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
 //		&dedup.Config{Namespace: "billing"})
 //	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DeadLetterSubject: "dlq.orders"})
 //	err = c.Start(ctx)
 //	defer c.Stop(ctx)
 //
+// Coming from the first versions: the handler takes a *dedup.Message[T]
+// instead of a *dedupnats.Msg[T], the key strategies moved to idstrategy
+// (dedupnats.BodyField → idstrategy.BodyField, MsgID → MessageID, Header →
+// MessageHeader, ContentHash → DataHash), the decoders to the root
+// (dedupnats.JSON → dedup.JSONDecoder, Raw → dedup.RawDecoder),
+// dedup.Decide became rcv.Decide, and Options.OnDecision became the
+// receiver's dedup.Config.Observer.
+//
 // # The envelope
 //
-// The adapter decodes each body (JSON by default; see [Decoder] and [Raw])
-// and hands the receiver a [*Msg]: the subject, headers and data, the
-// decoded Body, and for JetStream the stream, sequence and delivery count.
-// A key strategy can use either side without decoding twice. A body that
-// does not decode never reaches the receiver: it is poison, dead-lettered
-// with reason "undecodable".
+// The adapter decodes each body (with dedup.JSONDecoder unless
+// Options.Decoder says otherwise) and hands the receiver the envelope every
+// adapter of dedup fills, a *dedup.Message[T], so that one receiver and one
+// handler can serve NATS and other brokers at once:
+//
+//	Body, Data      the decoded body and the data as published
+//	Header          the NATS headers (dedup.MapHeader: names match exactly, case included); nil without any
+//	ID              the Nats-Msg-Id header
+//	Source          the subject
+//	Stream, Offset  the stream and stream sequence (JetStream)
+//	DeliveryCount   NumDelivered: 1 on the first delivery (JetStream); 0 on core NATS, which does not count
+//	Redelivered     NumDelivered > 1
+//	Timestamp       when the stream stored the message (JetStream)
+//	Broker          "jetstream" or "nats" (BrokerJetStream, BrokerNATS)
+//
+// [JetStreamMsg] and [CoreMsg] return the broker's own message behind an
+// envelope (the reply subject of a core request is CoreMsg's Reply). Do
+// not acknowledge or answer it: the adapter does, once the outcome is
+// recorded. A body that does not decode never reaches the receiver: it is
+// poison, dead-lettered with reason "undecodable".
 //
 // # Ids
 //
-// [MsgID] (the Nats-Msg-Id header), [Header], [StreamSequence],
-// [ContentHash] (SHA-256 of the data) and [BodyField] (a field of the
-// decoded body). Any dedup.KeyFunc[*Msg[T]] works, including the package
-// idstrategy combinators. Key on the id the producer puts in every copy:
-// a copy republished without Nats-Msg-Id slips past JetStream's duplicate
-// window, but not past its order id.
+// Any dedup.KeyFunc[*dedup.Message[T]] works; package idstrategy has the
+// strategies for the envelope, the same on every broker: MessageID (the
+// Nats-Msg-Id header), MessageHeader, StreamSequence (stream and
+// sequence), DataHash (SHA-256 of the data) and BodyField (a field of the
+// decoded body), and combinators over them. Key on the id the producer
+// puts in every copy: a copy republished without Nats-Msg-Id slips past
+// JetStream's duplicate window, but not past its order id.
 //
 // # Decisions on JetStream
 //
-// Every outcome goes through dedup.Decide:
+// Every outcome goes through the receiver's Decide:
 //
 //	Ack          processed, duplicate, bypassed, or done but not stored   Ack (DoubleAck with Options.AckSync)
 //	Retry        in flight elsewhere, handler error, store down (fail-closed), shutdown   NakWithDelay(delay)
@@ -80,6 +107,14 @@
 // the retention is shorter or MaxDeliver is unlimited; with
 // Options.StrictHorizon, Start fails with [ErrHorizon]. The retention is
 // the receiver's ([dedup.Receiver.Retention]).
+//
+// # Observing
+//
+// The adapter has no callback of its own: after settling each delivery it
+// reports a dedup.EventSettled event (broker, subject, key, status,
+// attempt, decision, error, problem) to the receiver's
+// dedup.Config.Observer, beside the receiver's own dedup.EventHandled. Its
+// warnings go to Options.Logger, by default the receiver's logger.
 //
 // # Lifecycle
 //

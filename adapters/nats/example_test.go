@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -56,22 +57,24 @@ func ExampleNewConsumer() {
 	charged := map[string]int{}
 	var wg sync.WaitGroup
 	wg.Add(3)
-	charge := func(ctx context.Context, m *dedupnats.Msg[Order]) (string, error) {
+	charge := func(ctx context.Context, m *dedup.Message[Order]) (string, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		charged[m.Body.ID] += m.Body.Cents
 		return "receipt-" + m.Body.ID, nil
 	}
-	store, _ := memstore.New(nil)
-	rcv, _ := dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }), charge,
-		&dedup.Config{Namespace: "billing"})
-	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{
-		Concurrency: 1,
-		OnDecision: func(_ context.Context, e dedupnats.Event) {
+	// The adapter reports what it did with each delivery to the receiver's
+	// Observer.
+	settled := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+		if e.Kind == dedup.EventSettled {
 			defer wg.Done()
-			fmt.Println(e.Sequence, e.Decision.Reason)
-		},
+			fmt.Println(e.Broker, e.Key, e.Decision.Reason)
+		}
 	})
+	store, _ := memstore.New(nil)
+	rcv, _ := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
+		&dedup.Config{Namespace: "billing", Observer: settled})
+	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1})
 	if err != nil {
 		panic(err)
 	}
@@ -82,9 +85,9 @@ func ExampleNewConsumer() {
 	_ = c.Stop(ctx)
 	fmt.Println(charged)
 	// Output:
-	// 1 processed
-	// 2 processed
-	// 3 duplicate
+	// jetstream billing:o-1 processed
+	// jetstream billing:o-2 processed
+	// jetstream billing:o-1 duplicate
 	// map[o-1:500 o-2:700]
 }
 
@@ -98,13 +101,13 @@ func ExampleNewSubscriber() {
 	defer nc.Close()
 
 	runs := 0
-	quote := func(ctx context.Context, m *dedupnats.Msg[[]byte]) ([]byte, error) {
+	quote := func(ctx context.Context, m *dedup.Message[[]byte]) ([]byte, error) {
 		runs++ // one worker: no lock needed
 		return fmt.Appendf(nil, "quote #%d for %s", runs, m.Body), nil
 	}
 	store, _ := memstore.New(nil)
-	rcv, _ := dedup.NewReceiver(store, dedupnats.Header[[]byte]("Request-Id"), quote, &dedup.Config{Namespace: "quotes"})
-	sub, _ := dedupnats.NewSubscriber(nc, "quotes", "", rcv, &dedupnats.Options{Concurrency: 1, Decoder: dedupnats.Raw{}})
+	rcv, _ := dedup.NewReceiver(store, idstrategy.MessageHeader[[]byte]("Request-Id"), quote, &dedup.Config{Namespace: "quotes"})
+	sub, _ := dedupnats.NewSubscriber(nc, "quotes", "", rcv, &dedupnats.Options{Concurrency: 1, Decoder: dedup.RawDecoder{}})
 	if err := sub.Start(ctx); err != nil {
 		panic(err)
 	}
@@ -125,6 +128,55 @@ func ExampleNewSubscriber() {
 	// quote #1 for 10 widgets (processed)
 	// quote #1 for 10 widgets (duplicate)
 	// handler runs: 1
+}
+
+// The handler sees where a JetStream message sits in its stream through the
+// envelope, and reaches the jetstream.Msg for the rest (here, the consumer's
+// name); it must leave the acknowledgement to the adapter.
+func ExampleJetStreamMsg() {
+	url, stop := runServer()
+	defer stop()
+	ctx := context.Background()
+	nc, _ := natsgo.Connect(url)
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	_, _ = js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}})
+	cons, _ := js.CreateConsumer(ctx, "EVENTS", jetstream.ConsumerConfig{
+		Durable: "audit", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 5,
+	})
+	m := natsgo.NewMsg("events.signup")
+	m.Header.Set(jetstream.MsgIDHeader, "evt-1")
+	m.Data = []byte("ada@example.com")
+	_, _ = js.PublishMsg(ctx, m)
+
+	done := make(chan struct{})
+	audit := func(ctx context.Context, m *dedup.Message[string]) (struct{}, error) {
+		defer close(done)
+		fmt.Println(m.Broker, m.Source, m.Stream, m.Offset, m.DeliveryCount, m.ID, m.Body)
+		if jm, ok := dedupnats.JetStreamMsg(m); ok {
+			meta, _ := jm.Metadata()
+			fmt.Println("consumer", meta.Consumer)
+		}
+		_, core := dedupnats.CoreMsg(m)
+		fmt.Println("core NATS:", core)
+		return struct{}{}, nil
+	}
+	store, _ := memstore.New(nil)
+	rcv, _ := dedup.NewReceiver(store, idstrategy.MessageID[string](), audit, &dedup.Config{Namespace: "audit"})
+	c, _ := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Decoder: dedup.RawDecoder{}})
+	if err := c.Start(ctx); err != nil {
+		panic(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		panic("the message was not handled")
+	}
+	_ = c.Stop(ctx)
+	// Output:
+	// jetstream events.signup EVENTS 1 1 evt-1 ada@example.com
+	// consumer audit
+	// core NATS: false
 }
 
 // The redelivery horizon of a consumer with a BackOff schedule: its last

@@ -2,7 +2,6 @@ package nats
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/dedup-go/dedup"
@@ -11,25 +10,25 @@ import (
 // decodeAndHandle decodes env's data into its Body and hands env to the
 // receiver. A body that does not decode never reaches the receiver: the
 // error matches dedup.ErrUndecodable, which Decide dead-letters.
-func decodeAndHandle[T, R any](ctx context.Context, rcv *dedup.Receiver[*Msg[T], R], dec Decoder, env *Msg[T]) (dedup.Result[R], error) {
-	if err := decodeBody(dec, env); err != nil {
+func decodeAndHandle[T, R any](ctx context.Context, rcv *dedup.Receiver[*dedup.Message[T], R], dec dedup.Decoder, env *dedup.Message[T]) (dedup.Result[R], error) {
+	if err := dedup.DecodeBody(dec, env); err != nil {
 		return dedup.Result[R]{}, err
 	}
 	return rcv.Handle(ctx, env)
 }
 
-// decodeBody decodes env.Data into env.Body; a panicking decoder is an
-// undecodable body too, not a crashed consumer.
-func decodeBody[T any](dec Decoder, env *Msg[T]) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("dedupnats: decode %q: %w: the decoder panicked: %v", env.Subject, dedup.ErrUndecodable, p)
-		}
-	}()
-	if err := dec.Unmarshal(env.Data, &env.Body); err != nil {
-		return fmt.Errorf("dedupnats: decode %q: %w: %w", env.Subject, dedup.ErrUndecodable, err)
+// settled reports what was done with a delivery to the receiver's
+// Observer: err is the error that kept the decision from being carried out,
+// or else the one it was taken on.
+func settled[T, R any](ctx context.Context, rcv *dedup.Receiver[*dedup.Message[T], R], env *dedup.Message[T], res dedup.Result[R], d dedup.Decision, err error) {
+	if err == nil {
+		err = d.Err
 	}
-	return nil
+	rcv.Observe(ctx, dedup.Event{
+		Kind: dedup.EventSettled, Broker: env.Broker, Source: env.Source,
+		MessageID: env.ID, Stream: env.Stream, Partition: env.Partition, Offset: env.Offset, DeliveryCount: env.DeliveryCount,
+		Key: res.Key, Status: res.Status, Attempt: res.Attempt, Decision: d, Err: err, Problem: res.Problem,
+	})
 }
 
 // settleContext is the context of an Ack, Nak, Term, reply or dead letter:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -67,7 +68,7 @@ func TestStartChecksHorizon(t *testing.T) {
 	_, js := connect(t, embedded(t))
 	store, err := memstore.New(nil)
 	require.NoError(t, err)
-	handler := func(context.Context, *dedupnats.Msg[Order]) (Receipt, error) { return Receipt{}, nil }
+	handler := func(context.Context, *dedup.Message[Order]) (Receipt, error) { return Receipt{}, nil }
 
 	for _, tc := range []struct {
 		name      string
@@ -86,7 +87,10 @@ func TestStartChecksHorizon(t *testing.T) {
 			n := newNames()
 			streams(t, js, n)
 			cons := consumer(t, js, n, tc.cfg)
-			rcv, err := dedup.NewReceiver(store, dedupnats.MsgID[Order](), handler, &dedup.Config{Namespace: "h", Retention: tc.retention})
+			var rcvLogs syncBuffer
+			rcv, err := dedup.NewReceiver(store, idstrategy.MessageID[Order](), handler, &dedup.Config{
+				Namespace: "h", Retention: tc.retention, Logger: slog.New(slog.NewTextHandler(&rcvLogs, nil)),
+			})
 			require.NoError(t, err)
 
 			strict, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{StrictHorizon: true})
@@ -116,6 +120,20 @@ func TestStartChecksHorizon(t *testing.T) {
 				require.Contains(t, logs.String(), "level=WARN")
 				require.Contains(t, logs.String(), tc.problem)
 			}
+			require.Empty(t, rcvLogs.String(), "Options.Logger replaces the receiver's")
+
+			// Without Options.Logger, the warning goes to the receiver's.
+			byDefault, err := dedupnats.NewConsumer(js, cons, rcv, nil)
+			require.NoError(t, err)
+			require.NoError(t, byDefault.Start(t.Context()))
+			require.NoError(t, byDefault.Stop(t.Context()))
+			<-byDefault.Stopped()
+			if tc.problem == "" {
+				require.Empty(t, rcvLogs.String())
+			} else {
+				require.Contains(t, rcvLogs.String(), "level=WARN")
+				require.Contains(t, rcvLogs.String(), tc.problem)
+			}
 		})
 	}
 }
@@ -130,7 +148,7 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 	cons := consumer(t, js, n, jetstream.ConsumerConfig{MaxDeliver: 3})
 	store, err := memstore.New(nil)
 	require.NoError(t, err)
-	rcv, err := dedup.NewReceiver(store, dedupnats.MsgID[Order](), func(context.Context, *dedupnats.Msg[Order]) (int, error) { return 0, nil }, nil)
+	rcv, err := dedup.NewReceiver(store, idstrategy.MessageID[Order](), func(context.Context, *dedup.Message[Order]) (int, error) { return 0, nil }, nil)
 	require.NoError(t, err)
 	for name, fn := range map[string]func() error{
 		"nil js":       func() error { _, err := dedupnats.NewConsumer(nil, cons, rcv, nil); return err },

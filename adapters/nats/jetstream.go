@@ -1,7 +1,6 @@
 package nats
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,16 +14,20 @@ import (
 )
 
 // Consumer runs a dedup.Receiver over a JetStream pull consumer: it fetches
-// messages, decodes them, hands them to the receiver on a bounded number of
-// workers, and settles each one as dedup.Decide says (Ack, NakWithDelay, or
-// a dead letter followed by Term).
+// messages, decodes each into a dedup.Message, hands them to the receiver on
+// a bounded number of workers, and settles each one as the receiver's
+// Decide says (Ack, NakWithDelay, or a dead letter followed by Term).
+//
+// The envelope's Source is the subject, Stream and Offset the stream and
+// stream sequence, DeliveryCount JetStream's NumDelivered (1 on the first
+// delivery), ID the Nats-Msg-Id header, and its heartbeat is InProgress.
+// [JetStreamMsg] returns the jetstream.Msg behind it.
 type Consumer[T, R any] struct {
-	js     jetstream.JetStream
-	cons   jetstream.Consumer
-	rcv    *dedup.Receiver[*Msg[T], R]
-	opts   Options
-	policy dedup.Policy
-	dl     *deadLetterer
+	js   jetstream.JetStream
+	cons jetstream.Consumer
+	rcv  *dedup.Receiver[*dedup.Message[T], R]
+	opts Options
+	dl   *deadLetterer
 
 	mu         sync.Mutex
 	started    bool
@@ -40,7 +43,7 @@ type Consumer[T, R any] struct {
 // NewConsumer returns a Consumer that feeds the messages of cons to rcv. js
 // is the JetStream context cons belongs to; it publishes dead letters.
 // opts may be nil for the defaults.
-func NewConsumer[T, R any](js jetstream.JetStream, cons jetstream.Consumer, rcv *dedup.Receiver[*Msg[T], R], opts *Options) (*Consumer[T, R], error) {
+func NewConsumer[T, R any](js jetstream.JetStream, cons jetstream.Consumer, rcv *dedup.Receiver[*dedup.Message[T], R], opts *Options) (*Consumer[T, R], error) {
 	switch {
 	case js == nil:
 		return nil, wrapConfig("JetStream is nil")
@@ -49,11 +52,11 @@ func NewConsumer[T, R any](js jetstream.JetStream, cons jetstream.Consumer, rcv 
 	case rcv == nil:
 		return nil, wrapConfig("receiver is nil")
 	}
-	o := opts.withDefaults()
+	o := opts.withDefaults(rcv.Logger())
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	c := &Consumer[T, R]{js: js, cons: cons, rcv: rcv, opts: o, policy: rcv.Policy(), stopped: make(chan struct{})}
+	c := &Consumer[T, R]{js: js, cons: cons, rcv: rcv, opts: o, stopped: make(chan struct{})}
 	if o.DeadLetterSubject != "" {
 		c.dl = &deadLetterer{subject: o.DeadLetterSubject, nc: js.Conn(), js: js}
 	}
@@ -188,20 +191,9 @@ func (c *Consumer[T, R]) handle(ctx context.Context, m jetstream.Msg) {
 		c.opts.Logger.WarnContext(ctx, "dedupnats: message without JetStream metadata ignored", slog.String("subject", m.Subject()), slog.Any("error", err))
 		return
 	}
-	env := &Msg[T]{
-		Subject:      m.Subject(),
-		Header:       m.Headers(),
-		Data:         m.Data(),
-		Stream:       meta.Stream,
-		Consumer:     meta.Consumer,
-		Sequence:     meta.Sequence.Stream,
-		NumDelivered: meta.NumDelivered,
-		Timestamp:    meta.Timestamp,
-		js:           m,
-		fingerprint:  c.opts.Fingerprint,
-	}
+	env := jetStreamMessage[T](m, meta, c.opts.Fingerprint)
 	res, herr := decodeAndHandle(ctx, c.rcv, c.opts.Decoder, env)
-	d := dedup.Decide(res, herr, c.policy)
+	d := c.rcv.Decide(res, herr)
 	if d.Action == dedup.Retry && c.maxDeliver > 0 && meta.NumDelivered >= uint64(c.maxDeliver) {
 		// JetStream would not deliver it again: without a dead letter the
 		// message would be lost to this consumer.
@@ -211,16 +203,12 @@ func (c *Consumer[T, R]) handle(ctx context.Context, m jetstream.Msg) {
 		}
 		d = dedup.Decision{Action: dedup.DeadLetter, Reason: ReasonMaxDeliver, Err: why}
 	}
-	serr := c.settle(ctx, m, env, res.Key, d)
-	if c.opts.OnDecision != nil {
-		e := Event{Subject: env.Subject, Stream: env.Stream, Sequence: env.Sequence, NumDelivered: env.NumDelivered,
-			Key: res.Key, Status: res.Status, Decision: d, Err: cmp.Or(serr, d.Err)}
-		c.opts.OnDecision(ctx, e)
-	}
+	serr := c.settle(ctx, m, meta, env, res.Key, d)
+	settled(ctx, c.rcv, env, res, d, serr)
 }
 
 // settle tells JetStream what became of the message.
-func (c *Consumer[T, R]) settle(ctx context.Context, m jetstream.Msg, env *Msg[T], key string, d dedup.Decision) error {
+func (c *Consumer[T, R]) settle(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, env *dedup.Message[T], key string, d dedup.Decision) error {
 	var err error
 	switch {
 	case d.Action == dedup.Ack && !c.opts.AckSync:
@@ -233,33 +221,34 @@ func (c *Consumer[T, R]) settle(ctx context.Context, m jetstream.Msg, env *Msg[T
 		err = m.NakWithDelay(max(d.Delay, c.opts.MinRetryDelay))
 	case d.Action == dedup.DeadLetter:
 		sctx, cancel := settleContext(ctx, c.opts.SettleTimeout)
-		err = c.deadLetter(sctx, m, env, key, d)
+		err = c.deadLetter(sctx, m, meta, env, key, d)
 		cancel()
 	}
 	if err != nil {
 		c.opts.Logger.WarnContext(ctx, "dedupnats: settling a message failed; JetStream will redeliver it",
-			slog.String("action", d.Action.String()), slog.String("stream", env.Stream), slog.Uint64("sequence", env.Sequence), slog.Any("error", err))
-		return fmt.Errorf("dedupnats: %s %s #%d: %w", d.Action, env.Stream, env.Sequence, err)
+			slog.String("action", d.Action.String()), slog.String("stream", meta.Stream), slog.Uint64("sequence", meta.Sequence.Stream), slog.Any("error", err))
+		return fmt.Errorf("dedupnats: %s %s #%d: %w", d.Action, meta.Stream, meta.Sequence.Stream, err)
 	}
 	return nil
 }
 
 // deadLetter publishes the dead letter, then terminates the message; when
-// the publish fails, the message is Nak'd instead, so that nothing is lost.
-// Plain Term, not TermWithReason: servers before 2.10 do not know the latter
-// and leave the message unacknowledged.
-func (c *Consumer[T, R]) deadLetter(ctx context.Context, m jetstream.Msg, env *Msg[T], key string, d dedup.Decision) error {
+// the publish fails, the message is Nak'd instead (after the receiver's
+// StoreRetryDelay), so that nothing is lost. Plain Term, not
+// TermWithReason: servers before 2.10 do not know the latter and leave the
+// message unacknowledged.
+func (c *Consumer[T, R]) deadLetter(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, env *dedup.Message[T], key string, d dedup.Decision) error {
 	if c.dl == nil {
 		c.opts.Logger.WarnContext(ctx, "dedupnats: poison message terminated (no DeadLetterSubject)",
-			slog.String("reason", string(d.Reason)), slog.String("stream", env.Stream), slog.Uint64("sequence", env.Sequence), slog.Any("error", d.Err))
+			slog.String("reason", string(d.Reason)), slog.String("stream", meta.Stream), slog.Uint64("sequence", meta.Sequence.Stream), slog.Any("error", d.Err))
 		return m.Term()
 	}
 	err := c.dl.publish(ctx, deadLetter{
-		subject: env.Subject, header: env.Header, data: env.Data, reason: d.Reason, err: d.Err, key: key,
-		stream: env.Stream, consumer: env.Consumer, sequence: env.Sequence, numDelivered: env.NumDelivered,
+		subject: env.Source, header: m.Headers(), data: env.Data, reason: d.Reason, err: d.Err, key: key,
+		stream: meta.Stream, consumer: meta.Consumer, sequence: meta.Sequence.Stream, numDelivered: meta.NumDelivered,
 	})
 	if err != nil {
-		return errors.Join(err, m.NakWithDelay(c.policy.StoreRetryDelay))
+		return errors.Join(err, m.NakWithDelay(c.rcv.StoreRetryDelay()))
 	}
 	return m.Term()
 }

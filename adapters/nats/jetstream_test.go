@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -40,7 +43,7 @@ func TestJetStreamExactlyOnce(t *testing.T) {
 			transient   atomic.Int64
 			sleeperSeen sync.Map // order id -> deliveries that ran the handler
 		)
-		charge := func(ctx context.Context, m *dedupnats.Msg[Order]) (Receipt, error) {
+		charge := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
 			id := m.Body.ID
 			if sleepers[id] {
 				v, _ := sleeperSeen.LoadOrStore(id, new(atomic.Int64))
@@ -65,18 +68,21 @@ func TestJetStreamExactlyOnce(t *testing.T) {
 		}
 		store, err := memstore.New(nil)
 		require.NoError(t, err)
-		rcv, err := dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }), charge, fastConfig("billing"))
-		require.NoError(t, err)
 		var mu sync.Mutex
 		decisions := map[dedup.Reason]int{}
+		brokers := map[string]int{}
+		count := onSettled(func(e dedup.Event) {
+			mu.Lock()
+			decisions[e.Decision.Reason]++
+			brokers[e.Broker+" "+e.Source]++
+			mu.Unlock()
+		})
+		rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
+			observed(fastConfig("billing"), count))
+		require.NoError(t, err)
 		c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{
 			Concurrency:       16,
 			DeadLetterSubject: n.dlq,
-			OnDecision: func(_ context.Context, e dedupnats.Event) {
-				mu.Lock()
-				decisions[e.Decision.Reason]++
-				mu.Unlock()
-			},
 		})
 		require.NoError(t, err)
 
@@ -145,6 +151,7 @@ func TestJetStreamExactlyOnce(t *testing.T) {
 		require.GreaterOrEqual(t, decisions[dedup.ReasonDuplicate], orders/repeatEvery, "the republished copies must be answered as duplicates")
 		// Concurrent copies of a failing order share its error (singleflight).
 		require.GreaterOrEqual(t, int64(decisions[dedup.ReasonHandlerError]), transient.Load())
+		require.Equal(t, []string{"jetstream " + n.subject}, slices.Collect(maps.Keys(brokers)))
 		t.Logf("decisions: %v", decisions)
 	})
 }

@@ -2,7 +2,6 @@ package nats
 
 import (
 	"cmp"
-	"context"
 	"log/slog"
 	"time"
 
@@ -30,6 +29,14 @@ const ReasonNoRedelivery dedup.Reason = "no-redelivery"
 
 // Options configure a Consumer or a Subscriber. A nil *Options means all
 // defaults.
+//
+// There is no callback among them: what each delivery came to is reported
+// to the receiver's dedup.Config.Observer, as a dedup.EventSettled event
+// whose Broker is BrokerJetStream or BrokerNATS, Source the subject,
+// Decision what was done (its Reason is ReasonMaxDeliver or
+// ReasonNoRedelivery when the adapter turned a retry into a dead letter),
+// and Err the error that kept the decision from being carried out (a failed
+// Ack or dead-letter publish), else the one the decision was taken on.
 type Options struct {
 	// Concurrency is how many messages are handled at once. Defaults to 8.
 	Concurrency int
@@ -50,8 +57,11 @@ type Options struct {
 	// (JetStream) or dropped (core NATS) with a warning.
 	DeadLetterSubject string
 
-	// Decoder decodes the body into the user's type. Defaults to JSON.
-	Decoder Decoder
+	// Decoder decodes the body into the handler's type. Defaults to
+	// dedup.JSONDecoder (strict: an empty body or one that is not valid
+	// UTF-8 is undecodable); dedup.RawDecoder hands []byte or string bodies
+	// over as they are.
+	Decoder dedup.Decoder
 
 	// Fingerprint stores a SHA-256 of the data with each record, so that a
 	// message carrying an id already used with other data is dead-lettered
@@ -78,39 +88,15 @@ type Options struct {
 	// unbounded). Defaults to false: a warning is logged.
 	StrictHorizon bool
 
-	// Logger receives warnings (dead letters, failed acks, the horizon
-	// check). Defaults to discarding everything.
+	// Logger receives warnings (dead letters without a DeadLetterSubject,
+	// failed acks and dead-letter publishes, the horizon check). Defaults
+	// to the receiver's logger (dedup.Config.Logger).
 	Logger *slog.Logger
-
-	// OnDecision, when set, is called after each delivery is settled, from
-	// the goroutine that handled it. Defaults to nil.
-	OnDecision func(ctx context.Context, e Event)
 }
 
-// Event reports one delivery and what was done with it.
-type Event struct {
-	// Subject, Stream, Sequence and NumDelivered identify the delivery
-	// (the last three for JetStream only).
-	Subject      string
-	Stream       string
-	Sequence     uint64
-	NumDelivered uint64
-	// Key is the record's key; empty when the message had no usable id or
-	// could not be decoded.
-	Key string
-	// Status is what the receiver did (StatusNone when it was not called).
-	Status dedup.Status
-	// Decision is what dedup.Decide answered; Decision.Reason is
-	// ReasonMaxDeliver or ReasonNoRedelivery when the adapter turned a retry
-	// into a dead letter.
-	Decision dedup.Decision
-	// Err is the error the decision was taken on, or the error that kept
-	// the decision from being carried out (a failed Ack or dead-letter
-	// publish).
-	Err error
-}
-
-func (o *Options) withDefaults() Options {
+// withDefaults returns the options with their defaults filled in; logger is
+// the receiver's.
+func (o *Options) withDefaults(logger *slog.Logger) Options {
 	var out Options
 	if o != nil {
 		out = *o
@@ -120,11 +106,9 @@ func (o *Options) withDefaults() Options {
 	out.MinRetryDelay = cmp.Or(out.MinRetryDelay, DefaultMinRetryDelay)
 	out.SettleTimeout = cmp.Or(out.SettleTimeout, DefaultSettleTimeout)
 	if out.Decoder == nil {
-		out.Decoder = JSON{}
+		out.Decoder = dedup.JSONDecoder{}
 	}
-	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
-	}
+	out.Logger = cmp.Or(out.Logger, logger)
 	return out
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store/memstore"
 	"github.com/dedup-go/dedup/store/redisstore"
@@ -60,7 +61,7 @@ func TestJetStreamRestartWithoutDrain(t *testing.T) {
 		fx := newEffects()
 		crash := make(chan struct{})
 		var crashOnce atomic.Bool
-		charge := func(ctx context.Context, m *dedupnats.Msg[Order]) (Receipt, error) {
+		charge := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
 			total := fx.add(m.Body.ID)
 			if total == orders/3 && crashOnce.CompareAndSwap(false, true) {
 				close(crash)
@@ -70,7 +71,7 @@ func TestJetStreamRestartWithoutDrain(t *testing.T) {
 		}
 		store, err := memstore.New(nil)
 		require.NoError(t, err)
-		rcv, err := dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }), charge, fastConfig("billing"))
+		rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge, fastConfig("billing"))
 		require.NoError(t, err)
 
 		// First process: its connection dies mid-stream.
@@ -128,23 +129,23 @@ func TestJetStreamStoreDownFailClosed(t *testing.T) {
 		require.NoError(t, err)
 		srv.Stop()
 		fx := newEffects()
-		charge := func(ctx context.Context, m *dedupnats.Msg[Order]) (Receipt, error) {
+		charge := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
 			return Receipt{OrderID: m.Body.ID, Charge: fx.add(m.Body.ID)}, nil
 		}
-		rcv, err := dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }), charge, fastConfig("billing"))
-		require.NoError(t, err)
 		var refused atomic.Int64
 		var badDelay atomic.Value
-		c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{
-			OnDecision: func(_ context.Context, e dedupnats.Event) {
-				if e.Decision.Reason == dedup.ReasonStoreUnavailable {
-					refused.Add(1)
-					if e.Decision.Action != dedup.Retry || e.Decision.Delay != 200*time.Millisecond || !errors.Is(e.Err, dedup.ErrStoreUnavailable) {
-						badDelay.Store(fmt.Sprintf("%+v", e.Decision))
-					}
+		refusals := onSettled(func(e dedup.Event) {
+			if e.Decision.Reason == dedup.ReasonStoreUnavailable {
+				refused.Add(1)
+				if e.Decision.Action != dedup.Retry || e.Decision.Delay != 200*time.Millisecond || !errors.Is(e.Err, dedup.ErrStoreUnavailable) {
+					badDelay.Store(fmt.Sprintf("%+v", e.Decision))
 				}
-			},
+			}
 		})
+		rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
+			observed(fastConfig("billing"), refusals))
+		require.NoError(t, err)
+		c, err := dedupnats.NewConsumer(js, cons, rcv, nil)
 		require.NoError(t, err)
 		want := publishOrders(t, js, n.subject, orders)
 		require.NoError(t, c.Start(t.Context()))

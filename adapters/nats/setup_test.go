@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -216,14 +217,31 @@ func deadLetters(t testing.TB, js jetstream.JetStream, n names, want int, within
 	return out
 }
 
-// quietPolicy keeps retries fast in tests.
+// fastConfig keeps retries fast in tests, and the logs quiet.
 func fastConfig(ns string) *dedup.Config {
 	return &dedup.Config{
 		Namespace:       ns,
 		Lease:           1500 * time.Millisecond,
-		Backoff:         func(int) time.Duration { return 50 * time.Millisecond },
+		Backoff:         dedup.BackoffFunc(func(int) time.Duration { return 50 * time.Millisecond }),
 		StoreRetryDelay: 200 * time.Millisecond,
+		Logger:          slog.New(slog.DiscardHandler),
 	}
+}
+
+// onSettled is an Observer that calls fn with every event the adapter
+// reports (dedup.EventSettled), and ignores the receiver's own.
+func onSettled(fn func(e dedup.Event)) dedup.Observer {
+	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+		if e.Kind == dedup.EventSettled {
+			fn(e)
+		}
+	})
+}
+
+// observed returns cfg with obs as its Observer.
+func observed(cfg *dedup.Config, obs dedup.Observer) *dedup.Config {
+	cfg.Observer = obs
+	return cfg
 }
 
 // stop stops a consumer or subscriber at the end of a test, and waits.

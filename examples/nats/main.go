@@ -4,7 +4,7 @@
 // a random name, publishes orders with duplicates and a poison message,
 // prints what happened, deletes the stream and exits.
 //
-//	go run ./examples/nats
+//	go -C examples run ./nats
 package main
 
 import (
@@ -25,6 +25,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -88,39 +89,49 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	}
 
 	var charges atomic.Int64
-	charge := func(ctx context.Context, m *dedupnats.Msg[Order]) (string, error) {
+	charge := func(ctx context.Context, m *dedup.Message[Order]) (string, error) {
 		charges.Add(1)
 		return "receipt-" + m.Body.ID, nil
 	}
-	store, err := memstore.New(nil)
-	if err != nil {
-		return err
-	}
-	rcv, err := dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }), charge,
-		&dedup.Config{Namespace: "billing"})
-	if err != nil {
-		return err
-	}
+	// The consumer reports what it did with each delivery to the
+	// receiver's Observer.
 	var mu sync.Mutex
 	reasons := map[dedup.Reason]int{}
 	var settled sync.WaitGroup
 	settled.Add(21)
-	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{
-		DeadLetterSubject: dlq,
-		OnDecision: func(_ context.Context, e dedupnats.Event) {
-			mu.Lock()
-			reasons[e.Decision.Reason]++
-			mu.Unlock()
-			settled.Done()
-		},
+	observer := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+		if e.Kind != dedup.EventSettled {
+			return
+		}
+		mu.Lock()
+		reasons[e.Decision.Reason]++
+		mu.Unlock()
+		settled.Done()
 	})
+	store, err := memstore.New(nil)
+	if err != nil {
+		return err
+	}
+	rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
+		&dedup.Config{Namespace: "billing", Observer: observer})
+	if err != nil {
+		return err
+	}
+	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DeadLetterSubject: dlq})
 	if err != nil {
 		return err
 	}
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	settled.Wait()
+	all := make(chan struct{})
+	go func() { settled.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		_ = c.Stop(context.WithoutCancel(ctx))
+		return fmt.Errorf("waiting for the stream to be consumed: %w", ctx.Err())
+	}
 	if err := c.Stop(ctx); err != nil {
 		return err
 	}
@@ -128,11 +139,11 @@ func run(ctx context.Context, url string, w io.Writer) error {
 
 	// Core NATS: the same request twice gets the same reply.
 	quotes := 0
-	quote := func(ctx context.Context, m *dedupnats.Msg[Order]) (string, error) {
+	quote := func(ctx context.Context, m *dedup.Message[Order]) (string, error) {
 		quotes++ // Concurrency 1
 		return fmt.Sprintf("quote #%d: %d cents", quotes, m.Body.Cents), nil
 	}
-	qrcv, err := dedup.NewReceiver(store, dedupnats.Header[Order]("Request-Id"), quote, &dedup.Config{Namespace: "quotes"})
+	qrcv, err := dedup.NewReceiver(store, idstrategy.MessageHeader[Order]("Request-Id"), quote, &dedup.Config{Namespace: "quotes"})
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@
 // prints what was charged once, what was answered as a duplicate and what
 // was dead-lettered, and exits.
 //
-//	go run ./examples/quickstart
+//	go -C examples run ./quickstart    (or: make quickstart)
 //
 // What happens on the way:
 //   - Worker A charges order 1 and its process dies before acknowledging it:
@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +39,8 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -100,7 +103,7 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 
 	// The store outlives worker A, as Redis would.
-	store, err := memstore.New(nil)
+	records, err := memstore.New(nil)
 	if err != nil {
 		return err
 	}
@@ -111,7 +114,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err := publish(ctx, js, Order{"order-1", 1999}, true); err != nil {
 		return err
 	}
-	if err := workerA(ctx, url, store, gw, tally); err != nil {
+	if err := workerA(ctx, url, records, gw, tally); err != nil {
 		return err
 	}
 
@@ -134,14 +137,13 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 
 	fmt.Fprintln(w, "3. Worker B consumes the stream; order 1 comes back to it after AckWait.")
-	rcv, err := newReceiver(store, gw.charge)
+	rcv, err := newReceiver(records, gw.charge, tally.record("worker-b"))
 	if err != nil {
 		return err
 	}
 	b, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{
 		Concurrency:       4,
 		DeadLetterSubject: dlqSubject,
-		OnDecision:        tally.record("worker-b"),
 	})
 	if err != nil {
 		return err
@@ -203,19 +205,21 @@ func publish(ctx context.Context, js jetstream.JetStream, o Order, withID bool) 
 }
 
 // newReceiver wraps charge: orders are keyed by the id in their body, which
-// every copy carries, with or without Nats-Msg-Id.
-func newReceiver(store dedup.Store, charge dedup.Handler[*dedupnats.Msg[Order], Receipt]) (*dedup.Receiver[*dedupnats.Msg[Order], Receipt], error) {
-	return dedup.NewReceiver(store, dedupnats.BodyField("id", func(o Order) string { return o.ID }), charge, &dedup.Config{
+// every copy carries, with or without Nats-Msg-Id. The consumer reports what
+// it did with each delivery to observer.
+func newReceiver(records store.Store, charge dedup.Handler[*dedup.Message[Order], Receipt], observer dedup.Observer) (*dedup.Receiver[*dedup.Message[Order], Receipt], error) {
+	return dedup.NewReceiver(records, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge, &dedup.Config{
 		Namespace: "billing",
 		Lease:     600 * time.Millisecond, // the heartbeat (InProgress) beats at a third of it, well inside AckWait
-		Backoff:   func(int) time.Duration { return 100 * time.Millisecond },
-		Logger:    slog.New(slog.DiscardHandler),
+		Backoff:   dedup.BackoffFunc(func(int) time.Duration { return 100 * time.Millisecond }),
+		Observer:  observer,
+		Logger:    slog.New(slog.DiscardHandler), // this program prints its own report
 	})
 }
 
 // workerA is a process that charges order 1 and dies (its connection
 // closes) before the acknowledgement goes out.
-func workerA(ctx context.Context, url string, store dedup.Store, gw *gateway, t *tally) error {
+func workerA(ctx context.Context, url string, records store.Store, gw *gateway, t *tally) error {
 	nc, err := natsgo.Connect(url, natsgo.MaxReconnects(0))
 	if err != nil {
 		return err
@@ -230,16 +234,16 @@ func workerA(ctx context.Context, url string, store dedup.Store, gw *gateway, t 
 		return err
 	}
 	charged, die := make(chan struct{}), make(chan struct{})
-	rcv, err := newReceiver(store, func(ctx context.Context, m *dedupnats.Msg[Order]) (Receipt, error) {
+	rcv, err := newReceiver(records, func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
 		r, err := gw.charge(ctx, m)
 		close(charged)
 		<-die // the process dies between the charge and the acknowledgement
 		return r, err
-	})
+	}, t.record("worker-a"))
 	if err != nil {
 		return err
 	}
-	a, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1, OnDecision: t.record("worker-a")})
+	a, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1})
 	if err != nil {
 		return err
 	}
@@ -312,7 +316,7 @@ type gateway struct {
 	next     int
 }
 
-func (g *gateway) charge(ctx context.Context, m *dedupnats.Msg[Order]) (Receipt, error) {
+func (g *gateway) charge(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
 	o := m.Body
 	if o.ID == "order-4" {
 		select {
@@ -333,7 +337,7 @@ func (g *gateway) charge(ctx context.Context, m *dedupnats.Msg[Order]) (Receipt,
 	return Receipt{ChargeID: id, Cents: o.Cents}, nil
 }
 
-// tally records every delivery's outcome.
+// tally records every delivery's outcome, in the order they were settled.
 type tally struct {
 	mu      sync.Mutex
 	byOrder map[string][]event
@@ -341,30 +345,21 @@ type tally struct {
 
 type event struct {
 	worker string
-	dedupnats.Event
+	dedup.Event
 }
 
-// record returns an OnDecision hook for worker.
-func (t *tally) record(worker string) func(context.Context, dedupnats.Event) {
-	return func(_ context.Context, e dedupnats.Event) {
-		if e.Decision.Action == dedup.DeadLetter {
-			return // read back from the dead-letter stream
+// record returns the Observer of worker's receiver: it keeps what the
+// consumer did with each delivery (dedup.EventSettled).
+func (t *tally) record(worker string) dedup.Observer {
+	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+		if e.Kind != dedup.EventSettled || e.Decision.Action == dedup.DeadLetter {
+			return // dead letters are read back from their stream
 		}
-		_, id, _ := cutKey(e.Key)
+		_, id, _ := strings.Cut(e.Key, ":")
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		t.byOrder[id] = append(t.byOrder[id], event{worker: worker, Event: e})
-	}
-}
-
-// cutKey splits a record key ("billing:order-1").
-func cutKey(key string) (ns, id string, ok bool) {
-	for i := range len(key) {
-		if key[i] == ':' {
-			return key[:i], key[i+1:], true
-		}
-	}
-	return "", key, false
+	})
 }
 
 func (t *tally) print(w io.Writer, gw *gateway, dead []jetstream.Msg) {
@@ -381,14 +376,8 @@ func (t *tally) print(w io.Writer, gw *gateway, dead []jetstream.Msg) {
 		once = once && len(charges) == 1
 		fmt.Fprintf(w, "%s  charged %d time(s): %v\n", id, len(charges), charges)
 		events := t.byOrder[id]
-		sort.SliceStable(events, func(i, j int) bool {
-			if events[i].Sequence != events[j].Sequence {
-				return events[i].Sequence < events[j].Sequence
-			}
-			return events[i].NumDelivered < events[j].NumDelivered
-		})
 		for _, e := range events {
-			fmt.Fprintf(w, "    %s  seq %d, delivery %d: %s\n", e.worker, e.Sequence, e.NumDelivered, describe(e.Event))
+			fmt.Fprintf(w, "    %s  seq %d, delivery %d: %s\n", e.worker, e.Offset, e.DeliveryCount, describe(e.Event))
 		}
 		if id == "order-4" && len(events) == 1 {
 			fmt.Fprintf(w, "    (charging took %v, past the %v AckWait: the heartbeat's InProgress kept it from being redelivered)\n", slowCharge, ackWait)
@@ -402,7 +391,7 @@ func (t *tally) print(w io.Writer, gw *gateway, dead []jetstream.Msg) {
 }
 
 // describe says what one delivery came to.
-func describe(e dedupnats.Event) string {
+func describe(e dedup.Event) string {
 	d := e.Decision
 	switch {
 	case d.Action == dedup.Ack && e.Err != nil && d.Reason == dedup.ReasonProcessed:

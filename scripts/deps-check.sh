@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds a throwaway module that imports only the core (the root package and
+# store/redisstore), as a user of the core would, and fails if its build
+# list (go list -m all) holds a broker client, nats-server, or a client of
+# an integration that has a module of its own.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+cat >"$tmp/go.mod" <<MOD
+module example.com/coreuser
+
+go 1.26.0
+
+require github.com/dedup-go/dedup v0.0.0-00010101000000-000000000000
+
+replace github.com/dedup-go/dedup => $root
+MOD
+cat >"$tmp/main.go" <<'SRC'
+package main
+
+import (
+	"context"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	s, err := redisstore.New(context.Background(), redis.NewClient(&redis.Options{}), nil)
+	if err != nil {
+		return
+	}
+	_, _ = dedup.NewReceiver(s, func(m *dedup.Message[[]byte]) (string, error) { return m.ID, nil },
+		func(ctx context.Context, m *dedup.Message[[]byte]) (struct{}, error) { return struct{}{}, nil }, nil)
+}
+SRC
+cd "$tmp"
+go mod tidy >/dev/null
+go build ./...
+mods=$(go list -m all)
+echo "deps-check: a module importing only the core builds with:"
+printf '%s\n' "$mods" | sed 's/^/  /'
+bad=$(printf '%s\n' "$mods" | grep -E 'nats-io|rabbitmq|amqp|segmentio/kafka|twmb/franz|jackc/pgx|google.golang.org/grpc|go.opentelemetry.io' || true)
+if [ -n "$bad" ]; then
+	echo "deps-check: FAIL: the core pulls in integration dependencies:" >&2
+	printf '%s\n' "$bad" >&2
+	exit 1
+fi
+echo "deps-check: ok, no broker client, nats-server, pgx or gRPC"
