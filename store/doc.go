@@ -33,7 +33,9 @@
 //   - A completed or failed record is kept while the store's clock reads
 //     before ExpiresAt; at ExpiresAt it is gone: Acquire claims the key
 //     afresh (attempt 1) and Inspector.Get reports [ErrNotFound]. A bounded
-//     store may evict a record earlier, and counts it.
+//     store may evict a record earlier, and counts it; a processing record
+//     whose lease expired may be forgotten with its attempt count (memstore
+//     does at capacity), but a live claim never is.
 //   - Fencing: Complete, Release and Extend succeed only with the token of
 //     the claim that holds the key; any other token gets [ErrLeaseLost] and
 //     changes nothing. After a lease's deadline and before another Acquire
