@@ -33,15 +33,18 @@ func newStore(t testing.TB, c redis.UniversalClient, opts *redisstore.Options) *
 }
 
 // startCluster starts a Redis Cluster of three masters on free loopback
-// ports and returns a client of it; the nodes are killed when t ends.
-func startCluster(t testing.TB) *redis.ClusterClient {
+// ports and returns a client of it and its nodes (extra options go to each
+// node); the nodes are killed when t ends.
+func startCluster(t testing.TB, extra ...string) (*redis.ClusterClient, []*redistest.Server) {
 	t.Helper()
 	cli := testenv.Binary(t, "redis-cli", "scripts/services.sh redis (apt-get install redis-server)")
 	var addrs []string
+	var nodes []*redistest.Server
 	for range 3 {
 		s := redistest.StartServerOn(t, redistest.FreePortPair(t, 10000),
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+			append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"}, extra...)...)
 		addrs = append(addrs, s.Addr())
+		nodes = append(nodes, s)
 	}
 	create := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...)
 	out, err := create.CombinedOutput()
@@ -66,5 +69,5 @@ func startCluster(t testing.TB) *redis.ClusterClient {
 		})
 		return err == nil && n.Load() == 3
 	}, 30*time.Second, 50*time.Millisecond, "cluster client does not see 3 masters")
-	return cc
+	return cc, nodes
 }

@@ -56,7 +56,7 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node Redis Cluster")
 	}
-	c := startCluster(t)
+	c, _ := startCluster(t)
 	t.Run("Storetest", func(t *testing.T) {
 		storetest.Run(t, harness(c))
 	})
