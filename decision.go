@@ -78,6 +78,7 @@ type Decision struct {
 //	invalid key, undecodable body, key reused            DeadLetter with the reason
 //	store unavailable (fail-closed)                      Retry after StoreRetryDelay
 //	caller's context ended (shutdown): ErrCanceled       Retry with the first backoff
+//	handler cancelled because its lease was lost         Retry with the first backoff (in flight elsewhere)
 //
 // A handler that fails with its own deadline (context.DeadlineExceeded of a
 // context it made) is a handler error like any other: it backs off and
@@ -109,6 +110,9 @@ func (r *Receiver[M, R]) Decide(res Result[R], err error) Decision {
 	switch {
 	case errors.Is(err, ErrCanceled):
 		return Decision{Action: Retry, Delay: r.backoff(1), Reason: ReasonCanceled, Err: err}
+	case errors.Is(err, ErrLeaseLost):
+		// Another delivery holds the key now: its outcome decides.
+		return Decision{Action: Retry, Delay: r.backoff(1), Reason: ReasonInFlight, Err: err}
 	case errors.Is(err, ErrNoKey):
 		return dead(ReasonNoKey)
 	case errors.Is(err, ErrInvalidKey):

@@ -69,6 +69,7 @@ func TestDecide(t *testing.T) {
 		{"key reused", dedup.Result[string]{}, fmt.Errorf("%w: k", dedup.ErrKeyReused), dedup.DeadLetter, 0, dedup.ReasonKeyReused, nil},
 		{"store unavailable", dedup.Result[string]{}, &store.OpError{Op: "acquire", Err: boom}, dedup.Retry, 9 * time.Second, dedup.ReasonStoreUnavailable, nil},
 		{"shutdown", dedup.Result[string]{Attempt: 3}, fmt.Errorf("%w: %w", dedup.ErrCanceled, handlerErr(3, context.Canceled)), dedup.Retry, time.Second, dedup.ReasonCanceled, nil},
+		{"lease lost under the handler", dedup.Result[string]{Attempt: 3}, handlerErr(3, fmt.Errorf("%w: %w", dedup.ErrLeaseLost, context.Canceled)), dedup.Retry, time.Second, dedup.ReasonInFlight, nil},
 		{"adapter's own wait cancelled", dedup.Result[string]{}, fmt.Errorf("fetch: %w", context.Canceled), dedup.Retry, time.Second, dedup.ReasonCanceled, nil},
 		{"bypassed handler error", dedup.Result[string]{}, handlerErr(0, boom), dedup.Retry, time.Second, dedup.ReasonHandlerError, nil},
 	}

@@ -160,7 +160,8 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	workerClock.Advance(testLease / 3) // the stale worker's heartbeat runs
 	wg.Wait()
 	require.ErrorIs(t, cause, dedup.ErrLeaseLost)
-	require.Error(t, staleErr)
+	require.ErrorIs(t, staleErr, dedup.ErrLeaseLost, "Handle says why the handler failed")
+	require.Equal(t, dedup.ReasonInFlight, stale.Decide(dedup.Result[string]{}, staleErr).Reason, "never dead-lettered: the new holder decides")
 
 	res, err = next.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)

@@ -507,7 +507,9 @@ func (r *Receiver[M, R]) complete(ctx context.Context, req store.CompleteRequest
 // while the caller's context ended is a shutdown: ErrCanceled.
 func (r *Receiver[M, R]) handlerFailed(ctx context.Context, key string, token store.Token, attempt int, herr error) (Result[R], error) {
 	r.stats.handlerErrors.Add(1)
-	r.release(ctx, key, token, herr.Error())
+	if !errors.Is(herr, ErrLeaseLost) { // a lost claim is another delivery's now
+		r.release(ctx, key, token, herr.Error())
+	}
 	err := error(&HandlerError{Key: key, Attempt: attempt, Err: herr})
 	if ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", ErrCanceled, err)
@@ -576,7 +578,7 @@ func (r *Receiver[M, R]) release(ctx context.Context, key string, token store.To
 
 // runClaimed runs the handler while hb extends the claim (entry idx). When
 // the lease is lost, the handler's context is cancelled with ErrLeaseLost
-// as its cause.
+// as its cause, and its error then matches ErrLeaseLost too.
 func (r *Receiver[M, R]) runClaimed(ctx context.Context, held *store.HeldClaim, msg M, hb *heartbeat, idx int, tm *timing) (R, error) {
 	hctx, cancel := context.WithCancelCause(store.ContextWithClaim(ctx, held))
 	defer cancel(nil)
@@ -586,8 +588,12 @@ func (r *Receiver[M, R]) runClaimed(ctx context.Context, held *store.HeldClaim, 
 	}
 	defer hb.handled(idx)
 	t := tm.start()
-	defer tm.addHandler(t)
-	return r.call(hctx, msg)
+	v, err := r.call(hctx, msg)
+	tm.addHandler(t)
+	if err != nil && errors.Is(context.Cause(hctx), ErrLeaseLost) {
+		err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
+	}
+	return v, err
 }
 
 // call runs the handler, turning a panic into a *PanicError so that one bad
