@@ -3,6 +3,7 @@ package dedup
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 )
 
 // errFlightAbandoned is what waiting deliveries get if the first one ended
@@ -21,6 +22,7 @@ type flightGroup[R any] struct {
 // once done is closed.
 type flightCall[R any] struct {
 	fingerprint string // set by the leader before anyone reads it
+	waiters     atomic.Int32 // deliveries waiting for the outcome
 	done        chan struct{}
 	once        sync.Once
 	res         Result[R]
@@ -60,4 +62,14 @@ func (g *flightGroup[R]) leave(key string, c *flightCall[R]) {
 	delete(g.calls, key)
 	g.mu.Unlock()
 	c.publish(Result[R]{Key: key}, errFlightAbandoned) // only if the leader panicked
+}
+
+// waiting returns how many deliveries wait on key's call.
+func (g *flightGroup[R]) waiting(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.calls[key]; ok {
+		return int(c.waiters.Load())
+	}
+	return 0
 }

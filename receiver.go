@@ -191,6 +191,8 @@ func (r *Receiver[M, R]) follow(ctx context.Context, key, fp string, msg M, call
 		r.stats.inFlight.Add(1)
 		return Result[R]{Status: StatusInFlight, Key: key, RetryAfter: r.cfg.Lease}, nil
 	}
+	call.waiters.Add(1)
+	defer call.waiters.Add(-1)
 	select {
 	case <-call.done:
 	case <-ctx.Done():
