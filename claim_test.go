@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -128,7 +129,7 @@ func TestNoWait(t *testing.T) {
 
 		var wg sync.WaitGroup
 		wg.Go(func() { _, _ = rcv.Handle(t.Context(), order{ID: "o-1"}) })
-		<-entered
+		testenv.Recv(t, entered, "the handler to start")
 		if noWait {
 			res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 			require.NoError(t, err)
@@ -150,7 +151,7 @@ func TestNoWait(t *testing.T) {
 				t.Fatal("the waiting duplicate never got the first delivery's result")
 			}
 		}
-		wg.Wait()
+		testenv.Wait(t, &wg, "the deliveries to return")
 		require.Equal(t, int64(1), calls.Load())
 	}
 }

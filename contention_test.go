@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/internal/testenv"
 )
 
 // TestExactlyOnceUnderContention: 64 workers deliver each of 1,000 ids 3
@@ -75,7 +76,7 @@ func TestExactlyOnceUnderContention(t *testing.T) {
 	}
 	pending.Wait()
 	close(queue)
-	wg.Wait()
+	testenv.Wait(t, &wg, "the deliveries to return")
 
 	for i := range ids {
 		id := fmt.Sprintf("o-%d", i)
@@ -118,7 +119,7 @@ func TestConcurrentDuplicatesShareOneClaim(t *testing.T) {
 	started.Wait()
 	time.Sleep(50 * time.Millisecond) // let the deliveries pile up behind the first
 	releaseOnce()
-	wg.Wait()
+	testenv.Wait(t, &wg, "the deliveries to return")
 
 	processed := 0
 	for i := range n {
@@ -155,12 +156,12 @@ func TestConcurrentDuplicateWithOtherPayload(t *testing.T) {
 	var wg sync.WaitGroup
 	var firstErr error
 	wg.Go(func() { _, firstErr = rcv.Handle(context.Background(), signedOrder{ID: "o-1", Amount: 10}) })
-	<-entered
+	testenv.Recv(t, entered, "the handler to start")
 	var otherErr error
 	wg.Go(func() { _, otherErr = rcv.Handle(context.Background(), signedOrder{ID: "o-1", Amount: 99}) })
 	time.Sleep(20 * time.Millisecond)
 	releaseOnce()
-	wg.Wait()
+	testenv.Wait(t, &wg, "the deliveries to return")
 	require.NoError(t, firstErr)
 	require.ErrorIs(t, otherErr, dedup.ErrKeyReused)
 }

@@ -21,7 +21,7 @@ type flightGroup[R any] struct {
 // flightCall is one key's first delivery, and what it hands the others
 // once done is closed.
 type flightCall[R any] struct {
-	fingerprint string // set by the leader before anyone reads it
+	fingerprint string       // set by the leader before anyone reads it
 	waiters     atomic.Int32 // deliveries waiting for the outcome
 	done        chan struct{}
 	once        sync.Once

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/internal/testenv"
 )
 
 const testLease = 30 * time.Second
@@ -43,7 +44,7 @@ func TestLeaseExpiryTakeover(t *testing.T) {
 	var staleRes dedup.Result[string]
 	var staleErr error
 	wg.Go(func() { staleRes, staleErr = stale.Handle(context.Background(), order{ID: "o-1"}) })
-	<-entered
+	testenv.Recv(t, entered, "the handler to start")
 
 	res, err := next.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
@@ -59,7 +60,7 @@ func TestLeaseExpiryTakeover(t *testing.T) {
 	require.Equal(t, "fresh", res.Value)
 
 	releaseOnce()
-	wg.Wait()
+	testenv.Wait(t, &wg, "the deliveries to return")
 	require.NoError(t, staleErr, "a done status never comes with an error")
 	require.Equal(t, dedup.StatusProcessed, staleRes.Status)
 	require.ErrorIs(t, staleRes.Problem, dedup.ErrLeaseLost)
@@ -111,7 +112,7 @@ func TestHeartbeatKeepsSlowHandlerLease(t *testing.T) {
 	var res dedup.Result[string]
 	var resErr error
 	wg.Go(func() { res, resErr = slow.Handle(context.Background(), msg) })
-	<-entered
+	testenv.Recv(t, entered, "the handler to start")
 
 	for range 6 { // two leases, in steps of a third
 		clk.Advance(testLease / 3)
@@ -122,7 +123,7 @@ func TestHeartbeatKeepsSlowHandlerLease(t *testing.T) {
 	require.Equal(t, int64(6), beats.Load())
 
 	releaseOnce()
-	wg.Wait()
+	testenv.Wait(t, &wg, "the deliveries to return")
 	require.NoError(t, resErr)
 	require.Equal(t, dedup.StatusProcessed, res.Status)
 	require.Equal(t, 1, res.Attempt)
@@ -151,14 +152,14 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	var wg sync.WaitGroup
 	var staleErr error
 	wg.Go(func() { _, staleErr = stale.Handle(context.Background(), order{ID: "o-1"}) })
-	<-entered
+	testenv.Recv(t, entered, "the handler to start")
 	storeClock.Advance(testLease + time.Second)
 	res, err := next.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
 	require.Equal(t, dedup.StatusProcessed, res.Status)
 
 	workerClock.Advance(testLease / 3) // the stale worker's heartbeat runs
-	wg.Wait()
+	testenv.Wait(t, &wg, "the deliveries to return")
 	require.ErrorIs(t, cause, dedup.ErrLeaseLost)
 	require.ErrorIs(t, staleErr, dedup.ErrLeaseLost, "Handle says why the handler failed")
 	require.Equal(t, dedup.ReasonInFlight, stale.Decide(dedup.Result[string]{}, staleErr).Reason, "never dead-lettered: the new holder decides")

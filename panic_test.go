@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/internal/testenv"
 )
 
 // panicky panics in MarshalJSON (after the effect) or UnmarshalJSON (on
@@ -160,7 +161,7 @@ func TestPanickingHeartbeat(t *testing.T) {
 		_, err := rcv.Handle(context.Background(), beatPanics{ID: "o-1"})
 		done <- err
 	}()
-	<-entered
+	testenv.Recv(t, entered, "the handler to start")
 	clk.Advance(testLease / 3) // the heartbeat runs, and the message's Heartbeat panics
 	close(release)
 	require.NoError(t, <-done)

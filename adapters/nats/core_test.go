@@ -16,6 +16,7 @@ import (
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
 	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -76,7 +77,7 @@ func TestCoreRequestTwice(t *testing.T) {
 		for i := range replies {
 			wg.Go(func() { replies[i] = request(t, nc, n.subject, "r-2", orderJSON(t, Order{ID: "o-2"})) })
 		}
-		wg.Wait()
+		testenv.Wait(t, &wg, "the deliveries to return")
 		for _, rep := range replies {
 			require.NoError(t, dedupnats.ReplyErrorOf(rep))
 			require.JSONEq(t, string(replies[0].Data), string(rep.Data))

@@ -17,6 +17,7 @@ import (
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
@@ -84,7 +85,7 @@ func TestJetStreamRestartWithoutDrain(t *testing.T) {
 		c1, err := dedupnats.NewConsumer(js1, cons1, rcv, &dedupnats.Options{Concurrency: 8})
 		require.NoError(t, err)
 		require.NoError(t, c1.Start(t.Context()))
-		<-crash
+		testenv.Recv(t, crash, "the crash")
 		nc1.Close()
 		select {
 		case <-c1.Stopped():

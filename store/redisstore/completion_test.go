@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/redisstore"
 	"github.com/dedup-go/dedup/store/tieredstore"
@@ -74,7 +75,7 @@ func completionOutage(t *testing.T, setup outageSetup, n int, outage, lease time
 	time.Sleep(outage)
 	setup.start()
 	t.Logf("Redis was down for %v (lease %v)", time.Since(down).Round(time.Millisecond), lease)
-	wg.Wait()
+	testenv.Wait(t, &wg, "the deliveries to return")
 
 	time.Sleep(lease) // past every lease A held: a record left processing would be taken over now
 	for i := range n {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
 
@@ -59,7 +60,7 @@ func TestPartitionedWorkerStopsAtLeaseEnd(t *testing.T) {
 		_, err := a.Handle(context.Background(), payment{"p1"})
 		aDone <- err
 	}()
-	<-entered
+	testenv.Recv(t, entered, "the handler to start")
 	proxy.Cut()
 
 	// B retries as a broker would until the key is free.

@@ -91,7 +91,7 @@ func silentServer(t *testing.T) string {
 	})
 	t.Cleanup(func() {
 		_ = l.Close()
-		wg.Wait()
+		testenv.Wait(t, &wg, "the deliveries to return")
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range conns {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/redisstore"
 	"github.com/dedup-go/dedup/store/storetest"
@@ -222,7 +223,7 @@ func TestTwoProcesses(t *testing.T) {
 		work <- d
 	}
 	close(work)
-	wg.Wait()
+	testenv.Wait(t, &wg, "the deliveries to return")
 
 	require.Len(t, charges, payments, "payments lost")
 	for id, n := range charges {
