@@ -64,7 +64,10 @@ func connect(t testing.TB, url string) (*natsgo.Conn, jetstream.JetStream) {
 	nc, err := natsgo.Connect(url, natsgo.MaxReconnects(0))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	// The tests publish thousands of messages asynchronously and then wait
+	// for them all; on a busy machine the default of 4,000 pending
+	// publishes stalls ("too many outstanding async published messages").
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16))
 	require.NoError(t, err)
 	return nc, js
 }
