@@ -170,7 +170,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, 
 			err = &store.OpError{Op: "complete", Key: done[n].Key, Err: fmt.Errorf("CompleteBatch returned %d errors for %d requests", len(errs), len(done))}
 		}
 		if err != nil && !errors.Is(err, ErrLeaseLost) {
-			err = r.completeHeld(ctx, done[n], hb, hbIndex[k], func() {})
+			err = r.completeHeld(ctx, done[n], hb, hbIndex[k], nil, out[i].Result)
 		}
 		hb.finish(hbIndex[k])
 		out[i].Result = r.completed(ctx, out[i].Result, encErrs[n], err)

@@ -448,11 +448,7 @@ func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim s
 	var storeErr error
 	if !held.Completed() {
 		t := tm.start()
-		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: claim.Token, Result: data, Retention: r.cfg.Retention}, hb, idx, func() {
-			if call != nil {
-				call.publish(res, nil)
-			}
-		})
+		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: claim.Token, Result: data, Retention: r.cfg.Retention}, hb, idx, call, res)
 		tm.addStore(t)
 	}
 	return r.completed(ctx, res, encErr, storeErr), nil
@@ -461,10 +457,11 @@ func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim s
 // completeHeld records a success, retrying a completion that failed for
 // want of the store (with backoff) while the lease it holds lasts on the
 // local clock; the heartbeat keeps extending the lease meanwhile when it
-// can. Before the first retry, waiting is called, so that in-process
-// duplicates are answered with the result held. It gives up when the
-// lease is lost or ends unconfirmed, and returns the last error.
-func (r *Receiver[M, R]) completeHeld(ctx context.Context, req store.CompleteRequest, hb *heartbeat, idx int, waiting func()) error {
+// can. Before the first retry, res is published to call (when not nil), so
+// that in-process duplicates are answered with the result held. It gives
+// up when the lease is lost or ends unconfirmed, and returns the last
+// error.
+func (r *Receiver[M, R]) completeHeld(ctx context.Context, req store.CompleteRequest, hb *heartbeat, idx int, call *flightCall[R], res Result[R]) error {
 	delay := max(r.cfg.Lease/100, time.Millisecond)
 	for retry := 0; ; retry++ {
 		err := r.complete(ctx, req)
@@ -476,7 +473,9 @@ func (r *Receiver[M, R]) completeHeld(ctx context.Context, req store.CompleteReq
 			return fmt.Errorf("%w (gave up after %d retries: the lease ended)", err, retry)
 		}
 		if retry == 0 {
-			waiting()
+			if call != nil {
+				call.publish(res, nil)
+			}
 			r.cfg.Logger.WarnContext(ctx, "dedup: completion failed; retrying while the lease holds",
 				slog.String("key", req.Key), slog.Any("error", err))
 		}
