@@ -105,10 +105,6 @@ func (r *Receiver[M, R]) Namespace() string { return r.cfg.Namespace }
 // expired runs again.
 func (r *Receiver[M, R]) Retention() time.Duration { return r.cfg.Retention }
 
-// Lease returns the receiver's lease (Config.Lease). Adapters check a third
-// of it against the broker's acknowledgement deadline.
-func (r *Receiver[M, R]) Lease() time.Duration { return r.cfg.Lease }
-
 // StoreRetryDelay returns Config.StoreRetryDelay: how long adapters wait
 // before retrying a delivery whose outcome could not be recorded with the
 // broker (a dead letter that could not be published).
@@ -186,7 +182,7 @@ func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[
 // its own key, which would wait on itself forever), else the first
 // delivery's outcome once it is known.
 func (r *Receiver[M, R]) follow(ctx context.Context, key, fp string, msg M, call *flightCall[R], tm *timing) (Result[R], error) {
-	if r.cfg.NoWait || holds(ctx, key) {
+	if r.cfg.NoWait || handlingKey(ctx, key) {
 		// The first delivery's lease bounds how long it may hold the key.
 		r.stats.inFlight.Add(1)
 		return Result[R]{Status: StatusInFlight, Key: key, RetryAfter: r.cfg.Lease}, nil
@@ -221,9 +217,9 @@ func (r *Receiver[M, R]) share(ctx context.Context, key, fp string, msg M, first
 	return res, err
 }
 
-// holds reports whether ctx is a handler's context holding key: a handler
-// that calls Handle for the message it is handling.
-func holds(ctx context.Context, key string) bool {
+// handlingKey reports whether ctx is a handler's context holding key: a
+// handler that calls Handle for the message it is handling.
+func handlingKey(ctx context.Context, key string) bool {
 	h, ok := store.ClaimFromContext(ctx)
 	return ok && h.Key == key
 }
