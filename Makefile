@@ -5,7 +5,7 @@
 # make bench       the benchmarks of every module, each beside its baseline
 
 GO       ?= go
-SERVICES ?= redis nats
+SERVICES ?= redis nats rabbitmq postgres
 # Every module of the repository: the root (the core) and one per
 # integration, each with its own go.mod.
 MODULES  := $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' | sort))

@@ -42,6 +42,18 @@ var (
 		Default: "nats://127.0.0.1:4222",
 		Start:   "scripts/services.sh nats",
 	}
+	RabbitMQ = Service{
+		Name:    "RabbitMQ",
+		Env:     "DEDUP_TEST_AMQP",
+		Default: "amqp://guest:guest@127.0.0.1:5672/",
+		Start:   "scripts/services.sh rabbitmq",
+	}
+	Postgres = Service{
+		Name:    "PostgreSQL",
+		Env:     "DEDUP_TEST_POSTGRES",
+		Default: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
+		Start:   "scripts/services.sh postgres",
+	}
 )
 
 // Required reports whether unreachable services fail tests instead of
