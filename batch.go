@@ -158,7 +158,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, 
 	if len(done) == 0 {
 		return
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StoreTimeout)
+	cctx, cancel := context.WithTimeout(detached(ctx), r.cfg.StoreTimeout)
 	errs := r.batcher.CompleteBatch(cctx, done)
 	cancel()
 	for n, k := range doneAt {

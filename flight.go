@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+
+	"github.com/dedup-go/dedup/store"
 )
 
 // errFlightAbandoned is what waiting deliveries get if the first one ended
@@ -19,38 +21,68 @@ type flightGroup[R any] struct {
 }
 
 // flightCall is one key's first delivery, and what it hands the others
-// once done is closed.
+// once its outcome is published.
 type flightCall[R any] struct {
 	fingerprint string       // set by the leader before anyone reads it
 	waiters     atomic.Int32 // deliveries waiting for the outcome
-	done        chan struct{}
-	once        sync.Once
-	res         Result[R]
-	err         error
+
+	// Guarded by the group's mu. done is made by the first delivery that
+	// waits, so that a key nobody else delivers costs no channel.
+	done      chan struct{}
+	published bool
+	res       Result[R]
+	err       error
 }
 
-// publish hands the outcome to the deliveries waiting for it, once: a
+// delivery is what handling a new message allocates, in one piece: its
+// flight, the claim its handler holds, and the heartbeat that extends it.
+type delivery[R any] struct {
+	call flightCall[R]
+	held store.HeldClaim
+	hb   heartbeat
+}
+
+// publish hands c's outcome to the deliveries waiting for it, once: a
 // leader whose handler succeeded publishes before retrying a failed
 // completion, so that in-process duplicates are answered meanwhile.
-func (c *flightCall[R]) publish(res Result[R], err error) {
-	c.once.Do(func() {
-		c.res, c.err = res, err
-		close(c.done)
-	})
-}
-
-// join returns the key's call, and whether the caller leads it: a leader
-// must call leave when done.
-func (g *flightGroup[R]) join(key string) (*flightCall[R], bool) {
+func (g *flightGroup[R]) publish(c *flightCall[R], res Result[R], err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if c, ok := g.calls[key]; ok {
-		return c, false
+	if c.published {
+		return
+	}
+	c.res, c.err, c.published = res, err, true
+	if c.done != nil {
+		close(c.done)
+	}
+}
+
+// wait returns a channel that is closed once c's outcome is published;
+// the outcome may then be read from c.
+func (g *flightGroup[R]) wait(c *flightCall[R]) <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.published {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+// join makes c the key's call unless the key has one already, and returns
+// the key's call and whether the caller leads it: a leader must call leave
+// when done.
+func (g *flightGroup[R]) join(key string, c *flightCall[R]) (*flightCall[R], bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if first, ok := g.calls[key]; ok {
+		return first, false
 	}
 	if g.calls == nil {
 		g.calls = make(map[string]*flightCall[R])
 	}
-	c := &flightCall[R]{done: make(chan struct{})}
 	g.calls[key] = c
 	return c, true
 }
@@ -61,7 +93,7 @@ func (g *flightGroup[R]) leave(key string, c *flightCall[R]) {
 	g.mu.Lock()
 	delete(g.calls, key)
 	g.mu.Unlock()
-	c.publish(Result[R]{Key: key}, errFlightAbandoned) // only if the leader panicked
+	g.publish(c, Result[R]{Key: key}, errFlightAbandoned) // only if the leader panicked
 }
 
 // waiting returns how many deliveries wait on key's call.

@@ -55,7 +55,12 @@ type heartbeatEntry struct {
 }
 
 func (r *Receiver[M, R]) newHeartbeat(ctx context.Context) *heartbeat {
-	h := &heartbeat{
+	return r.initHeartbeat(ctx, new(heartbeat))
+}
+
+// initHeartbeat sets up h, which is zero, and returns it.
+func (r *Receiver[M, R]) initHeartbeat(ctx context.Context, h *heartbeat) *heartbeat {
+	*h = heartbeat{
 		store:    r.store,
 		batcher:  r.batcher,
 		clock:    r.cfg.Clock,
@@ -200,7 +205,7 @@ func (h *heartbeat) extendAll(pending []int) {
 	}
 	// The extension must not die with the caller's context (a shutdown
 	// lets handlers finish), but must not outlast the next beat either.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.parent), h.interval)
+	ctx, cancel := context.WithTimeout(detached(h.parent), h.interval)
 	defer cancel()
 	sent := h.clock.Now()
 	if len(pending) > 1 && h.batcher != nil {

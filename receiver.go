@@ -166,14 +166,15 @@ func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[
 	if err != nil {
 		return Result[R]{Key: key}, err
 	}
-	call, leader := r.flight.join(key)
+	d := new(delivery[R])
+	call, leader := r.flight.join(key, &d.call)
 	if !leader {
 		return r.follow(ctx, key, fp, msg, call, tm)
 	}
 	call.fingerprint = fp
 	defer r.flight.leave(key, call)
-	res, err := r.claimAndRun(ctx, key, fp, msg, tm, call)
-	call.publish(res, err)
+	res, err := r.claimAndRun(ctx, key, fp, msg, tm, d)
+	r.flight.publish(call, res, err)
 	return res, err
 }
 
@@ -190,7 +191,7 @@ func (r *Receiver[M, R]) follow(ctx context.Context, key, fp string, msg M, call
 	call.waiters.Add(1)
 	defer call.waiters.Add(-1)
 	select {
-	case <-call.done:
+	case <-r.flight.wait(call):
 	case <-ctx.Done():
 		return Result[R]{Key: key}, fmt.Errorf("%w: waiting for another delivery of %q: %w", ErrCanceled, key, context.Cause(ctx))
 	}
@@ -313,10 +314,9 @@ func (r *Receiver[M, R]) decode(data []byte) (v R, err error) {
 	return v, err
 }
 
-// claimAndRun is one delivery through the store: claim, run, complete.
-// call, when not nil, is the delivery's flight, which waiting duplicates
-// read.
-func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M, tm *timing, call *flightCall[R]) (Result[R], error) {
+// claimAndRun is one delivery through the store: claim, run, complete. d
+// holds the delivery's flight, which waiting duplicates read.
+func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M, tm *timing, d *delivery[R]) (Result[R], error) {
 	if ctx.Err() != nil {
 		return Result[R]{Key: key}, fmt.Errorf("%w: before claiming %q: %w", ErrCanceled, key, context.Cause(ctx))
 	}
@@ -330,7 +330,7 @@ func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M,
 	if err != nil {
 		return r.acquireFailed(ctx, key, msg, err, tm)
 	}
-	return r.afterClaim(ctx, key, msg, claim, sent, tm, call)
+	return r.afterClaim(ctx, key, msg, claim, sent, tm, d)
 }
 
 // checkClaim refuses an answer of Acquire that breaks the contract, so that
@@ -392,15 +392,16 @@ func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, e
 // afterClaim acts on a Claim made at sent (local clock): replays, reports
 // in flight, or runs the handler under the claim, with a heartbeat of its
 // own that extends the lease until the completion is recorded.
-func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, claim store.Claim, sent time.Time, tm *timing, call *flightCall[R]) (Result[R], error) {
+func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, claim store.Claim, sent time.Time, tm *timing, d *delivery[R]) (Result[R], error) {
 	if res, err, ok := r.notClaimed(ctx, key, msg, claim); ok {
 		return res, err
 	}
-	hb := r.newHeartbeat(ctx)
+	hb := r.initHeartbeat(ctx, &d.hb)
 	idx := hb.add(key, claim.Token, r.beaterOf(msg), sent)
 	hb.start()
 	defer hb.stop()
-	return r.runHeld(ctx, key, msg, claim, hb, idx, tm, call)
+	d.held = store.HeldClaim{Key: key, Token: claim.Token, Attempt: claim.Record.Attempt, Retention: r.cfg.Retention}
+	return r.runHeld(ctx, key, msg, claim, &d.held, hb, idx, tm, &d.call)
 }
 
 // notClaimed answers a claim the caller cannot run the handler under: the
@@ -430,10 +431,9 @@ func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, clai
 // extends, and records the outcome: a failure is released, a success
 // completed (retried while the lease holds). hb stops extending the claim
 // before this returns.
-func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim store.Claim, hb *heartbeat, idx int, tm *timing, call *flightCall[R]) (Result[R], error) {
+func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim store.Claim, held *store.HeldClaim, hb *heartbeat, idx int, tm *timing, call *flightCall[R]) (Result[R], error) {
 	defer hb.finish(idx)
 	attempt := claim.Record.Attempt
-	held := &store.HeldClaim{Key: key, Token: claim.Token, Attempt: attempt, Retention: r.cfg.Retention}
 	v, herr := r.runClaimed(ctx, held, msg, hb, idx, tm)
 	if herr != nil {
 		hb.finish(idx) // no extension of a released claim
@@ -470,7 +470,7 @@ func (r *Receiver[M, R]) completeHeld(ctx context.Context, req store.CompleteReq
 		}
 		if retry == 0 {
 			if call != nil {
-				call.publish(res, nil)
+				r.flight.publish(call, res, nil)
 			}
 			r.cfg.Logger.WarnContext(ctx, "dedup: completion failed; retrying while the lease holds",
 				slog.String("key", req.Key), slog.Any("error", err))
@@ -494,9 +494,18 @@ func sleep(clk clock.Clock, d time.Duration) {
 // cancellation (a shutdown must not lose a success whose redelivery would
 // repeat the effect), bounded by StoreTimeout.
 func (r *Receiver[M, R]) complete(ctx context.Context, req store.CompleteRequest) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StoreTimeout)
+	cctx, cancel := context.WithTimeout(detached(ctx), r.cfg.StoreTimeout)
 	defer cancel()
 	return r.store.Complete(cctx, req)
+}
+
+// detached returns ctx without its cancellation, keeping its values. A
+// context that can never be cancelled is returned as it is.
+func detached(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // handlerFailed releases a claim whose handler failed, so that the next
@@ -565,7 +574,7 @@ func (r *Receiver[M, R]) encode(v R) (data []byte, err error) {
 // returned: the caller already reports the handler's error, and a claim
 // that could not be released simply expires with its lease.
 func (r *Receiver[M, R]) release(ctx context.Context, key string, token store.Token, why string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StoreTimeout)
+	cctx, cancel := context.WithTimeout(detached(ctx), r.cfg.StoreTimeout)
 	defer cancel()
 	err := r.store.Release(cctx, store.ReleaseRequest{Key: key, Token: token, Error: why, Retention: r.cfg.Retention})
 	if err != nil {

@@ -287,11 +287,9 @@ func (s *Store) complete(req store.CompleteRequest, result []byte, now time.Time
 			return nil
 		}
 	}
-	return s.finish("complete", req.Key, req.Token, now, func(c *claim) entry {
-		return entry{
-			rec:   store.Record{State: store.StateCompleted, Result: result, LastError: c.lastError, ExpiresAt: now.Add(req.Retention)},
-			token: req.Token,
-		}
+	return s.finish("complete", req.Key, req.Token, now, entry{
+		rec:   store.Record{State: store.StateCompleted, Result: result, ExpiresAt: now.Add(req.Retention)},
+		token: req.Token,
 	})
 }
 
@@ -306,20 +304,23 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.finish("release", req.Key, req.Token, now, func(*claim) entry {
-		return entry{rec: store.Record{State: store.StateFailed, LastError: req.Error, ExpiresAt: now.Add(req.Retention)}}
+	return s.finish("release", req.Key, req.Token, now, entry{
+		rec: store.Record{State: store.StateFailed, LastError: req.Error, ExpiresAt: now.Add(req.Retention)},
 	})
 }
 
-// finish ends the claim token holds on key with the settled entry next
-// returns, which keeps the claim's key, attempt and fingerprint. Under s.mu.
-func (s *Store) finish(op, key string, token store.Token, now time.Time, next func(*claim) entry) error {
+// finish ends the claim token holds on key with the settled entry e, which
+// takes the claim's key, attempt and fingerprint, and, when completed, the
+// claim's last error. Under s.mu.
+func (s *Store) finish(op, key string, token store.Token, now time.Time, e entry) error {
 	c, ok := s.claims[key]
 	if !ok || c.token != token {
 		return errLeaseLost(op, key)
 	}
 	delete(s.claims, key)
-	e := next(&c)
+	if e.rec.State == store.StateCompleted {
+		e.rec.LastError = c.lastError
+	}
 	e.rec.Key, e.rec.Attempt, e.rec.Fingerprint = key, c.attempt, c.fingerprint
 	s.settle(&e, now)
 	return nil
