@@ -1,0 +1,200 @@
+package bench
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A row is one figure of the table: its sides measured in the same rounds,
+// the first side being the baseline the others are compared with.
+type row struct {
+	name string
+	// unit of what each side's run returns: "ns/op", "msgs/s" or another.
+	// A side's ratio is its value over the baseline's: for msgs/s 1.0 or
+	// more is as fast or faster, for a cost it is "times the baseline".
+	unit string
+	// n is how many operations one run of a side does.
+	n int
+	// allocs shows allocations per operation (in-process rows).
+	allocs bool
+	// aim is what the row should show, from the speed issue.
+	aim string
+	// setup makes the sides; its cleanups run when the row is done.
+	setup func(tb testing.TB) []side
+}
+
+// A side of a row.
+type side struct {
+	name string
+	// run does n operations and returns the row's unit for them.
+	run func(tb testing.TB, n int) sample
+}
+
+// sample is one run of a side: its value in the row's unit, and the
+// allocations per operation of the measured part (not of its setup).
+type sample struct {
+	value  float64
+	allocs float64
+}
+
+// rows are registered by the files of this package, one per subject.
+var rows []row
+
+func register(r ...row) { rows = append(rows, r...) }
+
+type result struct {
+	values []float64 // one per round
+	ratios []float64 // one per round: value over the baseline's of that round
+	allocs []float64
+}
+
+// BenchmarkTable runs every selected row in interleaved rounds and prints
+// the table. See the package documentation for the command.
+func BenchmarkTable(b *testing.B) {
+	if b.N != 1 {
+		b.Skip("run with -benchtime 1x: each row times its own rounds")
+	}
+	rounds := 7
+	if v, err := strconv.Atoi(os.Getenv("BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	var filter *regexp.Regexp
+	if v := os.Getenv("BENCH_ROWS"); v != "" {
+		filter = regexp.MustCompile(v)
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "%d rounds per row, sides interleaved; median, min-max over rounds; ratio is the median of per-round ratios to the row's baseline (first line).\n\n", rounds)
+	out.WriteString("| figure | side | median | min-max | ratio | allocs/op | aim |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		if filter != nil && !filter.MatchString(r.name) {
+			continue
+		}
+		b.Run(strings.ReplaceAll(r.name, " ", "_"), func(b *testing.B) {
+			sides := r.setup(b)
+			results := measure(b, r, sides, rounds)
+			for i, s := range sides {
+				res := results[i]
+				fig, aim := "", ""
+				if i == 0 {
+					fig, aim = r.name, r.aim
+				}
+				ratio := "baseline"
+				if i > 0 {
+					ratio = fmt.Sprintf("%.2f", median(res.ratios))
+				}
+				allocs := ""
+				if r.allocs {
+					allocs = fmt.Sprintf("%.1f", median(res.allocs))
+				}
+				fmt.Fprintf(&out, "| %s | %s | %s %s | %s-%s | %s | %s | %s |\n", fig, s.name,
+					format(median(res.values)), r.unit, format(slices.Min(res.values)), format(slices.Max(res.values)),
+					ratio, allocs, aim)
+			}
+		})
+	}
+	fmt.Println()
+	fmt.Print(out.String())
+	if path := os.Getenv("BENCH_OUT"); path != "" {
+		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+			b.Errorf("write %s: %v", path, err)
+		}
+	}
+}
+
+// measure runs every side of r once per round, each round starting with
+// the next side, so that no side always runs first or last.
+func measure(tb testing.TB, r row, sides []side, rounds int) []result {
+	results := make([]result, len(sides))
+	// A warm-up run per side: connections, caches and JIT-like effects of
+	// the first round are not measured.
+	for _, s := range sides {
+		s.run(tb, max(r.n/10, 1))
+	}
+	for round := range rounds {
+		values := make([]float64, len(sides))
+		for k := range sides {
+			i := (round + k) % len(sides)
+			runtime.GC()
+			s := sides[i].run(tb, r.n)
+			values[i] = s.value
+			results[i].allocs = append(results[i].allocs, s.allocs)
+		}
+		for i := range sides {
+			results[i].values = append(results[i].values, values[i])
+			results[i].ratios = append(results[i].ratios, values[i]/values[0])
+		}
+	}
+	return results
+}
+
+// timed runs op n times and returns nanoseconds per operation.
+func timed(n int, op func(i int)) sample {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	for i := range n {
+		op(i)
+	}
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	return sample{
+		value:  float64(elapsed.Nanoseconds()) / float64(n),
+		allocs: float64(after.Mallocs-before.Mallocs) / float64(n),
+	}
+}
+
+// rate runs work (n messages) and returns messages per second.
+func rate(n int, work func()) sample {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	work()
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	return sample{
+		value:  float64(n) / elapsed.Seconds(),
+		allocs: float64(after.Mallocs-before.Mallocs) / float64(n),
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.SortFunc(s, cmp.Compare)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// format prints a value with three significant digits, thousands grouped.
+func format(v float64) string {
+	switch {
+	case v >= 1000:
+		s := strconv.FormatFloat(v, 'f', 0, 64)
+		var b strings.Builder
+		for i, c := range s {
+			if i > 0 && (len(s)-i)%3 == 0 {
+				b.WriteByte(',')
+			}
+			b.WriteRune(c)
+		}
+		return b.String()
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
