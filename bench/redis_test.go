@@ -113,7 +113,7 @@ func init() {
 	register(row{
 		name: "new message on Redis, sequential",
 		unit: "ns/op", n: 3000,
-		aim:  "dedup <= 2.3x one SET NX",
+		aim: "dedup <= 2.3x one SET NX",
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)
@@ -135,7 +135,7 @@ func init() {
 	}, row{
 		name: "new messages on Redis, 16 goroutines",
 		unit: "msgs/s", n: 10000,
-		aim:  "dedup >= 0.85x SET NX + SET",
+		aim: "dedup >= 0.85x SET NX + SET",
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)
@@ -159,7 +159,7 @@ func init() {
 	}, row{
 		name: "HandleBatch(100) on Redis",
 		unit: "msgs/s", n: 20000,
-		aim:  "dedup >= 0.60x the pipeline",
+		aim: "dedup >= 0.60x the pipeline",
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)
@@ -211,7 +211,7 @@ func init() {
 	}, row{
 		name: "Redis CPU per new message",
 		unit: "µs", n: 3000,
-		aim:  "dedup <= 10 µs (floor: SET NX + SET)",
+		aim: "dedup <= 10 µs (floor: SET NX + SET)",
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)
