@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
@@ -154,6 +155,58 @@ func TestNoWait(t *testing.T) {
 		testenv.Wait(t, &wg, "the deliveries to return")
 		require.Equal(t, int64(1), calls.Load())
 	}
+}
+
+// slowAcquireStore holds every Acquire until release is closed, after
+// telling entered, so that deliveries of one key meet inside the store.
+type slowAcquireStore struct {
+	store.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *slowAcquireStore) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.Store.Acquire(ctx, req)
+}
+
+// TestNoWaitReplaysACompletedKey: with Config.NoWait, deliveries of a
+// completed key that meet in this process are each replayed from the
+// record, never answered in flight (an HTTP client's concurrent retries
+// of a request that already succeeded get its response, not a 409).
+func TestNoWaitReplaysACompletedKey(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	mem := newMemstore(t, clk)
+	slow := &slowAcquireStore{Store: plainStore{mem}, entered: make(chan struct{}, 2), release: make(chan struct{})}
+	var calls atomic.Int64
+	h := func(ctx context.Context, o order) (string, error) { calls.Add(1); return "first", nil }
+	first := newReceiver(t, mem, h, &dedup.Config{Clock: clk, Lease: testLease})
+	res, err := first.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusProcessed, res.Status)
+
+	rcv := newReceiver(t, slow, h, &dedup.Config{Clock: clk, Lease: testLease, NoWait: true})
+	results := make(chan dedup.Result[string], 2)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
+			assert.NoError(t, err)
+			results <- res
+		})
+	}
+	testenv.Recv(t, slow.entered, "the first delivery to reach the store")
+	testenv.Recv(t, slow.entered, "the second delivery to reach the store while the first is there")
+	close(slow.release)
+	testenv.Wait(t, &wg, "the deliveries to return")
+	for range 2 {
+		res := <-results
+		require.Equal(t, dedup.StatusDuplicate, res.Status)
+		require.Equal(t, "first", res.Value)
+	}
+	require.Equal(t, int64(1), calls.Load())
 }
 
 // TestForget: a message dead-lettered after MaxAttempts leaves a failed

@@ -56,10 +56,12 @@ type Config struct {
 	// fail-closed.
 	FailOpen bool
 
-	// NoWait makes a delivery whose key is being handled in this process
-	// return StatusInFlight at once, instead of waiting for the first
-	// delivery's outcome and sharing it. HTTP and gRPC middleware set it: a
-	// request must not block on another. Defaults to false: wait.
+	// NoWait makes every delivery ask the store at once, instead of
+	// waiting for another delivery of its key in this process and sharing
+	// its outcome: a key held anywhere, this process included, is
+	// StatusInFlight at once, and a completed key is replayed from its
+	// record. HTTP and gRPC middleware set it: a request must not block on
+	// another. Defaults to false: wait.
 	NoWait bool
 
 	// Codec encodes handler results for the store and decodes them for

@@ -142,7 +142,7 @@ func ClaimFromContext(ctx context.Context) (*store.HeldClaim, bool) {
 //
 // Deliveries of one key that arrive while another delivery of it runs in
 // this process wait for that one and share its outcome (a duplicate when it
-// succeeded), unless their own ctx ends first. A cancelled ctx never stops
+// succeeded), unless their own ctx ends first or Config.NoWait is set. A cancelled ctx never stops
 // the recording of a handler that succeeded.
 func (r *Receiver[M, R]) Handle(ctx context.Context, msg M) (Result[R], error) {
 	if r.cfg.Observer != nil {
@@ -167,6 +167,14 @@ func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[
 		return Result[R]{Key: key}, err
 	}
 	d := new(delivery[R])
+	if r.cfg.NoWait {
+		// Answer at once: ask the store rather than join the key's flight.
+		// The store never makes a delivery wait (a key held anywhere is in
+		// flight), and a key that completed is replayed, where joining would
+		// refuse it as in flight while another delivery of this process
+		// reads the same record.
+		return r.claimAndRun(ctx, key, fp, msg, tm, d)
+	}
 	call, leader := r.flight.join(key, &d.call)
 	if !leader {
 		return r.follow(ctx, key, fp, msg, call, tm)
@@ -179,11 +187,11 @@ func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[
 }
 
 // follow answers a delivery of a key that another delivery in this process
-// is handling: in flight at once (NoWait, or a handler calling Handle for
-// its own key, which would wait on itself forever), else the first
-// delivery's outcome once it is known.
+// is handling: in flight at once when a handler calls Handle for its own
+// key (it would wait on itself forever), else the first delivery's outcome
+// once it is known.
 func (r *Receiver[M, R]) follow(ctx context.Context, key, fp string, msg M, call *flightCall[R], tm *timing) (Result[R], error) {
-	if r.cfg.NoWait || handlingKey(ctx, key) {
+	if handlingKey(ctx, key) {
 		// The first delivery's lease bounds how long it may hold the key.
 		r.stats.inFlight.Add(1)
 		return Result[R]{Status: StatusInFlight, Key: key, RetryAfter: r.cfg.Lease}, nil

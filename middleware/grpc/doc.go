@@ -1,0 +1,113 @@
+// Package grpc runs unary gRPC calls that carry an idempotency key once per
+// key, on the same receiver, key rules and stores as dedup's broker
+// adapters: a client that retries a call (a flaky network, a gateway that
+// replays) gets the first call's response back instead of a second effect.
+// Import it next to grpc-go under an alias:
+//
+//	import (
+//		"google.golang.org/grpc"
+//
+//		"github.com/dedup-go/dedup"
+//		dedupgrpc "github.com/dedup-go/dedup/middleware/grpc"
+//	)
+//
+//	ic, err := dedupgrpc.New(store, &dedupgrpc.Options{
+//		Config:    &dedup.Config{Namespace: "orders"},
+//		Principal: tenantOf, // func(ctx) (string, error), from your authentication
+//	})
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(recovery, auth, ic.Unary))
+//
+// Only unary calls are intercepted; streaming calls are not (install no
+// stream interceptor). Package gateway (middleware/grpc/gateway) puts a
+// grpc-gateway ServeMux in front, so that an HTTP caller's Idempotency-Key
+// reaches the interceptor; this package does not import grpc-gateway.
+//
+// # Keys
+//
+// Options.Key finds the key: by default the idempotency-key metadata
+// ([FromMetadata]; raw, or an RFC 8941 quoted string), else the request's
+// string field idempotency_key ([FromField], found through protoreflect on
+// any proto message). A key is 1 to 255 bytes of UTF-8 without control
+// characters ([ValidateKey]). A call without a key runs as if the
+// interceptor were not there, unless Options.RequireKey.
+//
+// The key is scoped: the record is the receiver's namespace, the principal
+// (Options.Principal: a tenant, a user), the operation (the full method)
+// and the key, so one tenant is never answered with another's response and
+// one key on two methods is two operations. The id spells the three parts
+// out with their lengths ("5:alice:19:/shop.Orders/Submit:7f3c9a"), so no
+// two scopes share one, and becomes "sha256:" and a hash of that when it
+// would exceed the receiver's MaxIDLength.
+//
+// Options.KeyCheck vets each key with its principal and operation before
+// it is used: a server that issues keys itself (signed, bound to a
+// principal and an operation) refuses the ones it did not issue with
+// InvalidArgument and those issued to someone else with PermissionDenied
+// ([ErrKeyForbidden]).
+//
+// # Fingerprints and replays
+//
+// The record's fingerprint is the SHA-256 of the full method and the
+// request marshalled deterministically (proto.MarshalOptions{Deterministic:
+// true}): the same key with another request is refused, never answered with
+// the first request's response. Deterministic marshalling is stable within
+// one build of a message type, not across languages or schema versions;
+// a schema change that alters the encoding of old requests makes their
+// retries mismatch.
+//
+// A successful response is kept as its message type's full name and its
+// wire bytes. A replay unmarshals it into a fresh message of that type,
+// resolved by Options.Types and protoregistry.GlobalTypes, and carries
+// the response metadata idempotency-replayed: true. A response larger than
+// the receiver's MaxResultSize (1 MiB by default here) or that is not a
+// proto message still completes the key, so the handler never runs again
+// for it; its replays are AlreadyExists with [ReasonResponseNotKept].
+// Handler errors are not kept by default: the key is released and the next
+// call with it runs the handler again. Options.KeepError keeps the errors
+// it selects, replayed like a response.
+//
+// # Status codes
+//
+// The interceptor's own refusals carry a google.rpc.ErrorInfo (domain
+// [ErrorDomain], a Reason constant; read it with [ReasonOf]) and, when
+// retrying helps, a google.rpc.RetryInfo ([RetryDelayOf]):
+//
+//	no key, RequireKey                      InvalidArgument      IDEMPOTENCY_KEY_MISSING
+//	bad key, or refused by KeyCheck         InvalidArgument      IDEMPOTENCY_KEY_INVALID
+//	KeyCheck: ErrKeyForbidden               PermissionDenied     IDEMPOTENCY_KEY_FORBIDDEN
+//	key in flight (here or elsewhere)       Aborted              IDEMPOTENCY_KEY_IN_FLIGHT, RetryInfo: the remaining lease
+//	key used with another request           FailedPrecondition   IDEMPOTENCY_KEY_REUSED
+//	key failed MaxAttempts times            FailedPrecondition   IDEMPOTENCY_ATTEMPTS_EXHAUSTED
+//	response not kept                       AlreadyExists        IDEMPOTENCY_RESPONSE_NOT_KEPT
+//	store unavailable, fail-closed          Unavailable          IDEMPOTENCY_STORE_UNAVAILABLE, RetryInfo: StoreRetryDelay
+//	handler panicked                        Internal             (the key is released; the stack is logged)
+//	handler error                           the handler's own status, unchanged
+//
+// A call whose key is in flight is refused at once, never made to wait:
+// the receiver runs in its answer-at-once mode (Config.NoWait), and a call
+// that finds the key held, in this process or another, is Aborted.
+//
+// With Config.FailOpen, a call made while the store is unavailable runs
+// unprotected; its response carries idempotency-bypassed: true and the
+// receiver logs it at warning level.
+//
+// # Panics
+//
+// A handler that panics under a key is recovered by the receiver: the key
+// is released, the caller gets Internal, the panic and its stack are
+// logged, and the server keeps serving. A call without a key, or of a
+// method Options.Methods leaves out, runs outside the receiver: grpc-go
+// does not recover panics, so keep a recovery interceptor first in the
+// chain (go-grpc-middleware's recovery, say) as for any gRPC server.
+//
+// # Leases
+//
+// A call holds its key for the receiver's Lease (30 s by default), which
+// the receiver extends while the handler runs. A replica that dies or is
+// cut off from the store loses the key when the lease ends, and the next
+// call with the key runs the handler again. The replica's handler context
+// is cancelled with dedup.ErrLeaseLost as the cause when the lease ends by
+// its own clock: a handler that then fails answers Aborted; one that
+// succeeds anyway answers its response, which is not kept (the key belongs
+// to the new holder, whose response is replayed).
+package grpc

@@ -1,0 +1,273 @@
+package grpc
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store"
+)
+
+// The response metadata the interceptor sets.
+const (
+	// ReplayedMetadata is "true" on a replayed response (or kept error).
+	ReplayedMetadata = "idempotency-replayed"
+	// BypassedMetadata is "true" on a response whose handler ran
+	// unprotected because the store was down and the receiver fail-open.
+	BypassedMetadata = "idempotency-bypassed"
+)
+
+// Interceptor runs unary gRPC calls that carry an idempotency key once per
+// key: it claims the key (scoped by principal and method) in a store,
+// runs the handler, keeps its response and replays it to every later call
+// with the key. It is safe for concurrent use and holds no goroutine.
+type Interceptor struct {
+	s   *settings
+	rcv *dedup.Receiver[*call, *reply]
+	log *slog.Logger
+}
+
+// New returns an Interceptor keeping its records in st. opts may be nil
+// for the defaults. A nil store or invalid options are an error matching
+// dedup.ErrInvalidConfig.
+func New(st store.Store, opts *Options) (*Interceptor, error) {
+	s, err := opts.settings()
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.Codec = codec{maxSize: s.maxResponse, types: s.Types}
+	ic := &Interceptor{s: s}
+	ic.rcv, err = dedup.NewReceiver(st, idOf, ic.run, &s.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dedupgrpc: %w", err)
+	}
+	ic.log = ic.rcv.Logger()
+	return ic, nil
+}
+
+// Stats returns the counters of the interceptor's receiver.
+func (ic *Interceptor) Stats() dedup.Stats { return ic.rcv.Stats() }
+
+// Unary is the grpc.UnaryServerInterceptor:
+//
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(recovery, auth, ic.Unary))
+//
+// Streaming calls are not intercepted: install no stream interceptor.
+func (ic *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if ic.s.Methods != nil && !ic.s.Methods(info.FullMethod) {
+		return handler(ctx, req)
+	}
+	c, err := ic.newCall(ctx, req, info.FullMethod, handler)
+	if err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return handler(ctx, req)
+	}
+	res, err := ic.rcv.Handle(ctx, c)
+	if err != nil {
+		return nil, ic.failed(ctx, c, err)
+	}
+	return ic.answer(ctx, c, res)
+}
+
+// call is one unary call through the receiver, its message type.
+type call struct {
+	id      string // the scoped id
+	method  string
+	req     any
+	handler grpc.UnaryHandler
+}
+
+// idOf is the receiver's KeyFunc: the id is found (with the caller's
+// context) before the receiver is asked.
+func idOf(c *call) (string, error) { return c.id, nil }
+
+// Fingerprint hashes the full method and the request marshalled
+// deterministically, so that the same key with another request is refused
+// with FailedPrecondition.
+func (c *call) Fingerprint() (string, error) {
+	m, ok := c.req.(proto.Message)
+	if !ok {
+		return "", fmt.Errorf("the request is a %T, not a proto message", c.req)
+	}
+	bp := fpBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledBuffer { // a huge request's buffer is left to the GC
+			fpBuffers.Put(bp)
+		}
+	}()
+	buf := append((*bp)[:0], c.method...)
+	buf = append(buf, 0)
+	buf, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf, m)
+	if err != nil {
+		return "", err
+	}
+	*bp = buf
+	sum := sha256.Sum256(buf)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// fpBuffers holds the buffers requests are marshalled into for their
+// fingerprint, which only the hash outlives.
+var fpBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooledBuffer = 64 << 10
+
+// Compile-time checks.
+var (
+	_ grpc.UnaryServerInterceptor = (*Interceptor)(nil).Unary
+	_ dedup.Fingerprinter         = (*call)(nil)
+)
+
+// newCall finds the call's key, principal and scoped id. It returns nil
+// and no error for a call without a key that may run unprotected.
+func (ic *Interceptor) newCall(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (c *call, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ic.log.ErrorContext(ctx, "dedupgrpc: a Key, Principal or KeyCheck func panicked",
+				slog.String("method", method), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			c, err = nil, status.Error(codes.Internal, "dedupgrpc: the idempotency key could not be checked")
+		}
+	}()
+	key, err := ic.s.Key(ctx, method, req)
+	if err != nil {
+		return nil, keyError(err)
+	}
+	if key == "" {
+		if ic.s.RequireKey {
+			return nil, refuse(codes.InvalidArgument, ReasonKeyMissing, "dedupgrpc: this method requires an idempotency key ("+MetadataKey+" metadata)", 0)
+		}
+		return nil, nil
+	}
+	if err := ValidateKey(key); err != nil {
+		return nil, keyError(err)
+	}
+	var principal string
+	if ic.s.Principal != nil {
+		if principal, err = ic.s.Principal(ctx); err != nil {
+			if _, ok := status.FromError(err); ok {
+				return nil, err
+			}
+			return nil, status.Error(codes.Unauthenticated, err.Error())
+		}
+	}
+	if ic.s.KeyCheck != nil {
+		if err := ic.s.KeyCheck(ctx, key, principal, method); err != nil {
+			return nil, checkError(err)
+		}
+	}
+	return &call{id: scopedID(principal, method, key, ic.s.maxIDLength), method: method, req: req, handler: handler}, nil
+}
+
+// keyError is the status of a key that cannot be used.
+func keyError(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return refuse(codes.InvalidArgument, ReasonKeyInvalid, err.Error(), 0)
+}
+
+// checkError is the status of a key Options.KeyCheck refused.
+func checkError(err error) error {
+	switch _, ok := status.FromError(err); {
+	case ok:
+		return err
+	case errors.Is(err, ErrKeyForbidden):
+		return refuse(codes.PermissionDenied, ReasonKeyForbidden, err.Error(), 0)
+	}
+	return refuse(codes.InvalidArgument, ReasonKeyInvalid, err.Error(), 0)
+}
+
+// run is the receiver's handler: the gRPC handler, whose error is kept
+// only when Options.KeepError says so (and the call was not cancelled).
+func (ic *Interceptor) run(ctx context.Context, c *call) (*reply, error) {
+	resp, err := c.handler(ctx, c.req)
+	if err == nil {
+		return &reply{resp: resp}, nil
+	}
+	if ic.s.KeepError != nil && ctx.Err() == nil && ic.s.KeepError(c.method, err) {
+		return &reply{err: status.Convert(err)}, nil
+	}
+	return nil, err
+}
+
+// answer turns a done (or in-flight) Result into the call's answer.
+func (ic *Interceptor) answer(ctx context.Context, c *call, res dedup.Result[*reply]) (any, error) {
+	r := res.Value
+	switch res.Status {
+	case dedup.StatusInFlight:
+		return nil, refuse(codes.Aborted, ReasonInFlight, "dedupgrpc: a call with this idempotency key is in progress; retry later", res.RetryAfter)
+	case dedup.StatusDuplicate:
+		switch {
+		case r == nil:
+			// The receiver logged why (ErrResultUndecodable).
+			return nil, status.Error(codes.Internal, "dedupgrpc: a call with this idempotency key succeeded, but its kept response cannot be replayed")
+		case r.notKept != "":
+			return nil, refuse(codes.AlreadyExists, ReasonResponseNotKept, "dedupgrpc: a call with this idempotency key succeeded, but its response was not kept: "+r.notKept, 0)
+		}
+		setHeader(ctx, ReplayedMetadata)
+	case dedup.StatusBypassed:
+		setHeader(ctx, BypassedMetadata)
+	}
+	if r.err != nil {
+		return nil, r.err.Err()
+	}
+	return r.resp, nil
+}
+
+// setHeader sets name: true on the response metadata, when there is a
+// response: not for a caller of Unary outside a gRPC server.
+func setHeader(ctx context.Context, name string) {
+	if grpc.ServerTransportStreamFromContext(ctx) == nil {
+		return
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(name, "true"))
+}
+
+// failed turns an error of Handle into the call's status.
+func (ic *Interceptor) failed(ctx context.Context, c *call, err error) error {
+	var perr *dedup.PanicError
+	var herr *dedup.HandlerError
+	switch {
+	case errors.As(err, &perr):
+		ic.log.ErrorContext(ctx, "dedupgrpc: the handler panicked; the key is released",
+			slog.String("method", c.method), slog.Any("panic", perr.Value), slog.String("stack", string(perr.Stack)))
+		return status.Error(codes.Internal, "dedupgrpc: the handler panicked")
+	case errors.Is(err, dedup.ErrLeaseLost):
+		return refuse(codes.Aborted, ReasonInFlight, "dedupgrpc: another call took this idempotency key over; retry later", 0)
+	case errors.Is(err, dedup.ErrCanceled):
+		if cerr := ctx.Err(); cerr != nil {
+			return status.FromContextError(cerr).Err()
+		}
+		return status.Error(codes.Canceled, err.Error())
+	case errors.As(err, &herr):
+		return herr.Err
+	case errors.Is(err, dedup.ErrKeyReused):
+		return refuse(codes.FailedPrecondition, ReasonKeyReused, "dedupgrpc: this idempotency key was used with another request", 0)
+	case errors.Is(err, dedup.ErrAttemptsExhausted):
+		return refuse(codes.FailedPrecondition, ReasonAttemptsExhausted, "dedupgrpc: calls with this idempotency key failed too often; use a new key", 0)
+	case errors.Is(err, dedup.ErrStoreUnavailable):
+		// The receiver logged the store's error; the caller is not told
+		// where the store lives.
+		return refuse(codes.Unavailable, ReasonStoreUnavailable, "dedupgrpc: the idempotency store is unavailable; retry later", ic.rcv.StoreRetryDelay())
+	case errors.Is(err, dedup.ErrUndecodable):
+		return status.Error(codes.InvalidArgument, "dedupgrpc: the request cannot be fingerprinted: "+err.Error())
+	case errors.Is(err, dedup.ErrInvalidKey), errors.Is(err, dedup.ErrNoKey):
+		return refuse(codes.InvalidArgument, ReasonKeyInvalid, err.Error(), 0)
+	}
+	ic.log.ErrorContext(ctx, "dedupgrpc: unexpected error", slog.String("method", c.method), slog.Any("error", err))
+	return status.Error(codes.Internal, "dedupgrpc: "+err.Error())
+}

@@ -1,0 +1,91 @@
+package grpc_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/testenv"
+	dedupgrpc "github.com/dedup-go/dedup/middleware/grpc"
+	"github.com/dedup-go/dedup/store/memstore"
+)
+
+// Redis cut off: fail-closed (the default) refuses the call with
+// Unavailable and a retry delay, running nothing; fail-open runs the
+// handler unprotected, says so in the response metadata and logs it.
+func TestStoreDownRedis(t *testing.T) {
+	t.Parallel()
+	proxy := redistest.StartProxy(t, testenv.Redis.Addr(t))
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	st := newRedisStore(t, c, redistest.Prefix(t, redistest.Client(t)))
+
+	closedSvc, openSvc := &payments{}, &payments{}
+	closed := serve(t, closedSvc, newInterceptor(t, st, &dedupgrpc.Options{Config: &dedup.Config{
+		Namespace: "payments", StoreRetryDelay: 2 * time.Second,
+	}}))
+	logs := new(syncBuffer)
+	open := serve(t, openSvc, newInterceptor(t, st, &dedupgrpc.Options{Config: &dedup.Config{
+		Namespace: "payments", FailOpen: true, Logger: testLogger(t, logs),
+	}}))
+	req := chargeReq("acct-1", 500, "k-1")
+	_, _, err := closed.charge(t, req)
+	require.NoError(t, err, "Redis is up")
+	proxy.Cut()
+
+	_, _, err = closed.charge(t, chargeReq("acct-1", 500, "k-2"))
+	requireStatus(t, err, codes.Unavailable, dedupgrpc.ReasonStoreUnavailable)
+	delay, ok := dedupgrpc.RetryDelayOf(err)
+	require.True(t, ok)
+	require.Equal(t, 2*time.Second, delay)
+	require.NotContains(t, err.Error(), proxy.Addr(), "the caller is not told where the store is")
+	_, _, err = closed.charge(t, req)
+	requireStatus(t, err, codes.Unavailable, dedupgrpc.ReasonStoreUnavailable)
+	require.Equal(t, int64(1), closedSvc.runs.Load())
+
+	for i := range 2 {
+		resp, header, err := open.charge(t, chargeReq("acct-1", 500, "k-2"))
+		require.NoError(t, err)
+		require.Equal(t, []string{"true"}, header.Get(dedupgrpc.BypassedMetadata))
+		requireReplayed(t, header, false)
+		require.Equal(t, int64(i+1), openSvc.runs.Load(), "unprotected: every call runs")
+		require.NotNil(t, resp)
+	}
+	require.Contains(t, logs.String(), "fail-open")
+}
+
+// memstore refuses a claim rather than evict one when it holds Capacity
+// claims: the same answers as a store that is down.
+func TestStoreDownMemstore(t *testing.T) {
+	t.Parallel()
+	st, err := memstore.New(&memstore.Options{Capacity: 1})
+	require.NoError(t, err)
+	started, release := make(chan struct{}), make(chan struct{})
+	svc := &payments{}
+	svc.fn = func(ctx context.Context, run int64, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+		if run == 1 {
+			close(started)
+			<-release
+		}
+		return reply(run, req), nil
+	}
+	s := serve(t, svc, newInterceptor(t, st, nil))
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.charge(t, chargeReq("acct-1", 500, "k-1"))
+		done <- err
+	}()
+	testenv.Recv(t, started, "the first call's handler")
+	_, _, err = s.charge(t, chargeReq("acct-1", 500, "k-2"))
+	requireStatus(t, err, codes.Unavailable, dedupgrpc.ReasonStoreUnavailable)
+	close(release)
+	require.NoError(t, testenv.Recv(t, done, "the first call"))
+	require.Equal(t, int64(1), svc.runs.Load())
+}
