@@ -133,7 +133,7 @@ func consumeDedup(b *testing.B, js jetstream.JetStream, cons jetstream.Consumer,
 			return struct{}{}, nil
 		}, nil)
 	require.NoError(b, err)
-	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: benchConcurrency})
+	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: benchConcurrency, DropPoison: true})
 	require.NoError(b, err)
 	require.NoError(b, c.Start(context.Background()))
 	<-done

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dedup-go/dedup"
 	natsgo "github.com/nats-io/nats.go"
@@ -38,16 +39,21 @@ type Subscriber[T, R any] struct {
 	opts    Options
 	dl      *deadLetterer
 	encoder ReplyEncoder
+	stats   counters
+	live    atomic.Pointer[natsgo.Subscription] // for the delivery goroutine's drop checks
+	dropped atomic.Int64                        // the client's drop count last reported
 
-	mu      sync.Mutex
-	started bool
-	closing bool // no more dispatches: the subscription is closed
-	sub     *natsgo.Subscription
-	closed  <-chan natsgo.SubStatus
-	sem     chan struct{}
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	stopped chan struct{}
+	mu       sync.Mutex
+	started  bool
+	stopping bool // Stop or the cancellation of Start's ctx: a stop someone asked for
+	closing  bool // no more dispatches: the subscription is closed
+	err      error
+	sub      *natsgo.Subscription
+	closed   <-chan struct{}
+	sem      chan struct{}
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopped  chan struct{}
 }
 
 // NewSubscriber returns a Subscriber of subject (in queue group queue, when
@@ -67,6 +73,9 @@ func NewSubscriber[T, R any](nc *natsgo.Conn, subject, queue string, rcv *dedup.
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	if o.DeadLetterSubject != "" && subjectMatches(subject, o.DeadLetterSubject) {
+		return nil, &configError{sentinel: ErrDeadLetterStream, msg: fmt.Sprintf("dedupnats: subject %q matches dead-letter subject %q: the subscriber would read its own dead letters back", subject, o.DeadLetterSubject)}
+	}
 	s := &Subscriber[T, R]{
 		nc: nc, subject: subject, queue: queue, rcv: rcv, opts: o,
 		encoder: DefaultReplyEncoder{}, sem: make(chan struct{}, o.Concurrency), stopped: make(chan struct{}),
@@ -77,6 +86,7 @@ func NewSubscriber[T, R any](nc *natsgo.Conn, subject, queue string, rcv *dedup.
 			return nil, fmt.Errorf("dedupnats: JetStream for dead letters: %w", err)
 		}
 		s.dl = &deadLetterer{subject: o.DeadLetterSubject, nc: nc, js: js}
+		s.dl.stats = &s.stats
 	}
 	return s, nil
 }
@@ -90,19 +100,26 @@ func (s *Subscriber[T, R]) WithReplyEncoder(enc ReplyEncoder) *Subscriber[T, R] 
 	return s
 }
 
-// Start subscribes and returns once the server has the subscription.
-// Cancelling ctx later is a hard stop: the subscription is dropped and the
-// handlers' contexts are cancelled. A Subscriber starts once.
+// Start checks the dead-letter subject, subscribes and returns once the
+// server has the subscription. It fails, matching dedup.ErrInvalidConfig,
+// when there is no DeadLetterSubject and no DropPoison (ErrNoDeadLetter),
+// or when no stream captures the DeadLetterSubject and CoreDeadLetters is
+// not set (ErrDeadLetterStream). Cancelling ctx later is a hard stop: the
+// subscription is dropped and the handlers' contexts are cancelled. A
+// Subscriber starts once.
 func (s *Subscriber[T, R]) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return ErrStarted
 	}
-	if s.dl != nil {
-		if err := s.dl.resolve(ctx); err != nil {
+	switch {
+	case s.dl != nil:
+		if err := s.dl.resolve(ctx, "", s.opts.CoreDeadLetters, s.opts.Logger); err != nil {
 			return err
 		}
+	case !s.opts.DropPoison:
+		return &configError{sentinel: ErrNoDeadLetter, msg: fmt.Sprintf("dedupnats: subscriber of %q has no DeadLetterSubject: a poison message would be lost; set one (captured by a stream), or set DropPoison", s.subject)}
 	}
 	workCtx, cancel := context.WithCancel(ctx)
 	sub, err := s.nc.QueueSubscribe(s.subject, s.queue, func(m *natsgo.Msg) { s.dispatch(workCtx, m) })
@@ -110,7 +127,21 @@ func (s *Subscriber[T, R]) Start(ctx context.Context) error {
 		cancel()
 		return fmt.Errorf("dedupnats: subscribe %q: %w", s.subject, err)
 	}
-	s.closed = sub.StatusChanged(natsgo.SubscriptionClosed)
+	if s.opts.PendingMsgsLimit != 0 || s.opts.PendingBytesLimit != 0 {
+		msgs, bytes := cmp.Or(s.opts.PendingMsgsLimit, natsgo.DefaultSubPendingMsgsLimit), cmp.Or(s.opts.PendingBytesLimit, natsgo.DefaultSubPendingBytesLimit)
+		if err := sub.SetPendingLimits(msgs, bytes); err != nil {
+			cancel()
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("dedupnats: pending limits of %q: %w", s.subject, err)
+		}
+	}
+	s.live.Store(sub)
+	// The closed handler runs when the subscription's delivery goroutine
+	// exits: after Unsubscribe, after a drain, and when the connection
+	// closes (where the subscription's status never says closed).
+	closed := make(chan struct{})
+	sub.SetClosedHandler(func(string) { close(closed) })
+	s.closed = closed
 	fctx, fcancel := withDeadline(ctx, s.opts.SettleTimeout)
 	defer fcancel()
 	if err := s.nc.FlushWithContext(fctx); err != nil {
@@ -119,11 +150,25 @@ func (s *Subscriber[T, R]) Start(ctx context.Context) error {
 		return fmt.Errorf("dedupnats: subscribe %q: %w", s.subject, err)
 	}
 	s.started, s.sub, s.cancel = true, sub, cancel
-	stopWatch := context.AfterFunc(workCtx, func() { _ = sub.Unsubscribe() })
+	stopWatch := context.AfterFunc(workCtx, func() {
+		s.mu.Lock()
+		s.stopping = true
+		s.mu.Unlock()
+		s.checkDropped(ctx, sub)
+		_ = sub.Unsubscribe()
+	})
 	go func() { // owned by the subscription: ends when it closes
 		<-s.closed
 		s.mu.Lock()
 		s.closing = true
+		if !s.stopping {
+			cause := error(natsgo.ErrBadSubscription)
+			if s.nc.IsClosed() {
+				cause = natsgo.ErrConnectionClosed
+			}
+			s.err = fmt.Errorf("%w: subscription to %q closed: %w", ErrStoppedUnasked, s.subject, cause)
+			s.opts.Logger.ErrorContext(ctx, "dedupnats: subscriber stopped without Stop", slog.String("subject", s.subject), slog.Any("error", s.err))
+		}
 		s.mu.Unlock()
 		s.wg.Wait()
 		stopWatch()
@@ -144,7 +189,9 @@ func (s *Subscriber[T, R]) Stop(ctx context.Context) error {
 		return ErrNotStarted
 	}
 	sub := s.sub
+	s.stopping = true
 	s.mu.Unlock()
+	s.checkDropped(ctx, sub)
 	if err := sub.Drain(); err != nil && sub.IsValid() {
 		_ = sub.Unsubscribe()
 	}
@@ -158,13 +205,60 @@ func (s *Subscriber[T, R]) Stop(ctx context.Context) error {
 }
 
 // Stopped is closed when the subscription is closed and every handler has
-// returned: after Stop, a hard stop, or the connection closing.
+// returned: after Stop, a hard stop, or the connection closing (which Err
+// then reports).
 func (s *Subscriber[T, R]) Stopped() <-chan struct{} { return s.stopped }
+
+// Err returns why the subscription closed when nobody asked it to (neither
+// Stop nor the cancellation of Start's context): an error matching
+// ErrStoppedUnasked and its cause (nats.ErrConnectionClosed). It returns
+// nil otherwise.
+func (s *Subscriber[T, R]) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Stats returns what the subscriber dropped or cut so far, slow-consumer
+// drops included.
+func (s *Subscriber[T, R]) Stats() Stats {
+	if sub := s.live.Load(); sub != nil {
+		s.checkDropped(context.Background(), sub)
+	}
+	return s.stats.snapshot()
+}
+
+// checkDropped reports messages the client dropped since the last check
+// because the subscription's pending limits were exceeded: core NATS has no
+// redelivery, so they are gone, and the user must hear of it.
+func (s *Subscriber[T, R]) checkDropped(ctx context.Context, sub *natsgo.Subscription) {
+	n, err := sub.Dropped()
+	if err != nil {
+		return // closed: its drops were counted when it was live
+	}
+	for {
+		last := s.dropped.Load()
+		if int64(n) <= last {
+			return
+		}
+		if s.dropped.CompareAndSwap(last, int64(n)) {
+			s.stats.slowConsumerDropped.Add(uint64(int64(n) - last))
+			pm, pb, _ := sub.PendingLimits()
+			s.opts.Logger.ErrorContext(ctx, "dedupnats: slow consumer: the client dropped messages past the subscription's pending limits; they are lost",
+				slog.String("subject", s.subject), slog.Int64("dropped", int64(n)-last), slog.Int64("dropped_total", int64(n)),
+				slog.Int("pending_msgs_limit", pm), slog.Int("pending_bytes_limit", pb))
+			return
+		}
+	}
+}
 
 // dispatch runs on the subscription's delivery goroutine: it waits for a
 // free worker, so a slow handler slows delivery down (the client buffers
 // meanwhile) instead of starting goroutines without bound.
 func (s *Subscriber[T, R]) dispatch(ctx context.Context, m *natsgo.Msg) {
+	if sub := s.live.Load(); sub != nil {
+		s.checkDropped(ctx, sub)
+	}
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -214,9 +308,10 @@ func (s *Subscriber[T, R]) settle(ctx context.Context, m *natsgo.Msg, res dedup.
 	defer cancel()
 	var err error
 	if d.Action == dedup.DeadLetter {
-		if s.dl == nil {
-			s.opts.Logger.WarnContext(ctx, "dedupnats: poison message dropped (no DeadLetterSubject)",
-				slog.String("reason", string(d.Reason)), slog.String("subject", m.Subject), slog.Any("error", d.Err))
+		if s.dl == nil { // DropPoison: Start refuses a subscriber without either
+			s.stats.poisonDropped.Add(1)
+			s.opts.Logger.ErrorContext(ctx, "dedupnats: poison message dropped (DropPoison, no DeadLetterSubject)",
+				slog.String("reason", string(d.Reason)), slog.String("subject", m.Subject), slog.String("key", res.Key), slog.Any("error", d.Err))
 		} else {
 			err = s.dl.publish(sctx, deadLetter{subject: m.Subject, header: m.Header, data: m.Data, reason: d.Reason, err: d.Err, key: res.Key})
 		}

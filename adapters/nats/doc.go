@@ -13,9 +13,14 @@
 //	charge := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) { ... }
 //	rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
 //		&dedup.Config{Namespace: "billing"})
+//	// A stream of its own must capture the dead-letter subject: Start checks.
 //	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DeadLetterSubject: "dlq.orders"})
-//	err = c.Start(ctx)
-//	defer c.Stop(ctx)
+//	err = c.Start(ctx) // ctx: a signal context; its end is a hard stop
+//
+//	<-ctx.Done()
+//	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+//	defer cancel()
+//	err = c.Stop(stopCtx) // drains: finishes what was fetched, cancels the handlers at the deadline
 //
 // Coming from the first versions: the handler takes a *dedup.Message[T]
 // instead of a *dedupnats.Msg[T], the key strategies moved to idstrategy
@@ -68,9 +73,14 @@
 //
 // A retry on the consumer's last delivery (NumDelivered = MaxDeliver) is
 // dead-lettered with [ReasonMaxDeliver] instead, since JetStream would not
-// deliver it again. The dead letter is published, and acknowledged by its
-// stream when one captures the subject, before the message is terminated;
-// if that publish fails, the message is Nak'd and dead-lettered on a later
+// deliver it again, except when the key is in flight elsewhere: the last
+// delivery then waits for the holder's outcome (asking the receiver again
+// as the holder's lease runs, with InProgress meanwhile). A holder that
+// completes makes it a duplicate (Ack); one that fails, dies or loses its
+// lease leaves the key to it, and it runs the handler itself, dead-lettered
+// as max-deliver only if that fails too. The dead letter is published, and
+// acknowledged by its stream, before the message is terminated; if that
+// publish fails, the message is Nak'd and dead-lettered on a later
 // delivery. Term is plain Term: servers before 2.10 leave a message
 // terminated with TermWithReason unacknowledged.
 //
@@ -84,13 +94,32 @@
 // A dead letter carries the original data and headers, plus Dedup-Reason
 // (the dedup.Reason), Dedup-Error, Dedup-Subject, Dedup-Key when there was
 // one, and for JetStream Dedup-Stream, Dedup-Consumer, Dedup-Sequence and
-// Dedup-Delivery-Count. The original Nats-Msg-Id moves to Dedup-Msg-Id; the
-// dead letter's own is "dedup-dlq:<stream>:<sequence>", so a stream with a
-// duplicate window stores one dead letter per message.
+// Dedup-Delivery-Count. The original Nats-Msg-Id moves to Dedup-Msg-Id and
+// its other Nats-* headers (Nats-Expected-*, Nats-Rollup, Nats-TTL...) to
+// Dedup-Original-Nats-*, since the server would act on them when the dead
+// letter is published. The dead letter's own Nats-Msg-Id names the
+// stream, its creation time, the consumer and the sequence, so a stream with
+// a duplicate window stores one dead letter per message and consumer, also
+// across a deleted and recreated stream of the same name. A dead letter
+// that would exceed the server's max payload or the dead-letter stream's
+// MaxMsgSize is a cut copy saying so (Dedup-Truncated, Dedup-Original-Size),
+// counted in Stats().DeadLettersTruncated, rather than a publish refused on
+// every delivery.
+//
+// Start refuses what would lose poison silently: no DeadLetterSubject
+// ([ErrNoDeadLetter]; Options.DropPoison allows it, each dropped message
+// logged at error level and counted in Stats().PoisonDropped), a subject no
+// stream captures ([ErrDeadLetterStream]; Options.CoreDeadLetters allows
+// core NATS dead letters, with a warning), and a subject the consumer's own
+// stream captures (it would read its dead letters back).
 //
 // # Core NATS
 //
-// Core NATS has no acknowledgements. A duplicate is dropped, and a
+// Core NATS has no acknowledgements, and no redelivery: a message the
+// client drops because the subscription's pending limits are exceeded (a
+// slow consumer) is gone. The Subscriber logs each drop at error level and
+// counts it in Stats().SlowConsumerDropped; Options.PendingMsgsLimit and
+// PendingBytesLimit set the limits. A duplicate is dropped, and a
 // duplicate request is answered with the stored result (Dedup-Status:
 // duplicate), encoded like the first reply by a [ReplyEncoder]. A request
 // that cannot be done now gets a reply with Dedup-Reason and
@@ -98,15 +127,21 @@
 // be done now is dead-lettered with [ReasonNoRedelivery], as nothing would
 // deliver it again.
 //
-// # Horizon check
+// # Start checks
+//
+// Start refuses a consumer that does not use explicit acks
+// ([ErrAckPolicy]): with AckNone or AckAll a retry is lost.
 //
 // A duplicate that arrives after the receiver's retention is processed
 // again. At Start, the Consumer compares the retention with the consumer's
 // redelivery horizon ([Horizon]: the BackOff schedule summed over
-// MaxDeliver deliveries, or AckWait x MaxDeliver) and logs a warning when
-// the retention is shorter or MaxDeliver is unlimited; with
-// Options.StrictHorizon, Start fails with [ErrHorizon]. The retention is
-// the receiver's ([dedup.Receiver.Retention]).
+// MaxDeliver deliveries, or AckWait x MaxDeliver, each delivery counted at
+// least as long as the longest NakWithDelay the adapter may send: the
+// receiver's lease, StoreRetryDelay and backoff), and a third of the
+// receiver's lease (the first InProgress) with the shortest AckWait or
+// BackOff entry. A retention shorter than the horizon, an unlimited
+// MaxDeliver, or a heartbeat that comes too late logs a warning; with
+// Options.StrictHorizon, Start fails with [ErrHorizon].
 //
 // # Observing
 //
@@ -122,6 +157,9 @@
 // MessagesContext (Prefetch messages ahead). Stop stops pulling, lets the
 // workers finish what was fetched, and returns; at ctx's deadline it
 // cancels the handlers (their messages are Nak'd) and returns ctx's error.
-// Stopped is closed once every worker is gone, also when the connection
-// closes (Err says why). Cancelling Start's context is a hard stop.
+// Stopped is closed once every worker is gone. A stop nobody asked for (the
+// consumer or its stream deleted, the connection closed) is logged at error
+// level, and Err returns it, matching [ErrStoppedUnasked] and its cause
+// (jetstream.ErrConsumerDeleted, nats.ErrConnectionClosed). Cancelling
+// Start's context is a hard stop.
 package nats

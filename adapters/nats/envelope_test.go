@@ -94,7 +94,7 @@ func TestJetStreamEnvelope(t *testing.T) {
 		require.NoError(t, err)
 		rcv, err := dedup.NewReceiver(store, bodyID, handler, observed(fastConfig("env"), onSettled(func(e dedup.Event) { events <- e })))
 		require.NoError(t, err)
-		c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1, Fingerprint: true})
+		c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1, Fingerprint: true, DropPoison: true})
 		require.NoError(t, err)
 
 		with := natsgo.NewMsg(n.subject)
@@ -165,7 +165,7 @@ func TestCoreEnvelope(t *testing.T) {
 		require.NoError(t, err)
 		rcv, err := dedup.NewReceiver(store, bodyID, handler, observed(fastConfig("env"), onSettled(func(e dedup.Event) { events <- e })))
 		require.NoError(t, err)
-		sub, err := dedupnats.NewSubscriber(nc, n.subject, "", rcv, nil)
+		sub, err := dedupnats.NewSubscriber(nc, n.subject, "", rcv, &dedupnats.Options{DropPoison: true})
 		require.NoError(t, err)
 		require.NoError(t, sub.Start(t.Context()))
 		stopAtCleanup(t, sub)

@@ -15,19 +15,43 @@ var (
 	// ErrNotStarted: Stop was called before Start.
 	ErrNotStarted = errors.New("dedupnats: not started")
 	// ErrHorizon: the receiver's retention is shorter than the consumer's
-	// redelivery horizon, and Options.StrictHorizon is set. It matches
+	// redelivery horizon, or a third of its lease is not under the
+	// consumer's AckWait, and Options.StrictHorizon is set. It matches
 	// dedup.ErrInvalidConfig too.
 	ErrHorizon = errors.New("dedupnats: retention shorter than the redelivery horizon")
+	// ErrNoDeadLetter: Start was called without Options.DeadLetterSubject
+	// and without Options.DropPoison, so a poison message would have
+	// nowhere to go. It matches dedup.ErrInvalidConfig too.
+	ErrNoDeadLetter = errors.New("dedupnats: no dead-letter subject")
+	// ErrDeadLetterStream: no stream captures Options.DeadLetterSubject
+	// (and Options.CoreDeadLetters is not set), or the consumer's own
+	// stream captures it (the consumer would read its dead letters back).
+	// It matches dedup.ErrInvalidConfig too.
+	ErrDeadLetterStream = errors.New("dedupnats: dead-letter subject not captured by a stream of its own")
+	// ErrAckPolicy: the JetStream consumer does not use explicit acks
+	// (AckNone or AckAll), so a retry or a dead letter of one message could
+	// not be told apart from the others. It matches dedup.ErrInvalidConfig
+	// too.
+	ErrAckPolicy = errors.New("dedupnats: consumer must use AckExplicitPolicy")
 	// ErrDeadLetter: a dead letter could not be published. The message was
 	// not terminated: it is redelivered and dead-lettered again later.
 	ErrDeadLetter = errors.New("dedupnats: dead letter not published")
+	// ErrStoppedUnasked: fetching or the subscription ended without Stop
+	// or the cancellation of Start's context: the consumer or its stream
+	// was deleted, or the connection closed. Err returns it, wrapping the
+	// cause (jetstream.ErrConsumerDeleted, nats.ErrConnectionClosed...).
+	ErrStoppedUnasked = errors.New("dedupnats: stopped without Stop")
 )
 
-// horizonError matches both ErrHorizon and dedup.ErrInvalidConfig.
-type horizonError struct{ msg string }
+// configError is a refusal of Start: it matches its sentinel and
+// dedup.ErrInvalidConfig.
+type configError struct {
+	sentinel error
+	msg      string
+}
 
-func (e *horizonError) Error() string { return e.msg }
+func (e *configError) Error() string { return e.msg }
 
-func (e *horizonError) Is(target error) bool {
-	return target == ErrHorizon || target == dedup.ErrInvalidConfig
+func (e *configError) Is(target error) bool {
+	return target == e.sentinel || target == dedup.ErrInvalidConfig
 }

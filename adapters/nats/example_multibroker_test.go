@@ -101,7 +101,8 @@ func Example_multiBroker() {
 		&dedup.Config{Namespace: "billing", Observer: observer})
 
 	// The JetStream consumer and the fake one, on the same receiver.
-	c, _ := dedupnats.NewConsumer(js, cons, rcv, nil)
+	_, _ = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS_DLQ", Subjects: []string{"dlq.orders"}})
+	c, _ := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DeadLetterSubject: "dlq.orders"})
 	if err := c.Start(ctx); err != nil {
 		panic(err)
 	}

@@ -42,6 +42,8 @@ func ExampleNewConsumer() {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	_, _ = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders"}})
+	// Dead letters need a stream of their own: Start checks.
+	_, _ = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS_DLQ", Subjects: []string{"dlq.orders"}})
 	cons, _ := js.CreateConsumer(ctx, "ORDERS", jetstream.ConsumerConfig{
 		Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 10,
 	})
@@ -74,7 +76,7 @@ func ExampleNewConsumer() {
 	store, _ := memstore.New(nil)
 	rcv, _ := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
 		&dedup.Config{Namespace: "billing", Observer: settled})
-	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1})
+	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1, DeadLetterSubject: "dlq.orders"})
 	if err != nil {
 		panic(err)
 	}
@@ -82,7 +84,9 @@ func ExampleNewConsumer() {
 		panic(err)
 	}
 	wg.Wait()
-	_ = c.Stop(ctx)
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = c.Stop(stopCtx) // finishes what was fetched; at the deadline, cancels the handlers
 	fmt.Println(charged)
 	// Output:
 	// jetstream billing:o-1 processed
@@ -107,7 +111,9 @@ func ExampleNewSubscriber() {
 	}
 	store, _ := memstore.New(nil)
 	rcv, _ := dedup.NewReceiver(store, idstrategy.MessageHeader[[]byte]("Request-Id"), quote, &dedup.Config{Namespace: "quotes"})
-	sub, _ := dedupnats.NewSubscriber(nc, "quotes", "", rcv, &dedupnats.Options{Concurrency: 1, Decoder: dedup.RawDecoder{}})
+	// A request that cannot be served gets a reply saying why, so there is
+	// nothing to dead-letter: DropPoison says so explicitly.
+	sub, _ := dedupnats.NewSubscriber(nc, "quotes", "", rcv, &dedupnats.Options{Concurrency: 1, Decoder: dedup.RawDecoder{}, DropPoison: true})
 	if err := sub.Start(ctx); err != nil {
 		panic(err)
 	}
@@ -163,7 +169,7 @@ func ExampleJetStreamMsg() {
 	}
 	store, _ := memstore.New(nil)
 	rcv, _ := dedup.NewReceiver(store, idstrategy.MessageID[string](), audit, &dedup.Config{Namespace: "audit"})
-	c, _ := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Decoder: dedup.RawDecoder{}})
+	c, _ := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Decoder: dedup.RawDecoder{}, DropPoison: true})
 	if err := c.Start(ctx); err != nil {
 		panic(err)
 	}

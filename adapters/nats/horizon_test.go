@@ -93,7 +93,7 @@ func TestStartChecksHorizon(t *testing.T) {
 			})
 			require.NoError(t, err)
 
-			strict, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{StrictHorizon: true})
+			strict, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{StrictHorizon: true, DropPoison: true})
 			require.NoError(t, err)
 			err = strict.Start(t.Context())
 			if tc.problem == "" {
@@ -108,7 +108,7 @@ func TestStartChecksHorizon(t *testing.T) {
 			}
 
 			var logs syncBuffer
-			lenient, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			lenient, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DropPoison: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			require.NoError(t, err)
 			require.NoError(t, lenient.Start(t.Context()))
 			require.ErrorIs(t, lenient.Start(t.Context()), dedupnats.ErrStarted)
@@ -123,7 +123,7 @@ func TestStartChecksHorizon(t *testing.T) {
 			require.Empty(t, rcvLogs.String(), "Options.Logger replaces the receiver's")
 
 			// Without Options.Logger, the warning goes to the receiver's.
-			byDefault, err := dedupnats.NewConsumer(js, cons, rcv, nil)
+			byDefault, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DropPoison: true})
 			require.NoError(t, err)
 			require.NoError(t, byDefault.Start(t.Context()))
 			require.NoError(t, byDefault.Stop(t.Context()))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,15 +24,18 @@ import (
 // delivery), ID the Nats-Msg-Id header, and its heartbeat is InProgress.
 // [JetStreamMsg] returns the jetstream.Msg behind it.
 type Consumer[T, R any] struct {
-	js   jetstream.JetStream
-	cons jetstream.Consumer
-	rcv  *dedup.Receiver[*dedup.Message[T], R]
-	opts Options
-	dl   *deadLetterer
+	js    jetstream.JetStream
+	cons  jetstream.Consumer
+	rcv   *dedup.Receiver[*dedup.Message[T], R]
+	opts  Options
+	dl    *deadLetterer
+	stats counters
 
 	mu         sync.Mutex
 	started    bool
+	stopping   bool // Stop or the cancellation of Start's ctx: a stop someone asked for
 	maxDeliver int
+	ackWait    time.Duration // the shortest of the consumer's AckWait and BackOff
 	iter       jetstream.MessagesContext
 	cancel     context.CancelFunc // cancels handlers: the hard stop
 	stopWatch  func() bool        // undoes the watch on Start's ctx
@@ -58,15 +62,20 @@ func NewConsumer[T, R any](js jetstream.JetStream, cons jetstream.Consumer, rcv 
 	}
 	c := &Consumer[T, R]{js: js, cons: cons, rcv: rcv, opts: o, stopped: make(chan struct{})}
 	if o.DeadLetterSubject != "" {
-		c.dl = &deadLetterer{subject: o.DeadLetterSubject, nc: js.Conn(), js: js}
+		c.dl = &deadLetterer{subject: o.DeadLetterSubject, nc: js.Conn(), js: js, stats: &c.stats}
 	}
 	return c, nil
 }
 
-// Start checks the consumer's redelivery horizon against the receiver's
-// retention (see Options.StrictHorizon) and starts fetching and handling
-// messages. It returns once the workers run. Cancelling ctx later is a hard
-// stop: fetching stops and the handlers' contexts are cancelled. A Consumer
+// Start checks the consumer and the dead-letter subject, then starts
+// fetching and handling messages, and returns once the workers run. It
+// fails, matching dedup.ErrInvalidConfig, when the consumer does not use
+// explicit acks (ErrAckPolicy), when there is no DeadLetterSubject and no
+// DropPoison (ErrNoDeadLetter), when no stream of its own captures the
+// DeadLetterSubject (ErrDeadLetterStream), and, with StrictHorizon, when
+// the redelivery horizon or AckWait does not fit the receiver
+// (ErrHorizon; a warning otherwise). Cancelling ctx later is a hard stop:
+// fetching stops and the handlers' contexts are cancelled. A Consumer
 // starts once.
 func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	c.mu.Lock()
@@ -78,16 +87,28 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dedupnats: consumer info: %w", err)
 	}
-	if problem := checkHorizon(info.Config, c.rcv.Retention()); problem != "" {
+	if info.Config.AckPolicy != jetstream.AckExplicitPolicy {
+		return &configError{sentinel: ErrAckPolicy, msg: fmt.Sprintf("dedupnats: consumer %q acks with %v: a retry or a dead letter of one message would settle others with it (AckAll) or never happen (AckNone); use AckExplicitPolicy", info.Name, info.Config.AckPolicy)}
+	}
+	lim := horizonLimits{retention: c.rcv.Retention(), lease: c.rcv.Lease(), longestNak: longestNak(c.rcv, c.opts.MinRetryDelay)}
+	if problem := checkHorizon(info.Name, info.Config, lim); problem != "" {
 		if c.opts.StrictHorizon {
-			return &horizonError{msg: "dedupnats: " + problem}
+			return &configError{sentinel: ErrHorizon, msg: "dedupnats: " + problem}
 		}
 		c.opts.Logger.WarnContext(ctx, "dedupnats: "+problem)
 	}
-	if c.dl != nil {
-		if err := c.dl.resolve(ctx); err != nil {
+	switch {
+	case c.dl != nil:
+		s, err := c.js.Stream(ctx, info.Stream)
+		if err != nil {
+			return fmt.Errorf("dedupnats: stream %q: %w", info.Stream, err)
+		}
+		c.dl.origin = strconv.FormatInt(s.CachedInfo().Created.UnixNano(), 36)
+		if err := c.dl.resolve(ctx, info.Stream, c.opts.CoreDeadLetters, c.opts.Logger); err != nil {
 			return err
 		}
+	case !c.opts.DropPoison:
+		return &configError{sentinel: ErrNoDeadLetter, msg: fmt.Sprintf("dedupnats: consumer %q has no DeadLetterSubject: a poison message would be lost; set one (captured by a stream), or set DropPoison", info.Name)}
 	}
 	iter, err := c.cons.Messages(
 		jetstream.PullMaxMessages(c.opts.Prefetch),
@@ -98,10 +119,16 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	}
 	c.started = true
 	c.maxDeliver = info.Config.MaxDeliver
+	c.ackWait = shortestAckWait(info.Config)
 	c.iter = iter
 	workCtx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
-	c.stopWatch = context.AfterFunc(workCtx, iter.Stop)
+	c.stopWatch = context.AfterFunc(workCtx, func() {
+		c.mu.Lock()
+		c.stopping = true
+		c.mu.Unlock()
+		iter.Stop()
+	})
 	for range c.opts.Concurrency {
 		c.wg.Go(func() { c.work(workCtx) })
 	}
@@ -125,6 +152,7 @@ func (c *Consumer[T, R]) Stop(ctx context.Context) error {
 		c.mu.Unlock()
 		return ErrNotStarted
 	}
+	c.stopping = true
 	c.iter.Drain()
 	c.mu.Unlock()
 	select {
@@ -138,36 +166,36 @@ func (c *Consumer[T, R]) Stop(ctx context.Context) error {
 }
 
 // Stopped is closed when the consumer has stopped: after Stop, a hard stop,
-// or the connection closing. Err says why, in the last case.
+// or a stop nobody asked for (the consumer or its stream deleted, the
+// connection closed), which Err then reports.
 func (c *Consumer[T, R]) Stopped() <-chan struct{} { return c.stopped }
 
-// Err returns the error that stopped fetching when it was not Stop or the
-// cancellation of Start's context (a closed connection), or nil.
+// Err returns why fetching ended when nobody asked it to (neither Stop nor
+// the cancellation of Start's context): an error matching ErrStoppedUnasked
+// and its cause (jetstream.ErrConsumerDeleted when the consumer or its
+// stream was deleted, nats.ErrConnectionClosed). It returns nil otherwise.
 func (c *Consumer[T, R]) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
 }
 
+// Stats returns what the consumer dropped or cut so far.
+func (c *Consumer[T, R]) Stats() Stats { return c.stats.snapshot() }
+
 // work is one worker: it takes the next message and handles it until the
-// iterator closes.
+// iterator closes. An iterator that closes, or fails for good, without a
+// stop someone asked for is recorded as the consumer's Err.
 func (c *Consumer[T, R]) work(ctx context.Context) {
-	nc := c.js.Conn()
 	for {
 		m, err := c.iter.Next()
 		if err == nil {
 			c.handle(ctx, m)
 			continue
 		}
-		if errors.Is(err, jetstream.ErrMsgIteratorClosed) && !nc.IsClosed() {
-			return
-		}
-		if nc.IsClosed() || errors.Is(err, jetstream.ErrConnectionClosed) || errors.Is(err, natsgo.ErrConnectionClosed) {
-			c.mu.Lock()
-			if c.err == nil {
-				c.err = fmt.Errorf("dedupnats: fetch: %w", err)
-			}
-			c.mu.Unlock()
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+			errors.Is(err, jetstream.ErrConnectionClosed) || errors.Is(err, natsgo.ErrConnectionClosed) || errors.Is(err, jetstream.ErrBadRequest) {
+			c.ended(ctx, err)
 			return
 		}
 		// A transient fetch error (a missed heartbeat, a leader change):
@@ -183,6 +211,28 @@ func (c *Consumer[T, R]) work(ctx context.Context) {
 	}
 }
 
+// ended records why the iterator ended, unless a stop was asked for. The
+// first worker to see the cause (the others see the iterator closed)
+// records it, logged once at error level.
+func (c *Consumer[T, R]) ended(ctx context.Context, err error) {
+	c.iter.Stop() // a terminal error leaves the other workers waiting otherwise
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopping {
+		return
+	}
+	if c.js.Conn().IsClosed() && !errors.Is(err, natsgo.ErrConnectionClosed) && !errors.Is(err, jetstream.ErrConnectionClosed) {
+		err = fmt.Errorf("%w: %w", err, natsgo.ErrConnectionClosed)
+	}
+	if c.err == nil || (errors.Is(c.err, jetstream.ErrMsgIteratorClosed) && !errors.Is(err, jetstream.ErrMsgIteratorClosed)) {
+		first := c.err == nil
+		c.err = fmt.Errorf("%w: fetch: %w", ErrStoppedUnasked, err)
+		if first {
+			c.opts.Logger.ErrorContext(ctx, "dedupnats: consumer stopped without Stop", slog.Any("error", err))
+		}
+	}
+}
+
 // handle runs one message through the receiver and settles it.
 func (c *Consumer[T, R]) handle(ctx context.Context, m jetstream.Msg) {
 	meta, err := m.Metadata()
@@ -194,17 +244,28 @@ func (c *Consumer[T, R]) handle(ctx context.Context, m jetstream.Msg) {
 	env := jetStreamMessage[T](m, meta, c.opts.Fingerprint)
 	res, herr := decodeAndHandle(ctx, c.rcv, c.opts.Decoder, env)
 	d := c.rcv.Decide(res, herr)
-	if d.Action == dedup.Retry && c.maxDeliver > 0 && meta.NumDelivered >= uint64(c.maxDeliver) {
-		// JetStream would not deliver it again: without a dead letter the
-		// message would be lost to this consumer.
-		why := fmt.Errorf("dedupnats: %s on delivery %d of at most %d", d.Reason, meta.NumDelivered, c.maxDeliver)
-		if herr != nil {
-			why = fmt.Errorf("%w: %w", why, herr)
+	if d.Action == dedup.Retry && c.lastDelivery(meta) {
+		if d.Reason == dedup.ReasonInFlight {
+			res, herr, d = c.awaitHolder(ctx, m, env, res, herr, d)
 		}
-		d = dedup.Decision{Action: dedup.DeadLetter, Reason: ReasonMaxDeliver, Err: why}
+		if d.Action == dedup.Retry {
+			// JetStream would not deliver it again: without a dead letter
+			// the message would be lost to this consumer.
+			why := fmt.Errorf("dedupnats: %s on delivery %d of at most %d", d.Reason, meta.NumDelivered, c.maxDeliver)
+			if herr != nil {
+				why = fmt.Errorf("%w: %w", why, herr)
+			}
+			d = dedup.Decision{Action: dedup.DeadLetter, Reason: ReasonMaxDeliver, Err: why}
+		}
 	}
 	serr := c.settle(ctx, m, meta, env, res.Key, d)
 	settled(ctx, c.rcv, env, res, d, serr)
+}
+
+// lastDelivery reports whether JetStream will not deliver the message
+// again (NumDelivered reached MaxDeliver).
+func (c *Consumer[T, R]) lastDelivery(meta *jetstream.MsgMetadata) bool {
+	return c.maxDeliver > 0 && meta.NumDelivered >= uint64(c.maxDeliver)
 }
 
 // settle tells JetStream what became of the message.
@@ -238,9 +299,11 @@ func (c *Consumer[T, R]) settle(ctx context.Context, m jetstream.Msg, meta *jets
 // TermWithReason: servers before 2.10 do not know the latter and leave the
 // message unacknowledged.
 func (c *Consumer[T, R]) deadLetter(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, env *dedup.Message[T], key string, d dedup.Decision) error {
-	if c.dl == nil {
-		c.opts.Logger.WarnContext(ctx, "dedupnats: poison message terminated (no DeadLetterSubject)",
-			slog.String("reason", string(d.Reason)), slog.String("stream", meta.Stream), slog.Uint64("sequence", meta.Sequence.Stream), slog.Any("error", d.Err))
+	if c.dl == nil { // DropPoison: Start refuses a consumer without either
+		c.stats.poisonDropped.Add(1)
+		c.opts.Logger.ErrorContext(ctx, "dedupnats: poison message dropped (DropPoison, no DeadLetterSubject)",
+			slog.String("reason", string(d.Reason)), slog.String("stream", meta.Stream), slog.Uint64("sequence", meta.Sequence.Stream),
+			slog.String("subject", env.Source), slog.String("key", key), slog.Any("error", d.Err))
 		return m.Term()
 	}
 	err := c.dl.publish(ctx, deadLetter{

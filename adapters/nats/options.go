@@ -50,12 +50,28 @@ type Options struct {
 	// DeadLetterSubject receives poison messages (undecodable, no id,
 	// permanent errors, attempts exhausted, key reused): the original data
 	// and headers, plus Dedup-* headers saying why (see the package
-	// documentation). When a stream captures the subject (looked up at
-	// Start), each publish waits for the stream's acknowledgement before the
-	// message is terminated, so that nothing is lost; otherwise dead letters
-	// go out on core NATS, flushed. Defaults to "": poison messages are terminated
-	// (JetStream) or dropped (core NATS) with a warning.
+	// documentation). A stream must capture it, and not the consumer's own
+	// stream (which would feed the dead letters back to the consumer):
+	// Start looks it up and fails with ErrDeadLetterStream otherwise, as
+	// NewSubscriber does for a subject its subscription matches. Each
+	// publish waits for that stream's acknowledgement before the message is
+	// terminated, so that nothing is lost. It must be a subject without
+	// wildcards. Defaults to "": Start fails with ErrNoDeadLetter, unless
+	// DropPoison is set.
 	DeadLetterSubject string
+
+	// DropPoison lets a consumer or subscriber run without
+	// DeadLetterSubject: each poison message is then terminated (JetStream)
+	// or dropped (core NATS), logged at error level with its stream and
+	// sequence, and counted in Stats().PoisonDropped. Defaults to false.
+	DropPoison bool
+
+	// CoreDeadLetters lets DeadLetterSubject be a subject no stream
+	// captures: dead letters are then published on core NATS and flushed,
+	// which reaches only whoever subscribes at that moment (nobody: the
+	// message is gone). Start logs a warning. Defaults to false: Start
+	// fails with ErrDeadLetterStream.
+	CoreDeadLetters bool
 
 	// Decoder decodes the body into the handler's type. Defaults to
 	// dedup.JSONDecoder (strict: an empty body or one that is not valid
@@ -88,8 +104,18 @@ type Options struct {
 	// unbounded). Defaults to false: a warning is logged.
 	StrictHorizon bool
 
-	// Logger receives warnings (dead letters without a DeadLetterSubject,
-	// failed acks and dead-letter publishes, the horizon check). Defaults
+	// PendingMsgsLimit and PendingBytesLimit bound what a Subscriber's
+	// subscription buffers while its workers are busy (nats.go's
+	// SetPendingLimits; a negative value is no limit). Past them, core NATS
+	// drops messages (a slow consumer): the Subscriber logs each drop at
+	// error level and counts it in Stats().SlowConsumerDropped. JetStream
+	// consumers ignore them (Prefetch bounds their buffer). Default to
+	// nats.go's 512K messages and 64 MiB.
+	PendingMsgsLimit  int
+	PendingBytesLimit int
+
+	// Logger receives warnings and errors (dropped poison, slow-consumer
+	// drops, failed acks and dead-letter publishes, the horizon check). Defaults
 	// to the receiver's logger (dedup.Config.Logger).
 	Logger *slog.Logger
 }
@@ -122,6 +148,10 @@ func (o *Options) validate() error {
 		return wrapConfig("MinRetryDelay is %v; it must be positive", o.MinRetryDelay)
 	case o.SettleTimeout < 0:
 		return wrapConfig("SettleTimeout is %v; it must be positive", o.SettleTimeout)
+	case o.DeadLetterSubject != "" && !validPublishSubject(o.DeadLetterSubject):
+		return wrapConfig("DeadLetterSubject %q is not a subject one can publish to (no wildcards, spaces or empty tokens)", o.DeadLetterSubject)
+	case o.DeadLetterSubject != "" && o.DropPoison:
+		return wrapConfig("DropPoison and DeadLetterSubject are both set; choose one")
 	}
 	return nil
 }

@@ -59,12 +59,17 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	_, _ = rand.Read(b)
 	suffix := hex.EncodeToString(b)
 	stream, subject, dlq := "EXAMPLE_ORDERS_"+suffix, "example."+suffix+".orders", "example."+suffix+".dlq"
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject, dlq}}); err != nil {
-		return err
+	// Dead letters need a stream of their own: the consumer's stream must
+	// not capture them (it would read them back), and without a stream
+	// they would be lost; Start checks both.
+	for name, subj := range map[string]string{stream: subject, stream + "_DLQ": dlq} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {
+			return err
+		}
+		defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }()
 	}
-	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
 	cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable: "billing", FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxDeliver: 10,
+		Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 10,
 	})
 	if err != nil {
 		return err
@@ -147,7 +152,9 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sub, err := dedupnats.NewSubscriber(nc, "example."+suffix+".quote", "", qrcv, &dedupnats.Options{Concurrency: 1})
+	// A poison request gets a reply saying why; DropPoison says that
+	// nothing else needs to keep it.
+	sub, err := dedupnats.NewSubscriber(nc, "example."+suffix+".quote", "", qrcv, &dedupnats.Options{Concurrency: 1, DropPoison: true})
 	if err != nil {
 		return err
 	}

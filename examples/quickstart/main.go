@@ -243,7 +243,7 @@ func workerA(ctx context.Context, url string, records store.Store, gw *gateway, 
 	if err != nil {
 		return err
 	}
-	a, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1})
+	a, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1, DeadLetterSubject: dlqSubject})
 	if err != nil {
 		return err
 	}

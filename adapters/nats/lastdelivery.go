@@ -1,0 +1,43 @@
+package nats
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/dedup-go/dedup"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// awaitHolder handles the last delivery of a message whose key another
+// delivery holds (in flight elsewhere). JetStream will not deliver it
+// again, and dead-lettering it would be wrong while the holder may still
+// complete it: so it waits for the holder's outcome, asking the receiver
+// again each time the holder's remaining lease (or a third of AckWait,
+// sooner) has passed, and calling InProgress meanwhile so that JetStream
+// does not let this last delivery time out.
+//
+// The holder's lease bounds each wait: a holder that completes makes this
+// a duplicate (Ack); one that fails, crashes or loses its lease leaves the
+// key to this delivery, whose receiver then claims it and runs the handler
+// itself (Ack on success; a failure is dead-lettered by the caller, as
+// max-deliver). It returns the last outcome and decision; a decision still
+// in flight means ctx ended (a hard stop) first.
+func (c *Consumer[T, R]) awaitHolder(ctx context.Context, m jetstream.Msg, env *dedup.Message[T], res dedup.Result[R], herr error, d dedup.Decision) (dedup.Result[R], error, dedup.Decision) {
+	poll := max(c.ackWait/3, c.opts.MinRetryDelay)
+	for d.Action == dedup.Retry && d.Reason == dedup.ReasonInFlight {
+		if err := m.InProgress(); err != nil {
+			c.opts.Logger.WarnContext(ctx, "dedupnats: InProgress failed while waiting for the key's holder", slog.String("key", res.Key), slog.Any("error", err))
+		}
+		t := time.NewTimer(min(max(d.Delay, c.opts.MinRetryDelay), poll))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return res, herr, d
+		}
+		res, herr = c.rcv.Handle(ctx, env)
+		d = c.rcv.Decide(res, herr)
+	}
+	return res, herr, d
+}
