@@ -27,7 +27,8 @@ lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 
-# A user of the core (root and redisstore) must get no broker client.
+# A user of the core (root and redisstore) must get no broker client, and
+# each integration only what its users need.
 deps-check:
 	@./scripts/deps-check.sh
 

@@ -50,3 +50,40 @@ if [ -n "$bad" ]; then
 	exit 1
 fi
 echo "deps-check: ok, no broker client, nats-server, pgx or gRPC"
+
+# An integration pulls in only what its users need: the HTTP middleware only
+# the standard library and the core, the gRPC interceptor no grpc-gateway
+# (its gateway subpackage does). Checked on the packages a program importing
+# it builds, since a module's go.mod also lists what its tests use.
+pkgcheck() { # module-dir import-path forbidden-regex what
+	local dir=$1 pkg=$2 bad=$3 what=$4 t
+	[ -f "$root/$dir/go.mod" ] || return 0
+	t=$(mktemp -d)
+	cat >"$t/go.mod" <<MOD
+module example.com/user
+
+go 1.26.0
+
+require (
+	github.com/dedup-go/dedup v0.0.0-00010101000000-000000000000
+	github.com/dedup-go/dedup/$dir v0.0.0-00010101000000-000000000000
+)
+
+replace github.com/dedup-go/dedup => $root
+
+replace github.com/dedup-go/dedup/$dir => $root/$dir
+MOD
+	printf 'package main\n\nimport _ "%s"\n\nfunc main() {}\n' "$pkg" >"$t/main.go"
+	(cd "$t" && go mod tidy >/dev/null 2>&1 && go build ./...) || { echo "deps-check: FAIL: a program importing $pkg does not build" >&2; rm -rf "$t"; exit 1; }
+	local found
+	found=$(cd "$t" && go list -deps ./... | grep -E "$bad" || true)
+	rm -rf "$t"
+	if [ -n "$found" ]; then
+		echo "deps-check: FAIL: $pkg pulls in $what:" >&2
+		printf '%s\n' "$found" >&2
+		exit 1
+	fi
+	echo "deps-check: ok, $pkg builds without $what"
+}
+pkgcheck middleware/http github.com/dedup-go/dedup/middleware/http '^(google\.golang\.org|github\.com/grpc-ecosystem|github\.com/redis|github\.com/nats-io|github\.com/rabbitmq)' "gRPC, Redis or a broker client"
+pkgcheck middleware/grpc github.com/dedup-go/dedup/middleware/grpc '^github\.com/grpc-ecosystem' "grpc-gateway"
