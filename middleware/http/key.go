@@ -1,0 +1,136 @@
+package http
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"unicode/utf8"
+)
+
+// MaxKeyLength is the longest Idempotency-Key accepted, in bytes (after
+// unquoting an RFC 8941 string).
+const MaxKeyLength = 255
+
+// hashedScopeLen is the length of a hashed scope: '#' and the base64 of a
+// SHA-256. A scoped id is at most this plus MaxKeyLength, which the
+// receiver's MaxIDLength must allow.
+const hashedScopeLen = 1 + 43
+
+// minIDLength is the shortest Config.MaxIDLength the middleware accepts.
+const minIDLength = hashedScopeLen + MaxKeyLength
+
+var (
+	errKeyEmpty   = errors.New("the Idempotency-Key header is empty")
+	errKeyLong    = errors.New("the Idempotency-Key is over " + strconv.Itoa(MaxKeyLength) + " bytes")
+	errKeyControl = errors.New("the Idempotency-Key holds a control character")
+	errKeyUTF8    = errors.New("the Idempotency-Key is not valid UTF-8")
+	errKeyQuoted  = errors.New("the Idempotency-Key starts with '\"' but is not a valid RFC 8941 string")
+	errKeyMany    = errors.New("the request has more than one Idempotency-Key header")
+)
+
+// parseKey returns the key of an Idempotency-Key header value: an RFC 8941
+// sf-string ("..." with \" and \\ escapes) when it starts with a quote,
+// else the raw value. net/http has already trimmed the surrounding
+// whitespace.
+func parseKey(v string) (string, error) {
+	if v != "" && v[0] == '"' {
+		var err error
+		if v, err = unquote(v); err != nil {
+			return "", err
+		}
+	}
+	switch {
+	case v == "":
+		return "", errKeyEmpty
+	case len(v) > MaxKeyLength:
+		return "", errKeyLong
+	}
+	for i := 0; i < len(v); {
+		c := v[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f {
+				return "", errKeyControl
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(v[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return "", errKeyUTF8
+		case r >= 0x80 && r <= 0x9f: // C1 controls
+			return "", errKeyControl
+		}
+		i += size
+	}
+	return v, nil
+}
+
+// unquote parses an RFC 8941 sf-string that must span all of v. It
+// allocates only when the string holds escapes.
+func unquote(v string) (string, error) {
+	if len(v) < 2 || v[len(v)-1] != '"' {
+		return "", errKeyQuoted
+	}
+	in := v[1 : len(v)-1]
+	var out []byte
+	for i := 0; i < len(in); i++ {
+		c := in[i]
+		switch {
+		case c == '\\':
+			if i+1 == len(in) || (in[i+1] != '"' && in[i+1] != '\\') {
+				return "", errKeyQuoted
+			}
+			if out == nil {
+				out = append(make([]byte, 0, len(in)), in[:i]...)
+			}
+			i++
+			out = append(out, in[i])
+			continue
+		case c == '"':
+			return "", errKeyQuoted
+		case c < 0x20 || c > 0x7e:
+			return "", errKeyControl
+		}
+		if out != nil {
+			out = append(out, c)
+		}
+	}
+	if out == nil {
+		return in, nil
+	}
+	return string(out), nil
+}
+
+// appendScopedID appends the record id of key in the scope (principal,
+// operation) to dst: the decimal length of the principal, ':', the
+// principal, the decimal length of the operation, ':', the operation, and
+// the key. The lengths make the encoding injective: no two scopes, whatever
+// their bytes, give the same id. The operation is given in up to three
+// parts (the default operation is method, " ", path), so that it is never
+// built as a string of its own.
+//
+// When that id would be longer than maxLen, or is not valid UTF-8 (an id
+// must be), the scope is replaced by '#' and the base64 of its SHA-256.
+// The plain form starts with a digit, the hashed one with '#', so the two
+// never meet.
+func appendScopedID(dst []byte, principal, op1, op2, op3, key string, maxLen int) []byte {
+	start := len(dst)
+	opLen := len(op1) + len(op2) + len(op3)
+	dst = strconv.AppendInt(dst, int64(len(principal)), 10)
+	dst = append(dst, ':')
+	dst = append(dst, principal...)
+	dst = strconv.AppendInt(dst, int64(opLen), 10)
+	dst = append(dst, ':')
+	dst = append(dst, op1...)
+	dst = append(dst, op2...)
+	dst = append(dst, op3...)
+	if len(dst)-start+len(key) <= maxLen && utf8.Valid(dst[start:]) {
+		return append(dst, key...)
+	}
+	sum := sha256.Sum256(dst[start:])
+	dst = append(dst[:start], '#')
+	dst = base64.RawURLEncoding.AppendEncode(dst, sum[:])
+	return append(dst, key...)
+}

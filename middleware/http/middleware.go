@@ -1,0 +1,345 @@
+package http
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/middleware/http/issuedkey"
+	"github.com/dedup-go/dedup/store"
+)
+
+// Middleware deduplicates requests by their Idempotency-Key on a
+// dedup.Receiver: the first request with a key runs the handler, and its
+// response is stored and replayed to every later request with the key.
+// It is safe for concurrent use and holds no goroutine.
+type Middleware struct {
+	rcv *dedup.Receiver[*call, response]
+	o   *resolved
+	log *slog.Logger
+}
+
+// New returns a Middleware over s. A nil opts means all defaults; invalid
+// Options are an error matching dedup.ErrInvalidConfig.
+func New(s store.Store, opts *Options) (*Middleware, error) {
+	o, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	m := &Middleware{o: o}
+	o.cfg.Codec = &codec{allow: o.allow}
+	m.rcv, err = dedup.NewReceiver(s, (*call).id, run, &o.cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.log = m.rcv.Logger()
+	return m, nil
+}
+
+// Wrap returns next behind the middleware: func(http.Handler) http.Handler,
+// as net/http, chi and most routers take it.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+}
+
+// Stats returns the counters of the receiver under the middleware.
+func (m *Middleware) Stats() dedup.Stats { return m.rcv.Stats() }
+
+// call is one request through the middleware: the receiver's message.
+// Calls are pooled with their buffers.
+type call struct {
+	m      *Middleware
+	next   http.Handler
+	w      http.ResponseWriter
+	r      *http.Request
+	key    string
+	scoped []byte // the record id, built once
+	body   []byte
+	off    int // read position of body, as the handler's r.Body
+	fp     string
+	cap    capture
+	ran    bool // the handler was called
+	pre    []string
+}
+
+var calls = sync.Pool{New: func() any { return new(call) }}
+
+// Buffers above this are not kept in the pool.
+const maxPooled = 64 << 10
+
+func (c *call) release() {
+	body, buf, pre, scoped := c.body[:0], c.cap.buf[:0], c.pre[:0], c.scoped[:0]
+	if cap(body) > maxPooled {
+		body = nil
+	}
+	if cap(buf) > maxPooled {
+		buf = nil
+	}
+	*c = call{body: body, cap: capture{buf: buf}, pre: pre, scoped: scoped}
+	calls.Put(c)
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !slices.Contains(m.o.methods, r.Method) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	values := r.Header[HeaderKey]
+	switch {
+	case len(values) == 0 && m.o.RequireKey:
+		writeProblem(w, http.StatusBadRequest, CodeKeyMissing, "this endpoint requires an Idempotency-Key header", 0)
+		return
+	case len(values) == 0:
+		next.ServeHTTP(w, r)
+		return
+	case len(values) > 1:
+		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, errKeyMany.Error(), 0)
+		return
+	}
+	key, err := parseKey(values[0])
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, err.Error(), 0)
+		return
+	}
+	principal := m.o.principal(r)
+	if m.o.Verifier != nil && !m.verify(w, r, key, principal) {
+		return
+	}
+
+	c := calls.Get().(*call)
+	defer c.release()
+	c.m, c.next, c.w, c.r, c.key = m, next, w, r, key
+	if !c.readBody() {
+		return
+	}
+	if m.o.Operation != nil {
+		c.scoped = appendScopedID(c.scoped[:0], principal, m.o.Operation(r), "", "", key, m.o.cfg.MaxIDLength)
+	} else {
+		c.scoped = appendScopedID(c.scoped[:0], principal, r.Method, " ", r.URL.EscapedPath(), key, m.o.cfg.MaxIDLength)
+	}
+	res, err := m.rcv.Handle(r.Context(), c)
+	m.respond(c, res, err)
+}
+
+// verify checks a server-issued key, answering the request when it is
+// refused.
+func (m *Middleware) verify(w http.ResponseWriter, r *http.Request, key, principal string) bool {
+	err := m.o.Verifier.Verify(key, principal, m.operation(r))
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, issuedkey.ErrWrongPrincipal):
+		writeProblem(w, http.StatusForbidden, CodeKeyPrincipal, "the Idempotency-Key was issued to another principal", 0)
+	case errors.Is(err, issuedkey.ErrWrongOperation):
+		writeProblem(w, http.StatusUnprocessableEntity, CodeKeyOperation, "the Idempotency-Key was issued for another operation", 0)
+	case errors.Is(err, issuedkey.ErrExpired):
+		writeProblem(w, http.StatusBadRequest, CodeKeyExpired, "the Idempotency-Key has expired; ask for a new one", 0)
+	default:
+		writeProblem(w, http.StatusBadRequest, CodeKeyNotIssued, "the Idempotency-Key was not issued by this server", 0)
+	}
+	return false
+}
+
+// operation is Options.Operation, or its default.
+func (m *Middleware) operation(r *http.Request) string {
+	if m.o.Operation != nil {
+		return m.o.Operation(r)
+	}
+	return r.Method + " " + r.URL.EscapedPath()
+}
+
+// readBody reads the request body into c.body, for the fingerprint and the
+// handler, answering the request when it is too large or unreadable.
+func (c *call) readBody() bool {
+	r, limit := c.r, c.m.o.MaxRequestSize
+	if r.ContentLength > limit {
+		writeProblem(c.w, http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
+			fmt.Sprintf("the request body is %d bytes, over the limit of %d", r.ContentLength, limit), 0)
+		return false
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return true
+	}
+	if r.ContentLength > 0 && int64(cap(c.body)) <= r.ContentLength {
+		// One byte more, so that the read that finds the end needs no
+		// growth.
+		c.body = make([]byte, 0, r.ContentLength+1)
+	}
+	for {
+		if len(c.body) == cap(c.body) {
+			c.body = append(c.body, 0)[:len(c.body)]
+		}
+		n, err := r.Body.Read(c.body[len(c.body):cap(c.body)])
+		c.body = c.body[:len(c.body)+n]
+		if int64(len(c.body)) > limit {
+			writeProblem(c.w, http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
+				fmt.Sprintf("the request body is over the limit of %d bytes", limit), 0)
+			return false
+		}
+		if err == io.EOF {
+			return true
+		}
+		if err != nil {
+			writeProblem(c.w, http.StatusBadRequest, CodeBodyUnreadable, "reading the request body failed: "+err.Error(), 0)
+			return false
+		}
+	}
+}
+
+// Read serves the buffered body to the handler as its r.Body.
+func (c *call) Read(p []byte) (int, error) {
+	if c.off >= len(c.body) {
+		return 0, io.EOF
+	}
+	n := copy(p, c.body[c.off:])
+	c.off += n
+	return n, nil
+}
+
+// Close is a no-op: the body is a buffer.
+func (c *call) Close() error { return nil }
+
+// id is the receiver's key func: the scoped record id.
+func (c *call) id() (string, error) { return string(c.scoped), nil }
+
+// Fingerprint hashes the method, path, query and body, so that the key
+// reused with another request is refused.
+func (c *call) Fingerprint() (string, error) {
+	if c.fp == "" {
+		c.fp = fingerprint(c.r, c.body)
+	}
+	return c.fp, nil
+}
+
+var _ dedup.Fingerprinter = (*call)(nil)
+
+// errReleased is the handler's error for a response that must not be
+// stored: its status says so (StoreStatus), or it streamed.
+var errReleased = errors.New("deduphttp: response not stored")
+
+// run is the receiver's handler: it runs the next handler with the
+// capture and returns the response to store, or errReleased.
+func run(ctx context.Context, c *call) (response, error) {
+	c.ran = true
+	h := c.w.Header()
+	if _, held := dedup.ClaimFromContext(ctx); !held {
+		// The store is down and the receiver fail-open: no claim.
+		h.Set(HeaderBypassed, "true")
+	}
+	for k := range h {
+		c.pre = append(c.pre, k)
+	}
+	c.cap.reset(c.w, c.m.o.MaxResponseSize)
+	r := c.r.WithContext(ctx)
+	c.off = 0
+	r.Body = c
+	c.next.ServeHTTP(&c.cap, r)
+	cp := &c.cap
+	if cp.streamed {
+		return response{}, errReleased
+	}
+	status := cmpOr(cp.status, http.StatusOK)
+	if !c.m.o.StoreStatus(status) {
+		return response{}, errReleased
+	}
+	return response{status: status, notKept: cp.notKept, live: h, body: cp.buf}, nil
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// respond answers the request from the receiver's outcome.
+func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
+	w := c.w
+	if err == nil {
+		switch res.Status {
+		case dedup.StatusProcessed, dedup.StatusBypassed:
+			c.cap.finish()
+		case dedup.StatusDuplicate:
+			m.replay(w, &res.Value)
+		case dedup.StatusInFlight:
+			wait := min(max(res.RetryAfter, time.Second), m.o.InFlightRetryAfter)
+			writeProblem(w, http.StatusConflict, CodeInFlight, "a request with this Idempotency-Key is being handled; retry later", wait)
+		default:
+			writeProblem(w, http.StatusInternalServerError, CodeInternal, "unexpected outcome "+res.Status.String(), 0)
+		}
+		return
+	}
+	var pe *dedup.PanicError
+	switch {
+	case errors.As(err, &pe):
+		m.panicked(c, pe)
+	case errors.Is(err, errReleased), c.ran && (c.cap.status != 0 || c.cap.sent):
+		// The handler answered (a status not stored, a stream, or a
+		// response cut short by a lost lease or a client gone): the client
+		// gets that answer.
+		c.cap.finish()
+	case errors.Is(err, dedup.ErrKeyReused):
+		writeProblem(w, m.o.MismatchStatus, CodeKeyReused, "this Idempotency-Key was used with another request (method, path, query or body)", 0)
+	case errors.Is(err, dedup.ErrStoreUnavailable):
+		writeProblem(w, http.StatusServiceUnavailable, CodeStoreDown, "the idempotency store is unavailable; retry later", m.rcv.StoreRetryDelay())
+	case errors.Is(err, dedup.ErrAttemptsExhausted):
+		writeProblem(w, http.StatusUnprocessableEntity, CodeAttemptsExhaust, "requests with this Idempotency-Key failed too often; use a new key", 0)
+	case errors.Is(err, dedup.ErrLeaseLost):
+		writeProblem(w, http.StatusConflict, CodeInFlight, "another request took this Idempotency-Key over; retry later", m.o.InFlightRetryAfter)
+	case errors.Is(err, dedup.ErrCanceled):
+		// The client is gone, or the server is shutting down.
+		writeProblem(w, http.StatusServiceUnavailable, CodeInternal, "the request was cancelled before it was handled", m.o.InFlightRetryAfter)
+	default:
+		m.log.ErrorContext(c.r.Context(), "deduphttp: unexpected error", slog.String("key", c.key), slog.Any("error", err))
+		writeProblem(w, http.StatusInternalServerError, CodeInternal, "the request could not be handled", 0)
+	}
+}
+
+// panicked answers a request whose handler panicked; the receiver has
+// released the key. A response already partly sent is aborted, so that the
+// client does not take it for a complete one; so is a handler's own
+// http.ErrAbortHandler.
+func (m *Middleware) panicked(c *call, pe *dedup.PanicError) {
+	if pe.Value == http.ErrAbortHandler || c.cap.sent {
+		panic(http.ErrAbortHandler)
+	}
+	m.log.ErrorContext(c.r.Context(), "deduphttp: handler panicked; the key is released",
+		slog.String("key", c.key), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
+	h := c.w.Header()
+	for k := range h {
+		if !slices.Contains(c.pre, k) {
+			delete(h, k)
+		}
+	}
+	writeProblem(c.w, http.StatusInternalServerError, CodeHandlerPanic, "the handler failed; the request may be retried with the same Idempotency-Key", 0)
+}
+
+// replay answers a duplicate with the stored response.
+func (m *Middleware) replay(w http.ResponseWriter, r *response) {
+	h := w.Header()
+	if r.status == 0 || r.notKept {
+		// Not kept: too large, or its headers too large for the store.
+		if r.status != 0 {
+			h.Set(HeaderOriginalStatus, strconv.Itoa(r.status))
+		}
+		h.Set(HeaderReplayed, "true")
+		writeProblem(w, http.StatusGone, CodeNotKept, "the request was handled, but its response was too large to keep for replays", 0)
+		return
+	}
+	for _, f := range r.fields {
+		h[f.name] = f.values
+	}
+	h.Set(HeaderReplayed, "true")
+	w.WriteHeader(r.status)
+	if len(r.body) > 0 {
+		_, _ = w.Write(r.body)
+	}
+}

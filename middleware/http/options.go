@@ -1,0 +1,195 @@
+package http
+
+import (
+	"cmp"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/middleware/http/issuedkey"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxResponseSize    = 1 << 20
+	DefaultMaxRequestSize     = 1 << 20
+	DefaultInFlightRetryAfter = time.Second
+	// headerRoom is what the receiver's MaxResultSize allows beyond
+	// MaxResponseSize, for the status and the stored headers.
+	headerRoom = 64 << 10
+)
+
+// DefaultMethods are the methods the middleware applies to by default: the
+// ones HTTP does not define as idempotent.
+var DefaultMethods = []string{http.MethodPost, http.MethodPatch}
+
+// DefaultReplayHeaders are the response headers stored and replayed
+// whatever Options.ReplayHeaders adds.
+var DefaultReplayHeaders = []string{"Content-Type", "Content-Encoding", "Content-Language", "Content-Disposition", "Location"}
+
+// neverReplayed are headers that must never be replayed to another
+// request: credentials and hop-by-hop headers. Content-Length is computed
+// from the replayed body.
+var neverReplayed = []string{
+	"Set-Cookie", "Authorization", "Proxy-Authorization", "Proxy-Authenticate", "Www-Authenticate",
+	"Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length",
+	HeaderReplayed, HeaderBypassed,
+}
+
+// Options configures a Middleware. A nil *Options means all defaults; a
+// zero field takes its default.
+type Options struct {
+	// Config configures the receiver under the middleware: set Namespace
+	// (one per service), Lease, Retention, MaxAttempts, FailOpen, Logger,
+	// Observer, StoreRetryDelay, Clock there. The middleware sets NoWait
+	// (a request never waits for another), its own Codec (a Codec set here
+	// is an error), and raises MaxResultSize to MaxResponseSize plus 64 KiB
+	// for the headers when it is lower; a MaxIDLength below 299 is an
+	// error. Defaults to nil: the receiver's defaults.
+	Config *dedup.Config
+
+	// Methods are the request methods deduplicated; others pass through
+	// untouched. Defaults to DefaultMethods (POST, PATCH).
+	Methods []string
+
+	// RequireKey answers a request without an Idempotency-Key with 400.
+	// Defaults to false: such a request passes through, unprotected.
+	RequireKey bool
+
+	// Principal names the caller (tenant, user) from the request, typically
+	// from what an authentication middleware put in its context. Keys are
+	// scoped by it: one principal is never answered with another's
+	// response. Defaults to nil: every caller shares one scope, which is
+	// right only for a service with a single client.
+	Principal func(r *http.Request) string
+
+	// Operation names what the request does, the second part of a key's
+	// scope and what a server-issued key is bound to. A mux sets r.Pattern
+	// only after routing: return it here ("POST /orders/{id}/pay") when the
+	// middleware wraps each route's handler rather than the mux, or name
+	// each route yourself. Defaults to the method, a space and the path as
+	// received (r.URL.EscapedPath()), as in "POST /orders/o-1/pay".
+	Operation func(r *http.Request) string
+
+	// Verifier, when set, accepts only server-issued keys (see package
+	// issuedkey): a key it did not issue is 400, issued to another
+	// principal 403, for another operation 422, expired 400. Defaults to
+	// nil: clients choose their keys.
+	Verifier issuedkey.Verifier
+
+	// MismatchStatus answers a key reused with another request (method,
+	// path, query or body): 422 Unprocessable Content or 409 Conflict.
+	// Defaults to 422.
+	MismatchStatus int
+
+	// MaxResponseSize is the largest response body kept for replays, in
+	// bytes. A larger response still completes the key (the handler never
+	// runs again for it) and goes out as it is written; its replays get
+	// 410 Gone with a problem saying it was too large to keep. Defaults to
+	// DefaultMaxResponseSize (1 MiB).
+	MaxResponseSize int
+
+	// MaxRequestSize is the largest request body accepted, in bytes: the
+	// middleware reads the body to fingerprint it. A larger one gets 413
+	// and the handler does not run. Defaults to DefaultMaxRequestSize
+	// (1 MiB).
+	MaxRequestSize int64
+
+	// ReplayHeaders are response headers stored and replayed beside
+	// DefaultReplayHeaders. Credentials (Set-Cookie, Authorization...) and
+	// hop-by-hop headers are refused. Defaults to none.
+	ReplayHeaders []string
+
+	// StoreStatus decides from its status whether a response completes the
+	// key (and is replayed) or releases it (the client may retry and the
+	// handler runs again). Return true for every status to store every
+	// outcome, as some payment APIs do; panics and streamed responses
+	// release the key whatever it says. Defaults to DefaultStoreStatus:
+	// 2xx, 3xx and 4xx except 429 are stored.
+	StoreStatus func(status int) bool
+
+	// InFlightRetryAfter is the Retry-After of a 409 answered to a request
+	// whose key is in flight, bounded by what remains of the holder's lease
+	// and rounded up to whole seconds. Defaults to 1s.
+	InFlightRetryAfter time.Duration
+}
+
+// DefaultStoreStatus is the default of Options.StoreStatus: 2xx, 3xx and
+// 4xx except 429 are stored.
+func DefaultStoreStatus(status int) bool {
+	return status >= 200 && status < 500 && status != http.StatusTooManyRequests
+}
+
+// resolved is Options with its defaults filled and validated.
+type resolved struct {
+	Options
+	cfg       dedup.Config
+	methods   []string
+	allow     []string // canonical replay headers
+	principal func(*http.Request) string
+}
+
+func (o *Options) resolve() (*resolved, error) {
+	var r resolved
+	if o != nil {
+		r.Options = *o
+	}
+	if r.Config != nil {
+		r.cfg = *r.Config
+	}
+	if r.cfg.Codec != nil {
+		return nil, fmt.Errorf("%w: Config.Codec is set; the middleware stores responses with its own", dedup.ErrInvalidConfig)
+	}
+	r.MaxResponseSize = cmp.Or(r.MaxResponseSize, DefaultMaxResponseSize)
+	r.MaxRequestSize = cmp.Or(r.MaxRequestSize, DefaultMaxRequestSize)
+	r.MismatchStatus = cmp.Or(r.MismatchStatus, http.StatusUnprocessableEntity)
+	r.InFlightRetryAfter = cmp.Or(r.InFlightRetryAfter, DefaultInFlightRetryAfter)
+	switch {
+	case r.MaxResponseSize < 0:
+		return nil, fmt.Errorf("%w: MaxResponseSize is %d; it must be positive", dedup.ErrInvalidConfig, r.MaxResponseSize)
+	case r.MaxRequestSize < 0:
+		return nil, fmt.Errorf("%w: MaxRequestSize is %d; it must be positive", dedup.ErrInvalidConfig, r.MaxRequestSize)
+	case r.MismatchStatus != http.StatusUnprocessableEntity && r.MismatchStatus != http.StatusConflict:
+		return nil, fmt.Errorf("%w: MismatchStatus is %d; it must be 422 or 409", dedup.ErrInvalidConfig, r.MismatchStatus)
+	case r.InFlightRetryAfter < 0:
+		return nil, fmt.Errorf("%w: InFlightRetryAfter is %v; it must be positive", dedup.ErrInvalidConfig, r.InFlightRetryAfter)
+	case r.cfg.MaxIDLength != 0 && r.cfg.MaxIDLength < minIDLength:
+		return nil, fmt.Errorf("%w: Config.MaxIDLength is %d; the middleware needs at least %d (a hashed scope and a %d-byte key)",
+			dedup.ErrInvalidConfig, r.cfg.MaxIDLength, minIDLength, MaxKeyLength)
+	}
+	r.cfg.NoWait = true
+	r.cfg.MaxIDLength = cmp.Or(r.cfg.MaxIDLength, dedup.DefaultMaxIDLength)
+	r.cfg.MaxResultSize = max(r.cfg.MaxResultSize, r.MaxResponseSize+headerRoom)
+
+	r.methods = slices.Clone(DefaultMethods)
+	if len(r.Methods) > 0 {
+		r.methods = nil
+		for _, m := range r.Methods {
+			if m == "" || strings.ContainsAny(m, " \t\r\n") {
+				return nil, fmt.Errorf("%w: method %q", dedup.ErrInvalidConfig, m)
+			}
+			r.methods = append(r.methods, strings.ToUpper(m))
+		}
+	}
+	r.allow = slices.Clone(DefaultReplayHeaders)
+	for _, h := range r.ReplayHeaders {
+		name := http.CanonicalHeaderKey(strings.TrimSpace(h))
+		if name == "" || slices.Contains(neverReplayed, name) {
+			return nil, fmt.Errorf("%w: ReplayHeaders: %q must never be replayed", dedup.ErrInvalidConfig, h)
+		}
+		if !slices.Contains(r.allow, name) {
+			r.allow = append(r.allow, name)
+		}
+	}
+	if r.StoreStatus == nil {
+		r.StoreStatus = DefaultStoreStatus
+	}
+	r.principal = r.Principal
+	if r.principal == nil {
+		r.principal = func(*http.Request) string { return "" }
+	}
+	return &r, nil
+}
