@@ -1,0 +1,137 @@
+package pgstore_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store/pgstore"
+)
+
+// The benchmarks run on the shared PostgreSQL, each beside its baseline:
+//
+//	go test -run '^$' -bench . -benchtime 2000x ./store/pgstore
+//
+// BenchmarkInsert is one bare INSERT round trip (autocommit), the floor of
+// anything that writes; BenchmarkHandleNew a new message through Handle
+// (claim, then complete: two statements); BenchmarkHandleBatch100 a batch
+// of 100 new messages (one claim statement, one completion statement);
+// BenchmarkTxInsert a bare transaction of one INSERT (BEGIN, INSERT,
+// COMMIT) beside BenchmarkTxHandler, the same INSERT through TxHandler
+// (claim, then BEGIN, INSERT, completion, COMMIT).
+
+func benchDB(b *testing.B) (*testDB, string) {
+	db := newDB(b, 4)
+	table := db.table("rows")
+	db.exec(b, "CREATE TABLE "+table+" (id text NOT NULL)")
+	return db, table
+}
+
+func BenchmarkInsert(b *testing.B) {
+	db, table := benchDB(b)
+	ctx := context.Background()
+	sql := "INSERT INTO " + table + " (id) VALUES ($1)"
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := db.pool.Exec(ctx, sql, strconv.Itoa(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkHandleNew(b *testing.B) {
+	db, _ := benchDB(b)
+	rcv, err := dedup.NewReceiver(db.store(b, nil), func(id string) (string, error) { return id, nil },
+		func(context.Context, string) (struct{}, error) { return struct{}{}, nil }, &dedup.Config{Namespace: "bench"})
+	require.NoError(b, err)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if res, err := rcv.Handle(ctx, strconv.Itoa(i)); err != nil || res.Status != dedup.StatusProcessed {
+			b.Fatal(res.Status, err)
+		}
+	}
+}
+
+func BenchmarkHandleDuplicate(b *testing.B) {
+	db, _ := benchDB(b)
+	rcv, err := dedup.NewReceiver(db.store(b, nil), func(id string) (string, error) { return id, nil },
+		func(context.Context, string) (struct{}, error) { return struct{}{}, nil }, &dedup.Config{Namespace: "bench"})
+	require.NoError(b, err)
+	ctx := context.Background()
+	_, err = rcv.Handle(ctx, "dup")
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		if res, err := rcv.Handle(ctx, "dup"); err != nil || res.Status != dedup.StatusDuplicate {
+			b.Fatal(res.Status, err)
+		}
+	}
+}
+
+func BenchmarkHandleBatch100(b *testing.B) {
+	db, _ := benchDB(b)
+	rcv, err := dedup.NewReceiver(db.store(b, nil), func(id string) (string, error) { return id, nil },
+		func(context.Context, string) (struct{}, error) { return struct{}{}, nil }, &dedup.Config{Namespace: "bench"})
+	require.NoError(b, err)
+	ctx := context.Background()
+	msgs := make([]string, 100)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		for j := range msgs {
+			msgs[j] = strconv.Itoa(n)
+			n++
+		}
+		for _, o := range rcv.HandleBatch(ctx, msgs) {
+			if o.Err != nil || o.Result.Status != dedup.StatusProcessed {
+				b.Fatal(o.Result.Status, o.Err)
+			}
+		}
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+func BenchmarkTxInsert(b *testing.B) {
+	db, table := benchDB(b)
+	ctx := context.Background()
+	sql := "INSERT INTO " + table + " (id) VALUES ($1)"
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, sql, strconv.Itoa(i))
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkTxHandler(b *testing.B) {
+	db, table := benchDB(b)
+	s := db.store(b, nil)
+	sql := "INSERT INTO " + table + " (id) VALUES ($1)"
+	h, err := pgstoreTxHandler(s, func(ctx context.Context, tx pgx.Tx, id string) (struct{}, error) {
+		_, err := tx.Exec(ctx, sql, id)
+		return struct{}{}, err
+	})
+	require.NoError(b, err)
+	rcv, err := dedup.NewReceiver(s, func(id string) (string, error) { return id, nil }, h, &dedup.Config{Namespace: "bench"})
+	require.NoError(b, err)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if res, err := rcv.Handle(ctx, strconv.Itoa(i)); err != nil || res.Status != dedup.StatusProcessed {
+			b.Fatal(res.Status, err)
+		}
+	}
+}
+
+func pgstoreTxHandler(s *pgstore.Store, fn pgstore.TxFunc[string, struct{}]) (dedup.Handler[string, struct{}], error) {
+	return pgstore.TxHandler(s, fn, nil)
+}

@@ -1,0 +1,107 @@
+// Package pgstore is a [store.Store] in a PostgreSQL table, on pgx/v5's
+// [pgxpool.Pool], whose records can be completed inside the handler's own
+// transaction: the business writes and the record commit together or not
+// at all, so each message has its effect exactly once, with no unique
+// index of the business table's own. It depends on the contract package
+// store only, not on the receiver.
+//
+//	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
+//	s, err := pgstore.New(ctx, pool, nil) // pings; matches store.ErrUnavailable when down
+//	err = s.Migrate(ctx)                  // or apply s.SchemaSQL() in your migrations
+//	handler, err := pgstore.TxHandler(s, func(ctx context.Context, tx pgx.Tx, o Order) (Receipt, error) {
+//		_, err := tx.Exec(ctx, `INSERT INTO orders (id, amount) VALUES ($1, $2)`, o.ID, o.Amount)
+//		return Receipt{OrderID: o.ID}, err
+//	}, nil)
+//	rcv, err := dedup.NewReceiver(s, key, handler, &dedup.Config{Namespace: "orders"})
+//
+// # The table
+//
+// One row per record, keyed by the receiver's key (namespace, colon, id),
+// with an index on its expiry (see [Store.SchemaSQL], and the README for
+// the SQL). [Options.Table] names it, schema-qualified or not.
+//
+// # What it guarantees
+//
+// It passes [github.com/dedup-go/dedup/store/storetest] in pgx's default
+// query exec mode and in the two that PgBouncer's transaction pooling
+// needs, and keeps every rule of the contract:
+//
+//   - The claim is one autocommit statement, INSERT ... ON CONFLICT (key)
+//     DO UPDATE ... WHERE the record is gone, failed, or processing under
+//     an ended lease (and the fingerprints agree), RETURNING the record:
+//     never check-then-set, no advisory lock. Of any number of processes
+//     delivering a message at once, exactly one claims it; the others
+//     wait on its row lock for the moment it takes, then see its claim.
+//   - A duplicate of a completed record, or a delivery of a key held under
+//     a live lease, is answered by the same statement without locking or
+//     writing anything (its snapshot shows the record settled, so the
+//     INSERT inserts nothing): no commit record to flush to the WAL.
+//   - The database's clock (clock_timestamp(), read once per statement)
+//     is the only clock of leases and expiry; a lease has ended once it
+//     reads LeaseUntil, a record is gone once it reads its expiry.
+//   - Every update is fenced: WHERE token = the claim's token. Complete,
+//     Release and Extend with a token that no longer holds the key (taken
+//     over, deleted, settled) fail with [store.ErrLeaseLost] and change
+//     nothing. Until another claim takes the key over, a call with the
+//     token of an ended lease still succeeds with its full effect.
+//   - Complete with the token that completed the record succeeds again
+//     and changes nothing: the first result and expiry stay.
+//   - Keys the table cannot hold are refused with [store.ErrInvalidKey]:
+//     over [MaxKeyLength] bytes, not valid UTF-8, or holding a NUL byte.
+//     Results and fingerprints are bytes, kept as given; a failure's error
+//     text is kept as valid UTF-8 without NUL bytes, up to 4 KiB.
+//
+// # Completion inside the user's transaction
+//
+// [TxHandler] wraps a function of a pgx.Tx into a handler: for each
+// message it begins a transaction, runs the function, completes the
+// record in the same transaction with one UPDATE fenced by the claim's
+// token, and commits; the receiver then does not complete again. A crash
+// anywhere leaves either both the business writes and the completed
+// record (a redelivery is a duplicate) or neither (the redelivery takes
+// the ended lease over and runs again). A stale worker, whose lease ended
+// and whose key another delivery took over, gets store.ErrLeaseLost from
+// the completion and its transaction is rolled back, business writes
+// included. [Store.CompleteTx] is the same completion for a transaction
+// you manage yourself.
+//
+// Isolation levels: under READ COMMITTED (PostgreSQL's default, and the
+// recommended level), a delivery that tries to take the key over while
+// the transaction holds the completed row waits on the row lock, then
+// sees the record completed (or, after a rollback, takes it over). Under
+// REPEATABLE READ and SERIALIZABLE, a concurrent update of the record
+// after the transaction's snapshot (the receiver's heartbeat extending
+// the lease of a handler that runs longer than a third of it, or a
+// takeover) fails the completion with a serialization failure, SQLSTATE
+// 40001; TxHandler then runs the function again in a new transaction
+// ([TxOptions].Retries, 3 by default), so the function must be safe to
+// rerun. Under any level, the completion runs last, so the row is locked
+// only from the completion to the commit.
+//
+// # Failures and timeouts
+//
+// Every error of the database (a refused connection, a timeout, a server
+// error, a missing table) is a [*store.OpError], which matches
+// [store.ErrUnavailable], so the receiver applies its fail-closed or
+// fail-open policy; a cancelled context is reported as the context's
+// error. [Options.Timeout] bounds every statement, connecting included,
+// so a dead database never holds a handler longer. Behind PgBouncer in
+// transaction pooling mode set [Options.QueryExecMode] to
+// pgx.QueryExecModeExec.
+//
+// # Batches and inspection
+//
+// The Store is a [store.BatchStore]: a batch is claimed in one statement
+// (rows locked in key order, so concurrent batches never deadlock on each
+// other) and completed in one. It is a [store.Inspector]: Get, Delete, and
+// Scan by prefix, which reads the prefix's key range of the primary key in
+// pages.
+//
+// # Cleanup
+//
+// Expired rows are invisible to every call, but stay until [Store.Cleanup]
+// deletes them, in statements of at most [Options.CleanupBatchSize] rows,
+// locked by primary key with FOR UPDATE SKIP LOCKED so that claims go on
+// meanwhile. [Store.RunCleanup] runs it on an interval in the caller's
+// goroutine and stops with its context: the store starts no goroutine.
+package pgstore

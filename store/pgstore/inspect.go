@@ -1,0 +1,167 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dedup-go/dedup/store"
+)
+
+// scanPage is how many records one statement of Scan reads.
+const scanPage = 500
+
+// Get returns the record of key, in whatever state, or an error matching
+// store.ErrNotFound. A record is not found from its ExpiresAt on (a claim:
+// from its lease end plus AbandonedTTL), by the database's clock, as
+// Acquire sees it.
+func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
+	if err := checkKey("get", key); err != nil {
+		return store.Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Record{}, errContext("get", key, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	rec, err := scanRecord(s.pool.QueryRow(cctx, s.sql.get, s.cfg.mode, key))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.Record{}, fmt.Errorf("pgstore: get %q: %w", key, store.ErrNotFound)
+	case err != nil:
+		return store.Record{}, s.fail(ctx, "get", key, err)
+	}
+	rec.Key = key
+	return rec, nil
+}
+
+// scanRecord reads the columns of a record.
+func scanRecord(r pgx.Row, before ...any) (store.Record, error) {
+	var (
+		rec     store.Record
+		state   string
+		attempt int32
+		fp      []byte
+		lease   *time.Time
+		expires time.Time
+	)
+	if err := r.Scan(append(before, &state, &attempt, &fp, &rec.Result, &rec.LastError, &lease, &expires)...); err != nil {
+		return store.Record{}, err
+	}
+	rec.State, rec.Attempt, rec.Fingerprint = stateOf(state), int(attempt), string(fp)
+	switch rec.State {
+	case store.StateProcessing:
+		if lease != nil {
+			rec.LeaseUntil = *lease
+		}
+	case store.StateCompleted:
+		rec.ExpiresAt = expires
+	default:
+		rec.ExpiresAt, rec.Result = expires, nil
+	}
+	return rec, nil
+}
+
+// Delete forgets key, whatever its state: a duplicate arriving later is
+// processed again, and the holder of a deleted claim gets ErrLeaseLost.
+// Deleting an absent key is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := checkKey("delete", key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return errContext("delete", key, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	if _, err := s.pool.Exec(cctx, s.sql.del, s.cfg.mode, key); err != nil {
+		return s.fail(ctx, "delete", key, err)
+	}
+	return nil
+}
+
+// Scan yields every record whose key starts with prefix and that is not
+// gone, in key order, reading pages of 500 by primary key (a range of
+// the index, never the whole table). A record written or expiring during
+// the scan may be missed or seen. Options.Timeout bounds each page, not
+// the whole scan. A failure (or the end of ctx) is yielded once, as a zero
+// Record with the error, and ends the scan; so does the caller breaking
+// out of its loop.
+func (s *Store) Scan(ctx context.Context, prefix string) iter.Seq2[store.Record, error] {
+	return func(yield func(store.Record, error) bool) {
+		if !utf8.ValidString(prefix) {
+			yield(store.Record{}, fmt.Errorf("pgstore: scan %q: %w: the prefix is not valid UTF-8", prefix, store.ErrInvalidKey))
+			return
+		}
+		var upper *string
+		if u, ok := successor(prefix); ok {
+			upper = &u
+		}
+		after := ""
+		for {
+			if err := ctx.Err(); err != nil {
+				yield(store.Record{}, errContext("scan", prefix, err))
+				return
+			}
+			page, err := s.scanPage(ctx, prefix, after, upper)
+			if err != nil {
+				yield(store.Record{}, s.fail(ctx, "scan", prefix, err))
+				return
+			}
+			for _, rec := range page {
+				if !yield(rec, nil) {
+					return
+				}
+			}
+			if len(page) < scanPage {
+				return
+			}
+			after = page[len(page)-1].Key
+		}
+	}
+}
+
+func (s *Store) scanPage(ctx context.Context, prefix, after string, upper *string) ([]store.Record, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	rows, err := s.pool.Query(cctx, s.sql.scan, s.cfg.mode, prefix, after, upper, scanPage)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var page []store.Record
+	for rows.Next() {
+		var key string
+		rec, err := scanRecord(rows, &key)
+		if err != nil {
+			return nil, err
+		}
+		rec.Key = key
+		page = append(page, rec)
+	}
+	return page, rows.Err()
+}
+
+// successor returns the least string greater than every string that
+// starts with prefix, in byte order (which is code point order for
+// UTF-8), or false when there is none (an empty prefix, or one of only
+// U+10FFFF). It replaces the last code point that can grow with the next
+// one, skipping the surrogates, which UTF-8 cannot hold.
+func successor(prefix string) (string, bool) {
+	runes := []rune(prefix)
+	for i := len(runes) - 1; i >= 0; i-- {
+		r := runes[i] + 1
+		if r >= 0xD800 && r <= 0xDFFF {
+			r = 0xE000
+		}
+		if r <= utf8.MaxRune {
+			return string(runes[:i]) + string(r), true
+		}
+	}
+	return "", false
+}

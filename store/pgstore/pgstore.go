@@ -1,0 +1,403 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dedup-go/dedup/store"
+)
+
+// Store is a store.Store in a PostgreSQL table. It is safe for concurrent
+// use and holds no state of its own beyond the pool, which the caller owns
+// and closes, and starts no goroutine.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  config
+	sql  statements
+}
+
+var (
+	_ store.Store      = (*Store)(nil)
+	_ store.BatchStore = (*Store)(nil)
+	_ store.Inspector  = (*Store)(nil)
+)
+
+// New returns a Store on pool after checking, within ctx and
+// Options.Timeout, that PostgreSQL answers: a database that is down gives
+// an error matching store.ErrUnavailable, not a hang. It does not create
+// the table: call Migrate, or apply SchemaSQL with your own migrations.
+func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("pgstore: %w: the pool is nil", store.ErrInvalidConfig)
+	}
+	cfg, err := opts.config(pool.Config().ConnConfig.DefaultQueryExecMode)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{pool: pool, cfg: cfg, sql: newStatements(cfg.table)}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	if err := pool.Ping(cctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("pgstore: connect to PostgreSQL at %s: %w", s.addr(), ctx.Err())
+		}
+		return nil, fmt.Errorf("pgstore: %w: PostgreSQL at %s: %w", store.ErrUnavailable, s.addr(), s.timedOut(err))
+	}
+	return s, nil
+}
+
+// addr names the server, for error messages.
+func (s *Store) addr() string {
+	c := s.pool.Config().ConnConfig
+	return fmt.Sprintf("%s:%d", c.Host, c.Port)
+}
+
+// Table returns the records' table, as Options.Table named it.
+func (s *Store) Table() string { return s.cfg.table.plain }
+
+// SchemaSQL returns the SQL that Migrate runs: the table and its expiry
+// index, each created if it does not exist. Teams that run their own
+// migrations apply it (or the same statements, from the README) instead.
+func (s *Store) SchemaSQL() string { return s.sql.schema }
+
+// Migrate creates the table and its index if they do not exist, within
+// ctx (not bounded by Options.Timeout: a DDL statement may wait for a
+// lock). Running it again changes nothing.
+func (s *Store) Migrate(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, s.sql.schema, pgx.QueryExecModeSimpleProtocol); err != nil {
+		return s.fail(ctx, "migrate", "", err)
+	}
+	return nil
+}
+
+// Acquire claims req.Key if it is absent, failed, or processing under a
+// lease that has ended, and reports the record holding it otherwise, in
+// one INSERT ... ON CONFLICT DO UPDATE ... WHERE statement. A fingerprint
+// that differs from the record's is store.ErrKeyReused in every state.
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
+	if err := checkAcquire(req); err != nil {
+		return store.Claim{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Claim{}, errContext("acquire", req.Key, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	token := store.NewToken()
+	for range maxRounds {
+		row, found, err := s.scanRow(s.pool.QueryRow(cctx, s.sql.acquire, s.cfg.mode,
+			req.Key, token, fingerprint(req.Fingerprint), micros(req.Lease), micros(s.cfg.abandonedTTL)), true)
+		if err != nil {
+			return store.Claim{}, s.fail(ctx, "acquire", req.Key, err)
+		}
+		if claim, ok, err := row.claim(req, token, found); ok || err != nil {
+			return claim, err
+		}
+		// The snapshot of the statement predates the record that refused
+		// the claim: read it afresh.
+		row, found, err = s.scanRow(s.pool.QueryRow(cctx, s.sql.read, s.cfg.mode, req.Key), false)
+		if err != nil {
+			return store.Claim{}, s.fail(ctx, "acquire", req.Key, err)
+		}
+		if claim, ok, err := row.claim(req, token, found); ok || err != nil {
+			return claim, err
+		}
+		// The record changed between the two statements (it was deleted,
+		// or its lease ended): claim again.
+	}
+	return store.Claim{}, &store.OpError{Op: "acquire", Key: req.Key,
+		Err: fmt.Errorf("pgstore: the record changed under %d claims in a row", maxRounds)}
+}
+
+// maxRounds bounds the claims of one Acquire that find the record changing
+// under them.
+const maxRounds = 5
+
+// row is a record as a statement answers it, with the database's clock.
+type row struct {
+	acquired bool
+	rec      store.Record
+	expires  time.Time // expires_at, which a processing record has too
+	now      time.Time
+}
+
+// scanRow reads one row of acquire (withAcquired) or read; found is false
+// when there was none.
+func (s *Store) scanRow(r pgx.Row, withAcquired bool) (row, bool, error) {
+	var (
+		out     row
+		state   string
+		fp      []byte
+		lease   *time.Time
+		dest    []any
+		attempt int32
+	)
+	if withAcquired {
+		dest = append(dest, &out.acquired)
+	}
+	dest = append(dest, &state, &attempt, &fp, &out.rec.Result, &out.rec.LastError, &lease, &out.expires, &out.now)
+	if err := r.Scan(dest...); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return row{}, false, nil
+		}
+		return row{}, false, err
+	}
+	out.rec.State = stateOf(state)
+	out.rec.Attempt = int(attempt)
+	out.rec.Fingerprint = string(fp)
+	if lease != nil {
+		out.rec.LeaseUntil = *lease
+	}
+	if out.rec.State != store.StateCompleted {
+		out.rec.Result = nil
+	}
+	if out.rec.State != store.StateProcessing {
+		// A claim is kept until its lease plus AbandonedTTL; what the
+		// contract calls its expiry is that of a settled record only.
+		out.rec.LeaseUntil, out.rec.ExpiresAt = time.Time{}, out.expires
+	}
+	return out, true, nil
+}
+
+// claim turns the answer of a claim into Acquire's, reporting false when
+// the answer cannot be the record that refused the claim (none, a gone
+// record, or one the claim would have taken): the caller reads or claims
+// again.
+func (r row) claim(req store.AcquireRequest, token store.Token, found bool) (store.Claim, bool, error) {
+	switch {
+	case !found:
+		return store.Claim{}, false, nil
+	case r.acquired:
+		r.rec.Key = req.Key
+		return store.Claim{Acquired: true, Token: token, Record: r.rec}, true, nil
+	case !r.now.Before(r.expires):
+		return store.Claim{}, false, nil
+	case reused(r.rec.Fingerprint, req.Fingerprint):
+		return store.Claim{}, true, errReused(req.Key, r.rec.State)
+	case r.rec.State == store.StateCompleted,
+		r.rec.State == store.StateProcessing && r.now.Before(r.rec.LeaseUntil):
+		r.rec.Key = req.Key
+		return store.Claim{Record: r.rec}, true, nil
+	}
+	return store.Claim{}, false, nil
+}
+
+func errReused(key string, state store.State) error {
+	return fmt.Errorf("pgstore: acquire %q: %w: the %s record has another fingerprint", key, store.ErrKeyReused, state)
+}
+
+// reused reports whether a request's fingerprint differs from the
+// record's; an empty one on either side is not checked.
+func reused(stored, requested string) bool {
+	return stored != "" && requested != "" && stored != requested
+}
+
+func stateOf(s string) store.State {
+	switch s {
+	case "processing":
+		return store.StateProcessing
+	case "completed":
+		return store.StateCompleted
+	case "failed":
+		return store.StateFailed
+	}
+	return 0
+}
+
+func checkAcquire(req store.AcquireRequest) error {
+	if err := checkKey("acquire", req.Key); err != nil {
+		return err
+	}
+	if req.Lease <= 0 {
+		return fmt.Errorf("pgstore: acquire %q: %w: the lease is %v, it must be positive", req.Key, store.ErrInvalidConfig, req.Lease)
+	}
+	return nil
+}
+
+// checkKey refuses a key the table cannot hold: empty, longer than
+// MaxKeyLength, not valid UTF-8 or holding a NUL byte (PostgreSQL text
+// holds neither).
+func checkKey(op, key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("pgstore: %s: %w: the key is empty", op, store.ErrInvalidKey)
+	case len(key) > MaxKeyLength:
+		return fmt.Errorf("pgstore: %s: %w: the key is %d bytes, over MaxKeyLength (%d)", op, store.ErrInvalidKey, len(key), MaxKeyLength)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("pgstore: %s %q: %w: the key is not valid UTF-8", op, key, store.ErrInvalidKey)
+	case strings.IndexByte(key, 0) >= 0:
+		return fmt.Errorf("pgstore: %s %q: %w: the key holds a NUL byte", op, key, store.ErrInvalidKey)
+	}
+	return nil
+}
+
+// Complete stores req.Result for the key held by req.Token and keeps it,
+// immutable, for req.Retention. Completing again with the token that
+// completed the record succeeds and changes nothing: the first result and
+// expiry stay.
+func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
+	if err := checkSettle("complete", req.Key, req.Token, req.Retention); err != nil {
+		return err
+	}
+	return s.settle(ctx, "complete", req.Key, req.Token, s.pool, s.sql.complete, []byte(req.Result), micros(req.Retention))
+}
+
+// Release records the failure of the key held by req.Token and frees the
+// key for the next Acquire, keeping the failed record (its attempt count
+// and req.Error) for req.Retention. The error text is kept as valid UTF-8
+// without NUL bytes, up to 4 KiB.
+func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
+	if err := checkSettle("release", req.Key, req.Token, req.Retention); err != nil {
+		return err
+	}
+	return s.settle(ctx, "release", req.Key, req.Token, s.pool, s.sql.release, errorText(req.Error), micros(req.Retention))
+}
+
+// Extend sets the lease of the key held by req.Token to req.Lease from
+// now, even when that is earlier than the deadline it had. A claim whose
+// lease ended is extended too while no other Acquire has taken the key
+// over.
+func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
+	if err := checkExtend(req); err != nil {
+		return err
+	}
+	return s.settle(ctx, "extend", req.Key, req.Token, s.pool, s.sql.extend, micros(req.Lease), micros(s.cfg.abandonedTTL))
+}
+
+func checkExtend(req store.ExtendRequest) error {
+	if err := checkKey("extend", req.Key); err != nil {
+		return err
+	}
+	if req.Lease <= 0 {
+		return fmt.Errorf("pgstore: extend %q: %w: the lease is %v, it must be positive", req.Key, store.ErrInvalidConfig, req.Lease)
+	}
+	if req.Token.IsZero() {
+		return errLeaseLost("extend", req.Key)
+	}
+	return nil
+}
+
+// checkSettle checks the arguments of Complete and Release. A zero token
+// never holds a key, so it gets ErrLeaseLost without a round trip.
+func checkSettle(op, key string, token store.Token, retention time.Duration) error {
+	if err := checkKey(op, key); err != nil {
+		return err
+	}
+	if retention <= 0 {
+		return fmt.Errorf("pgstore: %s %q: %w: the retention is %v, it must be positive", op, key, store.ErrInvalidConfig, retention)
+	}
+	if token.IsZero() {
+		return errLeaseLost(op, key)
+	}
+	return nil
+}
+
+// querier runs statements: the pool, or a user's transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// settle runs one fenced update of key (sql, with key and token first) on
+// db, within Options.Timeout. No row updated is ErrLeaseLost, except for
+// a Complete whose token completed the record already.
+func (s *Store) settle(ctx context.Context, op, key string, token store.Token, db querier, sql string, args ...any) error {
+	if err := ctx.Err(); err != nil {
+		return errContext(op, key, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	tag, err := db.Exec(cctx, sql, append([]any{s.cfg.mode, key, token}, args...)...)
+	if err != nil {
+		return s.fail(ctx, op, key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	if op == "complete" {
+		done, err := s.completedBy(cctx, db, []pair{{key, token}})
+		if err != nil {
+			return s.fail(ctx, op, key, err)
+		}
+		if done[pair{key, token}] {
+			return nil
+		}
+	}
+	return errLeaseLost(op, key)
+}
+
+// pair is a key and the token of a claim on it.
+type pair struct {
+	key   string
+	token store.Token
+}
+
+// completedBy reports which of pairs name a record their token completed
+// (and that is not gone).
+func (s *Store) completedBy(ctx context.Context, db querier, pairs []pair) (map[pair]bool, error) {
+	keys := make([]string, len(pairs))
+	tokens := make([]pgtype.UUID, len(pairs))
+	for i, p := range pairs {
+		keys[i], tokens[i] = p.key, uuid(p.token)
+	}
+	rows, err := db.Query(ctx, s.sql.completed, s.cfg.mode, keys, tokens)
+	if err != nil {
+		return nil, err
+	}
+	return collectPairs(rows)
+}
+
+// collectPairs reads rows of (key, token).
+func collectPairs(rows pgx.Rows) (map[pair]bool, error) {
+	out := make(map[pair]bool)
+	var p pair
+	_, err := pgx.ForEachRow(rows, []any{&p.key, (*[16]byte)(&p.token)}, func() error {
+		out[p] = true
+		return nil
+	})
+	return out, err
+}
+
+// errorText is what a failed record keeps of an error: valid UTF-8
+// without NUL bytes (PostgreSQL text holds neither), cut to maxLastError
+// bytes on a character boundary.
+func errorText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) <= maxLastError {
+		return s
+	}
+	cut := maxLastError
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// micros converts d to whole microseconds (PostgreSQL's resolution),
+// rounding up so that a positive duration never becomes zero.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// uuid converts a token for an array parameter, which pgx encodes in
+// every query exec mode, the text formats included.
+func uuid(t store.Token) pgtype.UUID { return pgtype.UUID{Bytes: t, Valid: true} }
+
+// fingerprint converts a fingerprint for its column, which is NOT NULL:
+// an empty one is empty bytes, never NULL.
+func fingerprint(fp string) []byte {
+	if fp == "" {
+		return []byte{}
+	}
+	return []byte(fp)
+}

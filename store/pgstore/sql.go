@@ -1,0 +1,200 @@
+package pgstore
+
+import "fmt"
+
+// A record is one row, keyed by the receiver's key (namespace, colon, id).
+// Its columns:
+//
+//	key          the key; COLLATE "C" so that keys sort by their bytes and a
+//	             prefix is a key range (Scan)
+//	state        'processing', 'completed' or 'failed'
+//	token        the token of the last claim; a completed record keeps the
+//	             token that completed it, so that the same Complete again
+//	             succeeds
+//	attempt      claims made so far
+//	fingerprint  fingerprint of the first claim that had one (bytes: the
+//	             store never interprets it)
+//	result       the result of a completed record
+//	last_error   the error text of the last failed attempt
+//	lease_until  when the lease of a processing record ends
+//	expires_at   when the record is gone: the lease end plus AbandonedTTL
+//	             while processing, the retention once completed or failed
+//
+// Time is the database's: every statement reads clock_timestamp() once
+// (the "now" CTE) and compares and computes with it, so the consumers'
+// clocks never matter. A lease has ended once now >= lease_until, a record
+// is gone once now >= expires_at, whatever its state: every statement
+// treats a gone row as absent, and Cleanup deletes it.
+
+// schemaSQL creates the table and its expiry index; Migrate runs it, and
+// teams that run their own migrations apply it themselves.
+const schemaSQL = `CREATE TABLE IF NOT EXISTS %[1]s (
+	key         text COLLATE "C" PRIMARY KEY,
+	state       text NOT NULL CHECK (state IN ('processing', 'completed', 'failed')),
+	token       uuid NOT NULL,
+	attempt     integer NOT NULL,
+	fingerprint bytea NOT NULL DEFAULT '',
+	result      bytea,
+	last_error  text NOT NULL DEFAULT '',
+	lease_until timestamptz,
+	expires_at  timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (expires_at);
+`
+
+// us turns a bigint of microseconds into an interval.
+const us = `* interval '1 microsecond'`
+
+// The ON CONFLICT part of a claim: a row that is gone is claimed afresh
+// (attempt 1, no past); a failed row, or a processing one whose lease
+// ended, is taken over (attempt plus one) unless the fingerprints differ.
+// Anything else is left alone, and the statement reports it.
+const claimConflict = `ON CONFLICT (key) DO UPDATE SET
+		state = 'processing',
+		token = excluded.token,
+		attempt = CASE WHEN r.expires_at <= (SELECT t FROM now) THEN 1 ELSE r.attempt + 1 END,
+		fingerprint = CASE WHEN r.expires_at <= (SELECT t FROM now) OR r.fingerprint = '' THEN excluded.fingerprint ELSE r.fingerprint END,
+		result = NULL,
+		last_error = CASE WHEN r.expires_at <= (SELECT t FROM now) THEN '' ELSE r.last_error END,
+		lease_until = excluded.lease_until,
+		expires_at = excluded.expires_at
+	WHERE r.expires_at <= (SELECT t FROM now)
+		OR ((r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint)
+			AND (r.state = 'failed' OR (r.state = 'processing' AND r.lease_until <= (SELECT t FROM now))))`
+
+// settled is true of a record h, as the statement's snapshot sees it at
+// n.t, that a claim need not even try: completed and not gone (completed
+// records are immutable), or processing under a live lease. A duplicate is
+// then answered by a read alone: the INSERT inserts nothing and locks no
+// row, so the statement writes nothing, not even the commit record that a
+// row lock would cost (a WAL flush under synchronous_commit).
+const settled = `h.expires_at > n.t AND (h.state = 'completed' OR (h.state = 'processing' AND h.lease_until > n.t))`
+
+// recordCols are the columns a statement answers a record with.
+const recordCols = `state, attempt, fingerprint, result, last_error, lease_until, expires_at`
+
+// statements are the store's SQL for one table.
+type statements struct {
+	schema       string
+	acquire      string
+	acquireBatch string
+	read         string
+	complete     string
+	completeMany string
+	completed    string
+	release      string
+	extend       string
+	extendMany   string
+	get          string
+	del          string
+	scan         string
+	cleanup      string
+	exists       string
+}
+
+func newStatements(t tableName) statements {
+	q := func(format string) string { return fmt.Sprintf(format, t.sql) }
+	return statements{
+		schema: fmt.Sprintf(schemaSQL, t.sql, t.index),
+
+		// acquire: $1 key, $2 token, $3 fingerprint, $4 lease (µs), $5
+		// abandoned (µs). One row: acquired, the record, now. When the
+		// claim is refused, the row is the record as the statement's
+		// snapshot saw it, or none when the snapshot predates it (a
+		// concurrent claim that committed while this one waited for its
+		// lock): the caller reads it again.
+		acquire: q(`WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+claimed AS (
+	INSERT INTO %[1]s AS r (key, state, token, attempt, fingerprint, last_error, lease_until, expires_at)
+	SELECT $1::text, 'processing', $2::uuid, 1, $3::bytea, '', n.t + $4::bigint ` + us + `, n.t + ($4::bigint + $5::bigint) ` + us + ` FROM now n
+	WHERE NOT EXISTS (SELECT FROM %[1]s h WHERE h.key = $1::text AND ` + settled + `)
+	` + claimConflict + `
+	RETURNING ` + recordCols + `
+)
+SELECT true, ` + recordCols + `, (SELECT t FROM now) FROM claimed
+UNION ALL
+SELECT false, ` + recordCols + `, (SELECT t FROM now) FROM %[1]s
+WHERE key = $1::text AND NOT EXISTS (SELECT FROM claimed)`),
+
+		// acquireBatch: $1 keys, $2 tokens, $3 fingerprints, $4 leases
+		// (µs), all of one length and distinct keys; $5 abandoned (µs).
+		// Rows are claimed in key order, so that two batches never wait
+		// on each other's rows crosswise. One row per key found or
+		// claimed: key, acquired, the record, now.
+		acquireBatch: q(`WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+req AS (SELECT * FROM unnest($1::text[], $2::uuid[], $3::bytea[], $4::bigint[]) AS q(key, token, fingerprint, lease)),
+claimed AS (
+	INSERT INTO %[1]s AS r (key, state, token, attempt, fingerprint, last_error, lease_until, expires_at)
+	SELECT q.key, 'processing', q.token, 1, q.fingerprint, '', n.t + q.lease ` + us + `, n.t + (q.lease + $5::bigint) ` + us + `
+	FROM req q, now n WHERE NOT EXISTS (SELECT FROM %[1]s h WHERE h.key = q.key AND ` + settled + `)
+	ORDER BY q.key
+	` + claimConflict + `
+	RETURNING key, ` + recordCols + `
+)
+SELECT key, true, ` + recordCols + `, (SELECT t FROM now) FROM claimed
+UNION ALL
+SELECT r.key, false, ` + recordCols + `, (SELECT t FROM now) FROM %[1]s r
+WHERE r.key IN (SELECT key FROM req) AND r.key NOT IN (SELECT key FROM claimed)`),
+
+		// read: $1 key. The record and now, in a fresh snapshot.
+		read: q(`SELECT ` + recordCols + `, clock_timestamp() FROM %[1]s WHERE key = $1::text`),
+
+		// complete: $1 key, $2 token, $3 result, $4 retention (µs). Rows
+		// affected: 1 when the token held the key.
+		complete: q(`UPDATE %[1]s r SET state = 'completed', result = $3::bytea, lease_until = NULL, expires_at = n.t + $4::bigint ` + us + `
+FROM (SELECT clock_timestamp() AS t) n
+WHERE r.key = $1::text AND r.token = $2::uuid AND r.state = 'processing' AND r.expires_at > n.t`),
+
+		// completeMany: $1 keys, $2 tokens, $3 results, $4 retentions (µs),
+		// distinct keys and tokens. The keys and tokens completed.
+		completeMany: q(`UPDATE %[1]s r SET state = 'completed', result = q.result, lease_until = NULL, expires_at = n.t + q.retention ` + us + `
+FROM (SELECT clock_timestamp() AS t) n, unnest($1::text[], $2::uuid[], $3::bytea[], $4::bigint[]) AS q(key, token, result, retention)
+WHERE r.key = q.key AND r.token = q.token AND r.state = 'processing' AND r.expires_at > n.t
+RETURNING r.key, r.token`),
+
+		// completed: $1 keys, $2 tokens. The keys and tokens of the
+		// records these tokens completed, not gone: a Complete that found
+		// no processing row succeeds when its token completed it already.
+		completed: q(`SELECT r.key, r.token FROM %[1]s r, unnest($1::text[], $2::uuid[]) AS q(key, token)
+WHERE r.key = q.key AND r.token = q.token AND r.state = 'completed' AND r.expires_at > clock_timestamp()`),
+
+		// release: $1 key, $2 token, $3 error, $4 retention (µs).
+		release: q(`UPDATE %[1]s r SET state = 'failed', last_error = $3::text, lease_until = NULL, expires_at = n.t + $4::bigint ` + us + `
+FROM (SELECT clock_timestamp() AS t) n
+WHERE r.key = $1::text AND r.token = $2::uuid AND r.state = 'processing' AND r.expires_at > n.t`),
+
+		// extend: $1 key, $2 token, $3 lease (µs), $4 abandoned (µs).
+		extend: q(`UPDATE %[1]s r SET lease_until = n.t + $3::bigint ` + us + `, expires_at = n.t + ($3::bigint + $4::bigint) ` + us + `
+FROM (SELECT clock_timestamp() AS t) n
+WHERE r.key = $1::text AND r.token = $2::uuid AND r.state = 'processing' AND r.expires_at > n.t`),
+
+		// extendMany: $1 keys, $2 tokens, $3 leases (µs), distinct keys
+		// and tokens; $4 abandoned (µs). The keys and tokens extended.
+		extendMany: q(`UPDATE %[1]s r SET lease_until = n.t + q.lease ` + us + `, expires_at = n.t + (q.lease + $4::bigint) ` + us + `
+FROM (SELECT clock_timestamp() AS t) n, unnest($1::text[], $2::uuid[], $3::bigint[]) AS q(key, token, lease)
+WHERE r.key = q.key AND r.token = q.token AND r.state = 'processing' AND r.expires_at > n.t
+RETURNING r.key, r.token`),
+
+		// get: $1 key. The record unless it is gone.
+		get: q(`SELECT ` + recordCols + ` FROM %[1]s WHERE key = $1::text AND expires_at > clock_timestamp()`),
+
+		del: q(`DELETE FROM %[1]s WHERE key = $1::text`),
+
+		// scan: $1 the prefix, $2 the last key seen ('' at first), $3 the
+		// first key past the prefix (NULL: none), $4 the page size.
+		scan: q(`SELECT key, ` + recordCols + ` FROM %[1]s
+WHERE key >= $1::text AND key > $2::text AND ($3::text IS NULL OR key < $3::text) AND expires_at > clock_timestamp()
+ORDER BY key LIMIT $4::int`),
+
+		// cleanup: $1 the batch size. Gone rows are locked by primary key,
+		// skipping those a claim holds right now, and deleted; a row
+		// claimed again since (no longer gone) is not.
+		cleanup: q(`WITH doomed AS (
+	SELECT key FROM %[1]s WHERE expires_at <= clock_timestamp()
+	ORDER BY expires_at LIMIT $1::int FOR UPDATE SKIP LOCKED
+)
+DELETE FROM %[1]s r USING doomed d WHERE r.key = d.key AND r.expires_at <= clock_timestamp()`),
+
+		exists: `SELECT to_regclass($1::text) IS NOT NULL`,
+	}
+}
