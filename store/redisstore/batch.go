@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -12,36 +14,69 @@ import (
 // server for its whole run.
 const maxMany = 1000
 
-// AcquireBatch runs Acquire for every request in one round trip. On a
-// single server (or a Sentinel-managed one) the batch is one script run
-// that claims the keys in order; on a Cluster it is a pipeline of one
-// script run per key (one round trip per node). Either way a key repeated
-// in reqs is claimed by its first request, which the later ones find
-// holding it. A request with bad input gets the error Acquire would give
-// it, and a cancelled context fails every other request with its error.
+// AcquireBatch runs Acquire for every request: one pipeline of SET NX GET,
+// and, only for the keys that found a failed record or an ended lease, a
+// second round trip of the script (one run for all of them on a single
+// server, a pipeline of one run per key on a Cluster). A key repeated in
+// reqs is claimed by its first request, which the later ones find holding
+// it. A request with bad input gets the error Acquire would give it, and a
+// cancelled context fails every other request with its error.
 func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {
 	out := make([]store.AcquireOutcome, len(reqs))
-	tokens := make([]store.Token, len(reqs))
-	var calls []scriptCall
+	acqs := make([]*acquisition, len(reqs))
+	now := time.Now()
 	for i, req := range reqs {
-		if out[i].Err = checkAcquire(req); out[i].Err != nil {
+		if out[i].Err = checkAcquire(req); out[i].Err == nil {
+			acqs[i] = s.newAcquire(req, now)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		for i, a := range acqs {
+			if a != nil {
+				out[i].Err = errContext("acquire", a.req.Key, err)
+			}
+		}
+		return out
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.StatusCmd, len(reqs))
+	for i, a := range acqs {
+		if a != nil {
+			cmds[i] = pipe.SetArgs(cctx, s.RedisKey(a.req.Key), a.record, a.setArgs)
+		}
+	}
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(cctx) // each command carries its own error
+	}
+	cancel()
+	var again []scriptCall
+	for i, a := range acqs {
+		if a == nil {
 			continue
 		}
-		tokens[i] = store.NewToken()
-		calls = append(calls, scriptCall{index: i, key: req.Key, script: acquireScript, args: s.acquireArgs(tokens[i], req)})
-	}
-	s.run(ctx, "acquire", acquireManyScript, calls, func(i int, reply []any, err error) {
-		if err != nil {
-			out[i].Err = err
-			return
+		c, retry, err := a.claimed(cmds[i].Result())
+		switch {
+		case err != nil:
+			out[i].Err = s.acquireFailed(ctx, a.req.Key, err)
+		case retry:
+			again = append(again, scriptCall{index: i, key: a.req.Key, script: acquireScript, args: a.args()})
+		default:
+			out[i].Claim = c
 		}
-		out[i].Claim, out[i].Err = claimOf(reqs[i].Key, tokens[i], reply)
+	}
+	s.run(ctx, "acquire", acquireManyScript, again, func(i int, reply any, err error) {
+		if err == nil {
+			out[i].Claim, err = acqs[i].retaken(reply)
+		}
+		out[i].Err = err
 	})
 	return out
 }
 
-// CompleteBatch runs Complete for every request in one round trip, as
-// AcquireBatch does.
+// CompleteBatch runs Complete for every request in one round trip: one
+// script run for all of them on a single server (one reading of the
+// server's clock), a pipeline of one run per key on a Cluster.
 func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
 	errs := make([]error, len(reqs))
 	var calls []scriptCall
@@ -49,9 +84,9 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest)
 		if errs[i] = checkSettle("complete", req.Key, req.Token, req.Retention); errs[i] != nil {
 			continue
 		}
-		calls = append(calls, scriptCall{index: i, key: req.Key, script: settleScript, args: completeArgs(req)})
+		calls = append(calls, scriptCall{index: i, key: req.Key, script: completeScript, args: completeArgs(req)})
 	}
-	s.run(ctx, "complete", settleManyScript, calls, func(i int, reply []any, err error) {
+	s.run(ctx, "complete", completeManyScript, calls, func(i int, reply any, err error) {
 		if err == nil {
 			err = settledOf("complete", reqs[i].Key, reply)
 		}
@@ -61,17 +96,19 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest)
 }
 
 // ExtendBatch runs Extend for every request in one round trip, as
-// AcquireBatch does: a batch's heartbeat extends all of its claims at once.
+// CompleteBatch does: a batch's heartbeat extends all of its claims at
+// once.
 func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []error {
 	errs := make([]error, len(reqs))
 	var calls []scriptCall
+	now := time.Now()
 	for i, req := range reqs {
 		if errs[i] = checkExtend(req); errs[i] != nil {
 			continue
 		}
-		calls = append(calls, scriptCall{index: i, key: req.Key, script: extendScript, args: s.extendArgs(req)})
+		calls = append(calls, scriptCall{index: i, key: req.Key, script: extendScript, args: s.extendArgs(req, now)})
 	}
-	s.run(ctx, "extend", extendManyScript, calls, func(i int, reply []any, err error) {
+	s.run(ctx, "extend", extendManyScript, calls, func(i int, reply any, err error) {
 		if err == nil {
 			err = settledOf("extend", reqs[i].Key, reply)
 		}
@@ -84,7 +121,10 @@ func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []e
 // many, the script's multi-key form, on a single server; as a pipeline on
 // a Cluster. A context that ended fails every call with its error and
 // sends nothing.
-func (s *Store) run(ctx context.Context, op string, many *redis.Script, calls []scriptCall, done func(index int, reply []any, err error)) {
+func (s *Store) run(ctx context.Context, op string, many *redis.Script, calls []scriptCall, done func(index int, reply any, err error)) {
+	if len(calls) == 0 {
+		return
+	}
 	if err := ctx.Err(); err != nil {
 		for _, c := range calls {
 			done(c.index, nil, errContext(op, c.key, err))
@@ -108,14 +148,14 @@ func (s *Store) oneServer() bool {
 // many runs calls, all of one single-key script, through its multi-key
 // form, up to maxMany keys a run: ARGV is every call's arguments in turn.
 // done gets each key's own answer.
-func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls []scriptCall, done func(index int, reply []any, err error)) {
+func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls []scriptCall, done func(index int, reply any, err error)) {
 	for len(calls) > 0 {
 		chunk := calls[:min(len(calls), maxMany)]
 		calls = calls[len(chunk):]
 		keys := make([]string, len(chunk))
 		args := make([]any, 0, len(chunk)*len(chunk[0].args))
 		for i, c := range chunk {
-			keys[i] = s.redisKey(c.key)
+			keys[i] = s.RedisKey(c.key)
 			args = append(args, c.args...)
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -126,12 +166,11 @@ func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls
 				done(c.index, nil, s.fail(ctx, op, c.key, err))
 				continue
 			}
-			reply, ok := field[[]any](replies, i)
-			if !ok {
+			if i >= len(replies) {
 				done(c.index, nil, errReply(op, c.key, replies))
 				continue
 			}
-			done(c.index, reply, nil)
+			done(c.index, replies[i], nil)
 		}
 	}
 }
@@ -145,13 +184,10 @@ type scriptCall struct {
 }
 
 // pipeline runs calls by SHA in one round trip (one per Cluster node) and
-// hands each reply to done. Calls that the server answered NOSCRIPT (it restarted, or someone
-// ran SCRIPT FLUSH) did nothing, so their scripts are loaded again and they
-// run once more, in a second round trip.
-func (s *Store) pipeline(ctx context.Context, op string, calls []scriptCall, done func(index int, reply []any, err error)) {
-	if len(calls) == 0 {
-		return
-	}
+// hands each reply to done. Calls that the server answered NOSCRIPT (it
+// restarted, or someone ran SCRIPT FLUSH) did nothing, so their scripts
+// are loaded again and they run once more, in a second round trip.
+func (s *Store) pipeline(ctx context.Context, op string, calls []scriptCall, done func(index int, reply any, err error)) {
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	cmds := s.exec(cctx, calls)
@@ -161,7 +197,7 @@ func (s *Store) pipeline(ctx context.Context, op string, calls []scriptCall, don
 			again = append(again, c)
 			continue
 		}
-		reply, err := cmds[i].Slice()
+		reply, err := cmds[i].Result()
 		if err != nil {
 			err = s.fail(ctx, op, c.key, err)
 		}
@@ -178,10 +214,10 @@ func (s *Store) pipeline(ctx context.Context, op string, calls []scriptCall, don
 	}
 	cmds = s.exec(cctx, again)
 	for i, c := range again {
-		reply, err := cmds[i].Slice()
+		reply, err := cmds[i].Result()
 		if err != nil {
 			if loadErr != nil {
-				err = loadErr
+				err = errors.Join(loadErr, err)
 			}
 			err = s.fail(ctx, op, c.key, err)
 		}
@@ -195,7 +231,7 @@ func (s *Store) exec(ctx context.Context, calls []scriptCall) []*redis.Cmd {
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = c.script.EvalSha(ctx, pipe, []string{s.redisKey(c.key)}, c.args...)
+		cmds[i] = c.script.EvalSha(ctx, pipe, []string{s.RedisKey(c.key)}, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	return cmds

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -21,7 +19,8 @@ const scanCount = 500
 
 // Get returns the record of key, in whatever state, or an error matching
 // store.ErrNotFound. A completed or failed record is not found from its
-// ExpiresAt on, by the server's clock, as Acquire sees it.
+// ExpiresAt on, by the server's clock, as Acquire sees it: Redis drops it
+// then.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	if key == "" {
 		return store.Record{}, errEmptyKey("get")
@@ -31,14 +30,17 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	reply, err := getScript.Run(cctx, s.client, []string{s.redisKey(key)}).Slice()
-	if err != nil {
-		return store.Record{}, s.fail(ctx, "get", key, err)
-	}
-	if len(reply) == 0 {
+	v, err := s.client.Get(cctx, s.RedisKey(key)).Result()
+	if errors.Is(err, redis.Nil) {
 		return store.Record{}, fmt.Errorf("redisstore: get %q: %w", key, store.ErrNotFound)
 	}
-	return recordOf(key, reply)
+	if err == nil {
+		var rec store.Record
+		if rec, _, err = unpack(key, v); err == nil {
+			return rec, nil
+		}
+	}
+	return store.Record{}, s.fail(ctx, "get", key, err)
 }
 
 // Delete forgets key, whatever its state: a duplicate arriving later is
@@ -53,7 +55,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := s.client.Del(cctx, s.redisKey(key)).Err(); err != nil {
+	if err := s.client.Del(cctx, s.RedisKey(key)).Err(); err != nil {
 		return s.fail(ctx, "delete", key, err)
 	}
 	return nil
@@ -79,7 +81,7 @@ func (s *Store) Scan(ctx context.Context, prefix string) iter.Seq2[store.Record,
 // scan calls fn for every record of Scan until fn returns false (then it
 // returns nil) or a step fails.
 func (s *Store) scan(ctx context.Context, prefix string, fn func(store.Record) bool) error {
-	match := globEscape(s.prefix+prefix) + "*"
+	match := globEscape(s.RedisKey(prefix)) + "*"
 	errStop := errors.New("stop")
 	scanNode := func(node redis.UniversalClient) error {
 		var cursor uint64
@@ -136,64 +138,31 @@ func (s *Store) scan(ctx context.Context, prefix string, fn func(store.Record) b
 	return nil
 }
 
-// readAll reads the records of Redis keys in one pipeline, with the
-// node's clock after them, skipping those that expired since SCAN saw
-// them, and those whose expiry has come although Redis still holds them.
+// readAll reads the records of Redis keys in one pipeline, skipping those
+// that expired since SCAN saw them and those that hold no record of this
+// package (another program's keys under the prefix).
 func (s *Store) readAll(ctx context.Context, node redis.UniversalClient, keys []string) ([]store.Record, error) {
 	slices.Sort(keys)
 	pipe := node.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(keys))
+	cmds := make([]*redis.StringCmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.HGetAll(ctx, k)
+		cmds[i] = pipe.Get(ctx, k)
 	}
-	clock := pipe.Time(ctx)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
-	now := clock.Val()
+	_, _ = pipe.Exec(ctx) // each command carries its own error
 	recs := make([]store.Record, 0, len(keys))
 	for i, k := range keys {
-		if rec, ok := hashRecord(strings.TrimPrefix(k, s.prefix), cmds[i].Val(), now); ok {
+		v, err := cmds[i].Result()
+		switch {
+		case errors.Is(err, redis.Nil), redis.HasErrorPrefix(err, "WRONGTYPE"):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if rec, _, err := unpack(strings.TrimPrefix(k, s.prefix+layout), v); err == nil {
 			recs = append(recs, rec)
 		}
 	}
 	return recs, nil
-}
-
-// hashRecord reads a record from its hash fields (see scripts.go) as the
-// server's clock reads now; ok is false for an absent key, a hash that is
-// not a record, and a completed or failed record whose expiry has come.
-func hashRecord(key string, h map[string]string, now time.Time) (rec store.Record, ok bool) {
-	state := stateOf(h["s"])
-	if state == 0 {
-		return store.Record{}, false
-	}
-	num := func(name string) int64 {
-		n, _ := strconv.ParseInt(h[name], 10, 64)
-		return n
-	}
-	rec = store.Record{
-		Key:         key,
-		State:       state,
-		Attempt:     int(num("a")),
-		Fingerprint: h["f"],
-		LastError:   h["e"],
-	}
-	// A field the state does not read may be left from an earlier state.
-	switch state {
-	case store.StateProcessing:
-		rec.LeaseUntil = timeOf(num("l"))
-		return rec, true
-	case store.StateCompleted:
-		if r := h["r"]; r != "" {
-			rec.Result = []byte(r)
-		}
-	}
-	rec.ExpiresAt = timeOf(num("x"))
-	if !now.Before(rec.ExpiresAt) {
-		return store.Record{}, false
-	}
-	return rec, true
 }
 
 // globEscape escapes what SCAN MATCH would read as a pattern.

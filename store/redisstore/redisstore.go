@@ -127,15 +127,22 @@ func (s *Store) addrs() string {
 	}
 }
 
-// Prefix returns the prefix of the store's Redis keys.
+// Prefix returns Options.Prefix, under which the store's Redis keys live
+// (see RedisKey).
 func (s *Store) Prefix() string { return s.prefix }
 
-// redisKey is the Redis key of a record key.
-func (s *Store) redisKey(key string) string { return s.prefix + key }
+// RedisKey returns the Redis key that holds the record of key: the prefix,
+// the layout version ":v2:", then key. An operator may read it with
+// redis-cli; its value is a packed string only this package reads.
+func (s *Store) RedisKey(key string) string { return s.prefix + layout + key }
 
 // Acquire claims req.Key if it is absent, failed, or processing under a
-// lease that has ended, and reports the record holding it otherwise, in
-// one script run. A fingerprint that differs from the record's is
+// lease that has ended, and reports the record holding it otherwise. A new
+// key takes one plain command, SET NX GET, which also answers the record
+// of a key that is taken: a duplicate of a completed message, a claim in
+// flight or a reused key cost that one command. Only a failed record or an
+// ended lease takes a second call, a script that decides again on the
+// record as it is then. A fingerprint that differs from the record's is
 // store.ErrKeyReused in every state.
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
 	if err := checkAcquire(req); err != nil {
@@ -146,16 +153,114 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Cl
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	token := store.NewToken()
-	reply, err := acquireScript.Run(cctx, s.client, []string{s.redisKey(req.Key)}, s.acquireArgs(token, req)...).Slice()
+	a := s.newAcquire(req, time.Now())
+	old, err := s.client.SetArgs(cctx, s.RedisKey(req.Key), a.record, a.setArgs).Result()
+	c, again, err := a.claimed(old, err)
+	if err != nil {
+		return store.Claim{}, s.acquireFailed(ctx, req.Key, err)
+	}
+	if !again {
+		return c, nil
+	}
+	reply, err := acquireScript.Run(cctx, s.client, []string{s.RedisKey(req.Key)}, a.args()...).Result()
 	if err != nil {
 		return store.Claim{}, s.fail(ctx, "acquire", req.Key, err)
 	}
-	return claimOf(req.Key, token, reply)
+	return a.retaken(reply)
 }
 
-func (s *Store) acquireArgs(token store.Token, req store.AcquireRequest) []any {
-	return []any{string(token[:]), ms(req.Lease), req.Fingerprint, ms(s.abandonedTTL)}
+// acquisition is one Acquire in the making: the record a SET NX writes for
+// a new key, and what the script needs when the key is taken.
+type acquisition struct {
+	req      store.AcquireRequest
+	token    store.Token
+	now      int64 // ms, on this process's clock
+	deadline int64 // now + the lease
+	ttl      time.Duration
+	record   string
+	setArgs  redis.SetArgs
+}
+
+// newAcquire prepares req at now. The lease is measured on the caller's
+// clock (see the package documentation); the key lives the lease plus
+// Options.AbandonedTTL on the server's.
+func (s *Store) newAcquire(req store.AcquireRequest, now time.Time) *acquisition {
+	a := &acquisition{req: req, token: store.NewToken(), now: now.UnixMilli()}
+	a.deadline = a.now + ms(req.Lease)
+	a.ttl = time.Duration(ms(req.Lease)+ms(s.abandonedTTL)) * time.Millisecond
+	a.record = packProcessing(a.token, a.deadline, req.Fingerprint)
+	a.setArgs = redis.SetArgs{Mode: "NX", TTL: a.ttl, Get: true}
+	return a
+}
+
+// claimed reads the answer of SET NX GET: no record (redis.Nil) means the
+// key is claimed; a record held by a live lease or completed, or one of
+// another fingerprint, is the answer; again reports that the record is
+// failed or its lease ended, which the script must decide.
+func (a *acquisition) claimed(old string, err error) (c store.Claim, again bool, _ error) {
+	if errors.Is(err, redis.Nil) {
+		return store.Claim{Acquired: true, Token: a.token, Record: store.Record{
+			Key:         a.req.Key,
+			State:       store.StateProcessing,
+			Attempt:     1,
+			Fingerprint: a.req.Fingerprint,
+			LeaseUntil:  time.UnixMilli(a.deadline),
+		}}, false, nil
+	}
+	if err != nil {
+		return store.Claim{}, false, err
+	}
+	rec, _, err := unpack(a.req.Key, old)
+	switch {
+	case err != nil:
+		return store.Claim{}, false, err
+	case rec.Fingerprint != "" && a.req.Fingerprint != "" && rec.Fingerprint != a.req.Fingerprint:
+		return store.Claim{}, false, errReused(a.req.Key, rec.State)
+	case rec.State == store.StateCompleted,
+		rec.State == store.StateProcessing && a.now < rec.LeaseUntil.UnixMilli():
+		return store.Claim{Record: rec}, false, nil
+	}
+	return store.Claim{}, true, nil
+}
+
+// acquireFailed is the error of an Acquire that SET NX GET answered with
+// err: a reused key is the caller's, anything else a store failure.
+func (s *Store) acquireFailed(ctx context.Context, key string, err error) error {
+	if errors.Is(err, store.ErrKeyReused) {
+		return err
+	}
+	return s.fail(ctx, "acquire", key, err)
+}
+
+// args are acquireLua's arguments after the key.
+func (a *acquisition) args() []any {
+	return []any{string(a.token[:]), timeString(a.deadline), a.req.Fingerprint, ms(a.ttl), timeString(a.now)}
+}
+
+// retaken reads the answer of acquireScript: {1, the new record}, {0, the
+// record holding the key}, or {2, a record of another fingerprint}.
+func (a *acquisition) retaken(reply any) (store.Claim, error) {
+	f, _ := reply.([]any)
+	code, ok1 := field[int64](f, 0)
+	v, ok2 := field[string](f, 1)
+	if !ok1 || !ok2 {
+		return store.Claim{}, errReply("acquire", a.req.Key, reply)
+	}
+	rec, _, err := unpack(a.req.Key, v)
+	if err != nil {
+		return store.Claim{}, &store.OpError{Op: "acquire", Key: a.req.Key, Err: fmt.Errorf("redisstore: %w", err)}
+	}
+	switch code {
+	case 1:
+		return store.Claim{Acquired: true, Token: a.token, Record: rec}, nil
+	case 2:
+		return store.Claim{}, errReused(a.req.Key, rec.State)
+	}
+	return store.Claim{Record: rec}, nil
+}
+
+func errReused(key string, state store.State) error {
+	return fmt.Errorf("redisstore: acquire %q: %w: the %s record has another fingerprint", key, store.ErrKeyReused, state)
 }
 
 func checkAcquire(req store.AcquireRequest) error {
@@ -169,18 +274,18 @@ func checkAcquire(req store.AcquireRequest) error {
 }
 
 // Complete stores req.Result for the key held by req.Token and keeps it,
-// immutable, for req.Retention (the key's Redis expiry). Completing again
+// immutable, for req.Retention, by the server's clock. Completing again
 // with the token that completed the record succeeds and changes nothing:
 // the first result and expiry stay.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
 	if err := checkSettle("complete", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	return s.settle(ctx, "complete", req.Key, completeArgs(req))
+	return s.settle(ctx, "complete", req.Key, completeScript, completeArgs(req))
 }
 
 func completeArgs(req store.CompleteRequest) []any {
-	return []any{string(req.Token[:]), "c", "r", req.Result, ms(req.Retention)}
+	return []any{string(req.Token[:]), req.Result, ms(req.Retention)}
 }
 
 // Release records the failure of the key held by req.Token and frees the
@@ -190,16 +295,18 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 	if err := checkSettle("release", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	return s.settle(ctx, "release", req.Key, []any{string(req.Token[:]), "f", "e", req.Error, ms(req.Retention)})
+	return s.settle(ctx, "release", req.Key, releaseScript, []any{string(req.Token[:]), req.Error, ms(req.Retention)})
 }
 
-func (s *Store) settle(ctx context.Context, op, key string, args []any) error {
+// settle runs one of the scripts that answer 1 (done) or 0 (the token does
+// not hold the key).
+func (s *Store) settle(ctx context.Context, op, key string, script *redis.Script, args []any) error {
 	if err := ctx.Err(); err != nil {
 		return errContext(op, key, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	reply, err := settleScript.Run(cctx, s.client, []string{s.redisKey(key)}, args...).Slice()
+	reply, err := script.Run(cctx, s.client, []string{s.RedisKey(key)}, args...).Result()
 	if err != nil {
 		return s.fail(ctx, op, key, err)
 	}
@@ -222,27 +329,18 @@ func checkSettle(op, key string, token store.Token, retention time.Duration) err
 }
 
 // Extend sets the lease of the key held by req.Token to req.Lease from
-// now, even when that is earlier than the deadline it had. A claim whose
-// lease ended is extended too while no other Acquire has taken the key
-// over.
+// now (this process's clock, as every lease), even when that is earlier
+// than the deadline it had. A claim whose lease ended is extended too
+// while no other Acquire has taken the key over.
 func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
 	if err := checkExtend(req); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return errContext("extend", req.Key, err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	reply, err := extendScript.Run(cctx, s.client, []string{s.redisKey(req.Key)}, s.extendArgs(req)...).Slice()
-	if err != nil {
-		return s.fail(ctx, "extend", req.Key, err)
-	}
-	return settledOf("extend", req.Key, reply)
+	return s.settle(ctx, "extend", req.Key, extendScript, s.extendArgs(req, time.Now()))
 }
 
-func (s *Store) extendArgs(req store.ExtendRequest) []any {
-	return []any{string(req.Token[:]), ms(req.Lease), ms(s.abandonedTTL)}
+func (s *Store) extendArgs(req store.ExtendRequest, now time.Time) []any {
+	return []any{string(req.Token[:]), timeString(now.UnixMilli() + ms(req.Lease)), ms(req.Lease) + ms(s.abandonedTTL)}
 }
 
 func checkExtend(req store.ExtendRequest) error {

@@ -2,8 +2,10 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,11 +103,11 @@ func silentServer(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// TestTTLFollowsState: the Redis TTL of a record is its lease plus the
-
-// TestExpiryFollowsState: the Redis expiry of a record is its lease
-// deadline plus the abandoned-claim grace while processing, and exactly its
-// ExpiresAt once settled (read with PEXPIRETIME, so no tolerance).
+// TestExpiryFollowsState: the Redis expiry of a record is its lease plus
+// the abandoned-claim grace while processing (from the server's clock
+// during the call), and once settled the millisecond before its ExpiresAt,
+// so that Redis, which keeps a key while its clock reads the key's expiry,
+// drops it at ExpiresAt exactly (read with PEXPIRETIME: no tolerance).
 func TestExpiryFollowsState(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t)
@@ -119,7 +121,7 @@ func TestExpiryFollowsState(t *testing.T) {
 	ctx := t.Context()
 	expiry := func(key string) time.Time {
 		t.Helper()
-		ms, err := c.Do(ctx, "PEXPIRETIME", s.Prefix()+key).Int64()
+		ms, err := c.Do(ctx, "PEXPIRETIME", s.RedisKey(key)).Int64()
 		require.NoError(t, err)
 		require.Positive(t, ms, "%s has no expiry", key)
 		return time.UnixMilli(ms)
@@ -130,109 +132,144 @@ func TestExpiryFollowsState(t *testing.T) {
 		require.NoError(t, err)
 		return rec
 	}
+	// during requires that the call sets the key's expiry to ttl after the
+	// server's clock during it.
+	during := func(key string, ttl time.Duration, call func()) {
+		t.Helper()
+		before, err := serverTime(c)
+		require.NoError(t, err)
+		call()
+		after, err := serverTime(c)
+		require.NoError(t, err)
+		got := expiry(key)
+		require.False(t, got.Before(before.Truncate(time.Millisecond).Add(ttl)) || got.After(after.Add(ttl)),
+			"%s expires at %v, not %v after the server's clock during the call (%v to %v)", key, got, ttl, before, after)
+	}
 
-	claim, err := s.Acquire(ctx, store.AcquireRequest{Key: "done", Lease: lease})
-	require.NoError(t, err)
-	require.Equal(t, claim.Record.LeaseUntil.Add(abandoned), expiry("done"), "processing")
-	require.NoError(t, s.Extend(ctx, store.ExtendRequest{Key: "done", Token: claim.Token, Lease: 3 * lease}))
-	require.Equal(t, get("done").LeaseUntil.Add(abandoned), expiry("done"), "extended")
+	var claim store.Claim
+	during("done", lease+abandoned, func() {
+		var err error
+		claim, err = s.Acquire(ctx, store.AcquireRequest{Key: "done", Lease: lease})
+		require.NoError(t, err)
+	})
+	during("done", 3*lease+abandoned, func() {
+		require.NoError(t, s.Extend(ctx, store.ExtendRequest{Key: "done", Token: claim.Token, Lease: 3 * lease}))
+	})
 	require.NoError(t, s.Complete(ctx, store.CompleteRequest{Key: "done", Token: claim.Token, Result: []byte("ok"), Retention: retention}))
-	require.Equal(t, get("done").ExpiresAt, expiry("done"), "completed")
+	require.Equal(t, get("done").ExpiresAt.Add(-time.Millisecond), expiry("done"), "completed")
 
-	claim, err = s.Acquire(ctx, store.AcquireRequest{Key: "failed", Lease: lease})
+	claim, err := s.Acquire(ctx, store.AcquireRequest{Key: "failed", Lease: lease})
 	require.NoError(t, err)
 	require.NoError(t, s.Release(ctx, store.ReleaseRequest{Key: "failed", Token: claim.Token, Error: "boom", Retention: failed}))
-	require.Equal(t, get("failed").ExpiresAt, expiry("failed"), "failed")
+	require.Equal(t, get("failed").ExpiresAt.Add(-time.Millisecond), expiry("failed"), "failed")
+	during("failed", lease+abandoned, func() {
+		claim, err = s.Acquire(ctx, store.AcquireRequest{Key: "failed", Lease: lease})
+		require.NoError(t, err)
+		require.True(t, claim.Acquired)
+	})
 }
 
-// TestExpiredRecordIsAbsent: between a record's ExpiresAt and the moment
-// Redis drops its key (Redis keeps a key while its clock reads the expiry
-// itself), the record is absent to every operation. The hash is written
-// by hand, with an expiry that has come and a Redis TTL still far away, so
-// that the window is as wide as the test needs.
-func TestExpiredRecordIsAbsent(t *testing.T) {
+// rawRecord packs a record as the store does (see record.go), so that a
+// test can write one by hand: this pins the layout, which records written
+// by other versions of the package share.
+func rawRecord(state byte, token store.Token, at int64, attempt int, fp, lastErr, result string) string {
+	return string(state) + string(token[:]) + fmt.Sprintf("%013d%d,%d,%d,", at, attempt, len(fp), len(lastErr)) + fp + lastErr + result
+}
+
+// TestOldLayoutNeverMet: a record of the earlier layout (a hash under the
+// prefix and the key) and a record of this one never share a Redis key, so
+// neither version ever meets the other's type: a rolling upgrade gets no
+// WRONGTYPE. The new store claims the key afresh beside the old record,
+// leaves the old record alone, and its Get and Scan do not see it.
+func TestOldLayoutNeverMet(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t)
 	s := newStore(t, c, nil)
 	ctx := t.Context()
-	token := store.NewToken()
-	write := func(key, state string) {
-		t.Helper()
-		now, err := c.Time(ctx).Result()
-		require.NoError(t, err)
-		rk := s.Prefix() + key
-		require.NoError(t, c.HSet(ctx, rk, "s", state, "t", string(token[:]), "a", 3, "f", "fp-old",
-			"r", "old result", "e", "old error", "x", strconv.FormatInt(now.UnixMilli(), 10)).Err())
-		require.NoError(t, c.Expire(ctx, rk, time.Minute).Err())
-	}
+	old := s.Prefix() + "pay:1"
+	fields := map[string]string{"s": "c", "t": "0123456789abcdef", "a": "1", "r": "old result", "x": "99999999999999"}
+	require.NoError(t, c.HSet(ctx, old, fields).Err())
+	require.NoError(t, c.Expire(ctx, old, time.Minute).Err())
 
-	for _, state := range []string{"c", "f"} {
-		key := "expired-" + state
-		write(key, state)
-		_, err := s.Get(ctx, key)
-		require.ErrorIs(t, err, store.ErrNotFound, "Get of an expired %s record", state)
-		for rec, err := range s.Scan(ctx, key) {
-			require.NoError(t, err)
-			t.Errorf("Scan yields the expired %s record %+v", state, rec)
-		}
-		require.ErrorIs(t, s.Complete(ctx, store.CompleteRequest{Key: key, Token: token, Retention: time.Minute}), store.ErrLeaseLost,
-			"Complete with the token of an expired %s record", state)
-
-		// A new fingerprint is no reuse of a forgotten record, and nothing
-		// of it leaks into the new claim.
-		claim, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: time.Minute, Fingerprint: "fp-new"})
-		require.NoError(t, err, "Acquire over an expired %s record", state)
-		require.True(t, claim.Acquired)
-		require.Equal(t, 1, claim.Record.Attempt)
-		require.Equal(t, "fp-new", claim.Record.Fingerprint)
-		require.Empty(t, claim.Record.LastError)
-		fields, err := c.HGetAll(ctx, s.Prefix()+key).Result()
+	_, err := s.Get(ctx, "pay:1")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	for rec, err := range s.Scan(ctx, "") {
 		require.NoError(t, err)
-		require.NotContains(t, fields, "r", "the old result is left in the new record")
-		require.NotContains(t, fields, "e", "the old error is left in the new record")
+		t.Errorf("Scan yields %+v", rec)
 	}
+	claim, err := s.Acquire(ctx, store.AcquireRequest{Key: "pay:1", Lease: time.Minute})
+	require.NoError(t, err)
+	require.True(t, claim.Acquired)
+	require.NoError(t, s.Complete(ctx, store.CompleteRequest{Key: "pay:1", Token: claim.Token, Result: []byte("new"), Retention: time.Minute}))
+	require.NotEqual(t, old, s.RedisKey("pay:1"))
+	got, err := c.HGetAll(ctx, old).Result()
+	require.NoError(t, err)
+	require.Equal(t, fields, got, "the old record was touched")
+
+	// Nor can a receiver's key (a namespace, then ':') name a Redis key
+	// that the old layout used for another receiver's key.
+	require.True(t, strings.HasPrefix(strings.TrimPrefix(s.RedisKey("pay:1"), s.Prefix()), ":"))
 }
 
-// TestDeadlinesToTheMillisecond: a lease has ended, and a failed record is
-// gone, when the server's clock reads their deadline exactly. Each round
-// writes a record whose deadline is the server's current millisecond and
-// acquires it at once; the claim's LeaseUntil minus its lease is the
-// script's clock, so the rounds that ran in that very millisecond are known
-// and checked, and the test requires that some did.
-func TestDeadlinesToTheMillisecond(t *testing.T) {
+// TestLeaseEndsToTheMillisecond: a lease has ended when the clock of the
+// process that acquires reads its deadline exactly. Each round writes a
+// processing record whose deadline is this process's current millisecond
+// and acquires it at once; the claim's LeaseUntil minus its lease is the
+// clock the decision read, so the rounds that ran in that very millisecond
+// are known and checked, and the test requires that some did.
+func TestLeaseEndsToTheMillisecond(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t)
 	s := newStore(t, c, nil)
 	ctx := t.Context()
 	const lease = time.Minute
-	for _, state := range []string{"p", "f"} {
-		exact := 0
-		deadline := time.Now().Add(10 * time.Second)
-		for round := 0; exact < 5; round++ {
-			require.True(t, time.Now().Before(deadline), "state %s: only %d of %d rounds ran within the deadline's millisecond", state, exact, round)
-			key := state + "-" + strconv.Itoa(round)
-			now, err := c.Time(ctx).Result()
-			require.NoError(t, err)
-			at := strconv.FormatInt(now.UnixMilli(), 10)
-			field := map[string]string{"p": "l", "f": "x"}[state]
-			rk := s.Prefix() + key
-			require.NoError(t, c.HSet(ctx, rk, "s", state, "a", 3, "e", "old", field, at).Err())
-			require.NoError(t, c.Expire(ctx, rk, time.Minute).Err())
+	exact := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for round := 0; exact < 5; round++ {
+		require.True(t, time.Now().Before(deadline), "only %d of %d rounds ran within the deadline's millisecond", exact, round)
+		key := "p-" + strconv.Itoa(round)
+		at := time.Now().UnixMilli()
+		require.NoError(t, c.Set(ctx, s.RedisKey(key), rawRecord('p', store.NewToken(), at, 3, "", "old", ""), time.Minute).Err())
 
-			claim, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: lease})
-			require.NoError(t, err)
-			require.True(t, claim.Acquired, "state %s: the record was held at or after its deadline", state)
-			if claim.Record.LeaseUntil.Add(-lease).UnixMilli() != now.UnixMilli() {
-				continue // the script ran in a later millisecond
-			}
+		claim, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: lease})
+		require.NoError(t, err)
+		require.True(t, claim.Acquired, "the record was held at or after its deadline")
+		require.Equal(t, 4, claim.Record.Attempt, "a lease ended at its deadline is taken over as the next attempt")
+		require.Equal(t, "old", claim.Record.LastError)
+		if claim.Record.LeaseUntil.Add(-lease).UnixMilli() == at {
 			exact++
-			if state == "p" {
-				require.Equal(t, 4, claim.Record.Attempt, "a lease ended at its deadline is taken over as the next attempt")
-			} else {
-				require.Equal(t, 1, claim.Record.Attempt, "a failed record at its expiry is gone: the claim is afresh")
-				require.Empty(t, claim.Record.LastError)
-			}
 		}
+	}
+}
+
+// TestLeaseHeldToTheLastMillisecond: a record whose deadline is the next
+// millisecond is held, answered by SET NX GET without a script, and the
+// record SET NX GET answers is the one stored, unchanged.
+func TestLeaseHeldToTheLastMillisecond(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t)
+	s := newStore(t, c, nil)
+	ctx := t.Context()
+	exact := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for round := 0; exact < 5; round++ {
+		require.True(t, time.Now().Before(deadline), "only %d of %d rounds ran before the deadline's millisecond", exact, round)
+		key := "h-" + strconv.Itoa(round)
+		at := time.Now().UnixMilli() + 1
+		raw := rawRecord('p', store.NewToken(), at, 2, "fp", "old", "")
+		require.NoError(t, c.Set(ctx, s.RedisKey(key), raw, time.Minute).Err())
+		claim, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: time.Minute, Fingerprint: "fp"})
+		after := time.Now().UnixMilli()
+		require.NoError(t, err)
+		if after >= at {
+			continue // the decision may have run at the deadline
+		}
+		exact++
+		require.False(t, claim.Acquired, "a lease was taken over before its deadline")
+		require.Equal(t, store.Record{Key: key, State: store.StateProcessing, Attempt: 2, Fingerprint: "fp", LastError: "old", LeaseUntil: time.UnixMilli(at)}, claim.Record)
+		v, err := c.Get(ctx, s.RedisKey(key)).Result()
+		require.NoError(t, err)
+		require.Equal(t, raw, v)
 	}
 }
 
@@ -278,17 +315,14 @@ func TestAbandonedClaimKeepsAttempts(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, claim.Acquired)
 		require.Equal(t, want, claim.Record.Attempt)
-		waitServerTime(t, c, claim.Record.LeaseUntil) // the worker "crashes": its lease runs out
+		// The worker "crashes": its lease runs out, on this process's
+		// clock, which leases are measured by.
+		time.Sleep(time.Until(claim.Record.LeaseUntil))
 	}
-}
-
-// waitServerTime waits until Redis's clock reads until or later.
-func waitServerTime(t *testing.T, c redis.UniversalClient, until time.Time) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		now, err := serverTime(c)
-		return err == nil && !now.Before(until)
-	}, 10*time.Second, time.Millisecond, "Redis's clock does not reach %v", until)
+	// The key outlived every lease: it lives AbandonedTTL past the last.
+	ttl, err := c.PTTL(ctx, s.RedisKey("crashy")).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, redisstore.DefaultAbandonedTTL-time.Minute)
 }
 
 // scriptsReloaded: a server that lost its scripts (a restart, SCRIPT
@@ -307,8 +341,17 @@ func scriptsReloaded(t *testing.T, s *redisstore.Store, flush func()) {
 	flush()
 	require.NoError(t, s.Extend(ctx, store.ExtendRequest{Key: "single", Token: claim.Token, Lease: time.Minute}))
 	flush()
-	_, err = s.Get(ctx, "single")
+	require.NoError(t, s.Release(ctx, store.ReleaseRequest{Key: "single", Token: claim.Token, Error: "boom", Retention: time.Minute}))
+	flush()
+	claim, err = s.Acquire(ctx, req("single")) // the takeover script
 	require.NoError(t, err)
+	require.True(t, claim.Acquired)
+	require.Equal(t, 2, claim.Record.Attempt)
+	flush()
+	require.NoError(t, s.Complete(ctx, store.CompleteRequest{Key: "single", Token: claim.Token, Result: []byte("S"), Retention: time.Minute}))
+	rec, err := s.Get(ctx, "single")
+	require.NoError(t, err)
+	require.Equal(t, "S", string(rec.Result))
 
 	flush()
 	out := s.AcquireBatch(ctx, []store.AcquireRequest{req("a"), req("b"), req("c")})
@@ -330,9 +373,23 @@ func scriptsReloaded(t *testing.T, s *redisstore.Store, flush func()) {
 		{Key: "c", Token: out[2].Claim.Token, Result: []byte("C"), Retention: time.Minute},
 	})
 	require.Equal(t, []error{nil, nil, nil}, errs)
-	rec, err := s.Get(ctx, "b")
+	rec, err = s.Get(ctx, "b")
 	require.NoError(t, err)
 	require.Equal(t, "B", string(rec.Result))
+
+	// A batch's takeovers run the script too.
+	for _, key := range []string{"d", "e"} {
+		c, err := s.Acquire(ctx, req(key))
+		require.NoError(t, err)
+		require.NoError(t, s.Release(ctx, store.ReleaseRequest{Key: key, Token: c.Token, Error: "boom", Retention: time.Minute}))
+	}
+	flush()
+	out = s.AcquireBatch(ctx, []store.AcquireRequest{req("d"), req("e")})
+	for _, o := range out {
+		require.NoError(t, o.Err)
+		require.True(t, o.Claim.Acquired)
+		require.Equal(t, 2, o.Claim.Record.Attempt)
+	}
 }
 
 func TestScriptsReloaded(t *testing.T) {
@@ -345,20 +402,33 @@ func TestScriptsReloaded(t *testing.T) {
 	})
 }
 
-// TestForeignKey: a key under the prefix that another program wrote is an
-// error, not a panic or a silent overwrite.
+// TestForeignKey: a key under the store's prefix that another program
+// wrote (a string that is no record, a hash) is an error matching
+// store.ErrUnavailable, not a panic or a silent overwrite; Scan skips it.
 func TestForeignKey(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t)
 	s := newStore(t, c, nil)
 	ctx := t.Context()
-	require.NoError(t, c.Set(ctx, s.Prefix()+"foreign", "not a record", time.Minute).Err())
-	_, err := s.Acquire(ctx, store.AcquireRequest{Key: "foreign", Lease: time.Second})
-	require.ErrorIs(t, err, store.ErrUnavailable)
-	require.ErrorContains(t, err, "WRONGTYPE")
-	_, err = s.Get(ctx, "foreign")
-	require.ErrorIs(t, err, store.ErrUnavailable)
-	val, err := c.Get(ctx, s.Prefix()+"foreign").Result()
+	require.NoError(t, c.Set(ctx, s.RedisKey("string"), "not a record", time.Minute).Err())
+	require.NoError(t, c.HSet(ctx, s.RedisKey("hash"), "s", "c").Err())
+	require.NoError(t, c.Expire(ctx, s.RedisKey("hash"), time.Minute).Err())
+	for key, why := range map[string]string{"string": "not a record", "hash": "WRONGTYPE"} {
+		_, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: time.Second})
+		require.ErrorIs(t, err, store.ErrUnavailable, key)
+		require.ErrorContains(t, err, why)
+		_, err = s.Get(ctx, key)
+		require.ErrorIs(t, err, store.ErrUnavailable, key)
+		require.ErrorContains(t, err, why)
+		for _, o := range s.AcquireBatch(ctx, []store.AcquireRequest{{Key: key, Lease: time.Second}}) {
+			require.ErrorIs(t, o.Err, store.ErrUnavailable, key)
+		}
+	}
+	for rec, err := range s.Scan(ctx, "") {
+		require.NoError(t, err)
+		t.Errorf("Scan yields %+v", rec)
+	}
+	val, err := c.Get(ctx, s.RedisKey("string")).Result()
 	require.NoError(t, err)
 	require.Equal(t, "not a record", val)
 }
@@ -447,7 +517,7 @@ func TestCancelledContext(t *testing.T) {
 	}
 	require.Equal(t, 1, n, "the error is yielded once")
 
-	n64, err := c.Exists(t.Context(), s.Prefix()+"k", s.Prefix()+"a", s.Prefix()+"b").Result()
+	n64, err := c.Exists(t.Context(), s.RedisKey("k"), s.RedisKey("a"), s.RedisKey("b")).Result()
 	require.NoError(t, err)
 	require.Zero(t, n64, "a cancelled call wrote to Redis")
 }
@@ -505,7 +575,8 @@ func TestStoreDownCallsFail(t *testing.T) {
 // a fingerprint mismatch with a failed record is ErrKeyReused in
 // AcquireBatch, before the same key's retry; completing twice in one
 // CompleteBatch with the same token succeeds and keeps the first result and
-// the LastError of the failure before it.
+// the LastError of the failure before it; a fingerprint that a batch's own
+// takeover stored is checked by the later requests for the key.
 func batchRules(t *testing.T, s *redisstore.Store) {
 	ctx := t.Context()
 	long := func(key, fp string) store.AcquireRequest {
@@ -565,6 +636,18 @@ func batchRules(t *testing.T, s *redisstore.Store) {
 	require.Equal(t, "boom", rec.LastError)
 	require.Equal(t, 2, rec.Attempt)
 	require.Equal(t, "fp1", rec.Fingerprint)
+
+	// Over a failed record without a fingerprint, both requests pass the
+	// pipeline's check; the first claims the key and keeps its
+	// fingerprint, so the takeover script finds the second's mismatch.
+	d, err := s.Acquire(ctx, long("d", ""))
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, store.ReleaseRequest{Key: "d", Token: d.Token, Error: "boom", Retention: time.Hour}))
+	out = s.AcquireBatch(ctx, []store.AcquireRequest{long("d", "fpA"), long("d", "fpB")})
+	require.NoError(t, out[0].Err)
+	require.True(t, out[0].Claim.Acquired)
+	require.Equal(t, "fpA", out[0].Claim.Record.Fingerprint)
+	require.ErrorIs(t, out[1].Err, store.ErrKeyReused, "a processing record of another fingerprint")
 }
 
 func TestBatchRules(t *testing.T) {

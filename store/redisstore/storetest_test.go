@@ -22,7 +22,9 @@ import (
 // not enough: a released record expired before its racers saw it).
 const tick = 100 * time.Millisecond
 
-// harness runs the conformance suite on a store of c, on Redis's clock.
+// harness runs the conformance suite on a store of c. Leases are measured
+// by this process's clock and expiries by Redis's; on this machine they
+// are one clock, which Now reads through Redis.
 func harness(c redis.UniversalClient) func(t *testing.T) storetest.Harness {
 	return func(t *testing.T) storetest.Harness {
 		s := newStore(t, c, nil)
@@ -80,10 +82,11 @@ func TestDefaultPrefix(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, redisstore.DefaultPrefix, s.Prefix())
 	key := strings.TrimPrefix(redistest.Prefix(t, c), "dedup-test:") + "k"
-	t.Cleanup(func() { c.Del(context.Background(), redisstore.DefaultPrefix+key) })
+	t.Cleanup(func() { c.Del(context.Background(), s.RedisKey(key)) })
 	_, err = s.Acquire(t.Context(), store.AcquireRequest{Key: key, Lease: time.Minute})
 	require.NoError(t, err)
-	n, err := c.Exists(t.Context(), redisstore.DefaultPrefix+key).Result()
+	require.Equal(t, redisstore.DefaultPrefix+":v2:"+key, s.RedisKey(key))
+	n, err := c.Exists(t.Context(), s.RedisKey(key)).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 }
