@@ -36,10 +36,12 @@ type Options struct {
 	// Defaults to 5m.
 	MaxLocalTTL time.Duration
 
-	// ClockSkew is how far this process's clock may be ahead of the remote
+	// ClockSkew is how far this process's clock may be behind the remote
 	// store's. A completed record that another process stored carries its
 	// expiry on the remote's clock; its local copy expires ClockSkew
-	// earlier, so it never outlives the remote record. (A record this
+	// earlier on the local clock, so it never outlives the remote record
+	// (a local clock that is behind would otherwise reach that expiry
+	// after the remote store dropped the record). (A record this
 	// process completed needs no margin: its local expiry is measured from
 	// before the remote call.) Must not be negative. Defaults to 1s.
 	ClockSkew time.Duration
