@@ -1,0 +1,319 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dedup-go/dedup"
+)
+
+// Consumer runs a dedup.Receiver over a RabbitMQ queue: it consumes with
+// manual acknowledgements on Options.Concurrency workers, decodes each
+// body into a dedup.Message, hands it to the receiver and settles the
+// delivery as the receiver's Decide says, on the channel it came from. It
+// owns its connections: when one is lost it reconnects with backoff and
+// resumes, and a delivery of a lost channel is never settled on another.
+type Consumer[T, R any] struct {
+	queue string
+	rcv   *dedup.Receiver[*dedup.Message[T], R]
+	opts  Options
+	tag   string // consumer tag prefix; each session appends its generation
+
+	mu       sync.Mutex
+	started  bool
+	stopping bool          // no new session; deliveries not yet handled are requeued
+	cur      *session      // the newest session, live or not
+	changed  chan struct{} // closed (and replaced) when cur or stopping changes
+	err      error         // why the consumer stopped on its own
+
+	stoppingFlag atomic.Bool // stopping, readable without mu
+
+	hardCtx    context.Context // the handlers' root: cancelled by a hard stop
+	hardCancel context.CancelFunc
+	stopCtx    context.Context // cancelled when Stop is called, or by a hard stop
+	stopCancel context.CancelFunc
+	workers    sync.WaitGroup
+	stopped    chan struct{}
+
+	stats counters
+}
+
+// NewConsumer returns a Consumer of queue on the broker at url (an
+// amqp:// or amqps:// URI; "" when opts.Dial is set), feeding rcv. opts is
+// required: it must say where poison goes (DeadLetterExchange or
+// RejectDeadLetters). Nothing is dialled before Start.
+func NewConsumer[T, R any](url, queue string, rcv *dedup.Receiver[*dedup.Message[T], R], opts *Options) (*Consumer[T, R], error) {
+	switch {
+	case queue == "":
+		return nil, wrapConfig("queue is empty")
+	case rcv == nil:
+		return nil, wrapConfig("receiver is nil")
+	case opts == nil:
+		return nil, wrapConfig("options are nil: set DeadLetterExchange or RejectDeadLetters")
+	}
+	o := opts.withDefaults(url, rcv.Logger())
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.DeadLetterRoutingKey == "" {
+		o.DeadLetterRoutingKey = queue
+	}
+	return &Consumer[T, R]{
+		queue:   queue,
+		rcv:     rcv,
+		opts:    o,
+		tag:     "dedup-" + queue + "-" + NewMessageID()[:8],
+		changed: make(chan struct{}),
+		stopped: make(chan struct{}),
+	}, nil
+}
+
+// Start connects, checks the topology (the dead-letter exchange and every
+// retry tier's queue must exist) and the horizon (see
+// Options.StrictHorizon), starts consuming and returns once the workers
+// run. A failure at Start is returned, not retried. Cancelling ctx later is
+// a hard stop: consuming stops and the handlers' contexts are cancelled. A
+// Consumer starts once.
+func (c *Consumer[T, R]) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return ErrStarted
+	}
+	if err := c.checkHorizon(ctx); err != nil {
+		return err
+	}
+	c.hardCtx, c.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.stopCtx, c.stopCancel = context.WithCancel(c.hardCtx)
+	s, err := c.open(ctx, 1)
+	if err == nil {
+		if err = c.checkTopology(ctx, s); err != nil {
+			s.retire(c.opts.SettleTimeout)
+		}
+	}
+	if err != nil {
+		c.stopCancel()
+		c.hardCancel()
+		return err
+	}
+	c.started = true
+	c.cur = s
+	stopWatch := context.AfterFunc(ctx, c.hardCancel)
+	for range c.opts.Concurrency {
+		w := &worker[T, R]{c: c}
+		c.workers.Go(w.run)
+	}
+	go func() { // the supervisor: owned by the consumer, ends after the workers
+		c.supervise(s)
+		stopWatch()
+		c.stopCancel()
+		c.hardCancel()
+		close(c.stopped)
+	}()
+	return nil
+}
+
+// Stop cancels the consumer, lets the handlers running finish and settle
+// (deliveries prefetched but not started are requeued with
+// Nack(requeue=true): not processed), closes the connections and returns.
+// When ctx ends first, the handlers' contexts are cancelled (their
+// deliveries are requeued) and Stop returns ctx's error; Stopped tells
+// when the consumer is gone.
+func (c *Consumer[T, R]) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.started {
+		c.mu.Unlock()
+		return ErrNotStarted
+	}
+	c.setStoppingLocked()
+	c.mu.Unlock()
+	c.stopCancel()
+	select {
+	case <-c.stopped:
+		return nil
+	case <-ctx.Done():
+		c.hardCancel()
+		return ctx.Err()
+	}
+}
+
+// Stopped is closed when the consumer has stopped: after Stop, a hard
+// stop, or on its own (the queue deleted: Err says why).
+func (c *Consumer[T, R]) Stopped() <-chan struct{} { return c.stopped }
+
+// Err returns why the consumer stopped on its own (an error matching
+// ErrQueueDeleted), or nil.
+func (c *Consumer[T, R]) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer[T, R]) Stats() Stats { return c.stats.snapshot() }
+
+// setStoppingLocked marks the consumer stopping and wakes the workers
+// waiting for a session. c.mu is held.
+func (c *Consumer[T, R]) setStoppingLocked() {
+	if c.stopping {
+		return
+	}
+	c.stopping = true
+	c.stoppingFlag.Store(true)
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// install makes s the current session and wakes the workers.
+func (c *Consumer[T, R]) install(s *session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cur = s
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// nextSession returns the first session newer than generation after, or
+// nil once the consumer is stopping.
+func (c *Consumer[T, R]) nextSession(after uint64) *session {
+	for {
+		c.mu.Lock()
+		s, stopping, changed := c.cur, c.stopping, c.changed
+		c.mu.Unlock()
+		if stopping {
+			return nil
+		}
+		if s != nil && s.gen > after {
+			return s
+		}
+		<-changed
+	}
+}
+
+func (c *Consumer[T, R]) markStopping() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setStoppingLocked()
+}
+
+// isStopping is stopping without the lock, for the workers' hot path.
+func (c *Consumer[T, R]) isStopping() bool { return c.stoppingFlag.Load() }
+
+// fail records why the consumer stops on its own.
+func (c *Consumer[T, R]) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.setStoppingLocked()
+}
+
+// Stats counts what a Consumer did since it started.
+type Stats struct {
+	// Reconnects counts sessions opened after a lost connection or channel.
+	Reconnects uint64
+	// AckFailures counts acknowledgements (Ack, Nack, Reject) the channel
+	// refused or could not send: each means a redelivery is coming, which
+	// the store answers.
+	AckFailures uint64
+	// Stale counts deliveries whose channel was gone when their outcome was
+	// known: not settled (ErrStaleDelivery); the broker redelivers them.
+	Stale uint64
+	// DeadLetters counts dead letters the broker confirmed (or, with
+	// RejectDeadLetters, the rejects sent).
+	DeadLetters uint64
+	// DeadLetterFailures counts dead letters that could not be published:
+	// their originals were requeued.
+	DeadLetterFailures uint64
+	// Tiered counts retries republished to a retry tier; InPlace retries
+	// held and returned to the queue.
+	Tiered, InPlace uint64
+}
+
+type counters struct {
+	reconnects, ackFailures, stale, deadLetters, deadLetterFailures, tiered, inPlace atomic.Uint64
+}
+
+func (s *counters) snapshot() Stats {
+	return Stats{
+		Reconnects: s.reconnects.Load(), AckFailures: s.ackFailures.Load(), Stale: s.stale.Load(),
+		DeadLetters: s.deadLetters.Load(), DeadLetterFailures: s.deadLetterFailures.Load(),
+		Tiered: s.tiered.Load(), InPlace: s.inPlace.Load(),
+	}
+}
+
+// checkTopology makes sure the exchanges and queues the consumer publishes
+// to exist, with passive declarations on a channel of their own (a missing
+// one closes it).
+func (c *Consumer[T, R]) checkTopology(ctx context.Context, s *session) error {
+	check := func(what string, declare func(ch *amqp.Channel) error) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		ch, err := s.pub.Channel()
+		if err != nil {
+			return fmt.Errorf("dedupamqp: open a channel to check %s: %w", what, err)
+		}
+		defer func() { _ = ch.Close() }()
+		if err := declare(ch); err != nil {
+			return fmt.Errorf("dedupamqp: %s: %w", what, err)
+		}
+		return nil
+	}
+	if x := c.opts.DeadLetterExchange; x != "" {
+		err := check(fmt.Sprintf("dead-letter exchange %q", x), func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(x, amqp.ExchangeDirect, true, false, false, false, nil)
+		})
+		if err != nil {
+			return fmt.Errorf("%w (declare it, with Topology for instance, or set RejectDeadLetters to use the queue's own)", err)
+		}
+	}
+	for _, d := range c.opts.RetryTiers {
+		name := RetryQueueName(c.queue, d)
+		err := check(fmt.Sprintf("retry queue %q", name), func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%w (declare the retry tiers with Topology)", err)
+		}
+	}
+	return nil
+}
+
+// checkHorizon compares the receiver's lease with the broker's
+// consumer_timeout and its retention with the longest retry tier.
+func (c *Consumer[T, R]) checkHorizon(ctx context.Context) error {
+	var problems []string
+	if hold := c.rcv.Lease() + c.opts.InPlaceRetryMax; hold >= c.opts.ConsumerTimeout {
+		problems = append(problems, fmt.Sprintf("the receiver's lease %v plus InPlaceRetryMax %v is not under the broker's consumer_timeout %v (Options.ConsumerTimeout): the broker would close the channel of a delivery held that long", c.rcv.Lease(), c.opts.InPlaceRetryMax, c.opts.ConsumerTimeout))
+	}
+	if n := len(c.opts.RetryTiers); n > 0 && c.opts.RetryTiers[n-1] > c.rcv.Retention() {
+		problems = append(problems, fmt.Sprintf("the longest retry tier %v is longer than the receiver's retention %v: a message parked there comes back after its record expired", c.opts.RetryTiers[n-1], c.rcv.Retention()))
+	}
+	for _, p := range problems {
+		if c.opts.StrictHorizon {
+			return &horizonError{msg: "dedupamqp: " + p}
+		}
+		c.opts.Logger.WarnContext(ctx, "dedupamqp: "+p)
+	}
+	return nil
+}
+
+// logSettleFailure logs a settlement the broker did not take.
+func (c *Consumer[T, R]) logSettleFailure(ctx context.Context, what string, d *amqp.Delivery, err error) {
+	if errors.Is(err, ErrStaleDelivery) {
+		c.opts.Logger.DebugContext(ctx, "dedupamqp: "+what+" not sent: the delivery's channel is gone; the broker redelivers it",
+			slog.String("queue", c.queue), slog.String("message_id", d.MessageId))
+		return
+	}
+	c.opts.Logger.WarnContext(ctx, "dedupamqp: "+what+" failed; the broker will redeliver the message",
+		slog.String("queue", c.queue), slog.String("message_id", d.MessageId), slog.Any("error", err))
+}

@@ -1,0 +1,117 @@
+package rabbitmq
+
+import (
+	"errors"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dedup-go/dedup"
+)
+
+// Headers the Consumer adds to dead letters and retries. None starts with
+// "x-": brokers reserve that prefix, and RabbitMQ 3.13 and later ignore
+// x- headers set by clients.
+const (
+	HeaderReason             = "dedup-reason"            // the dedup.Reason, e.g. "undecodable"
+	HeaderError              = "dedup-error"             // the error's text, on one line
+	HeaderQueue              = "dedup-queue"             // the queue it was consumed from
+	HeaderKey                = "dedup-key"               // the record's key, when it had one
+	HeaderAttempt            = "dedup-attempt"           // the receiver's attempt, when known
+	HeaderDeliveryCount      = "dedup-delivery-count"    // the envelope's DeliveryCount
+	HeaderOriginalExchange   = "dedup-original-exchange" // where the producer published it
+	HeaderOriginalRoutingKey = "dedup-original-routing-key"
+	HeaderOriginalMessageID  = "dedup-original-message-id"
+	// HeaderRetries counts the trips through retry tiers: a message comes
+	// back from one as a new message, with a delivery count of 1.
+	HeaderRetries = "dedup-retries"
+	// HeaderRetryReason is the reason of the last trip through a retry tier.
+	HeaderRetryReason = "dedup-retry-reason"
+)
+
+// republished copies d's properties and body into a new message with a
+// copy of its headers, less the ones the broker sets per delivery. A
+// client-set x-delivery-count would be read as the broker's on a queue
+// that keeps it (RabbitMQ before 3.13).
+func republished(d *amqp.Delivery) amqp.Publishing {
+	h := make(amqp.Table, len(d.Headers)+8)
+	for k, v := range d.Headers {
+		if k != headerDeliveryCount {
+			h[k] = v
+		}
+	}
+	// Where the producer published it: a retry tier brings it back through
+	// the default exchange, so only the first trip knows.
+	if _, ok := h[HeaderOriginalExchange]; !ok {
+		h[HeaderOriginalExchange] = d.Exchange
+		h[HeaderOriginalRoutingKey] = d.RoutingKey
+	}
+	return amqp.Publishing{
+		Headers:         h,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		Expiration:      d.Expiration,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		UserId:          d.UserId,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+// retryPublishing is d on its way to a retry tier.
+func retryPublishing(d *amqp.Delivery, dec dedup.Decision) amqp.Publishing {
+	p := republished(d)
+	n, _ := headerInt(d.Headers, HeaderRetries)
+	p.Headers[HeaderRetries] = max(n, 0) + 1
+	p.Headers[HeaderRetryReason] = string(dec.Reason)
+	return p
+}
+
+// deadLetterPublishing is d as a dead letter: the original body,
+// properties (MessageId included) and headers, plus the dedup-* headers
+// saying why.
+func deadLetterPublishing[R any](d *amqp.Delivery, queue string, deliveries int, res dedup.Result[R], dec dedup.Decision) amqp.Publishing {
+	p := republished(d)
+	h := p.Headers
+	h[HeaderReason] = string(dec.Reason)
+	if dec.Err != nil {
+		h[HeaderError] = oneLine(dec.Err.Error())
+	}
+	h[HeaderQueue] = queue
+	if res.Key != "" {
+		h[HeaderKey] = res.Key
+	}
+	attempt := res.Attempt
+	var he *dedup.HandlerError
+	if errors.As(dec.Err, &he) && he.Attempt > 0 {
+		attempt = he.Attempt
+	}
+	if attempt > 0 {
+		h[HeaderAttempt] = int64(attempt)
+	}
+	h[HeaderDeliveryCount] = int64(deliveries)
+	if d.MessageId != "" {
+		h[HeaderOriginalMessageID] = d.MessageId
+	}
+	return p
+}
+
+// oneLine keeps a header value on one line and bounded: a panic's stack
+// does not belong in a header.
+func oneLine(s string) string {
+	const limit = 1024
+	out := make([]byte, 0, min(len(s), limit))
+	for i := 0; i < len(s) && len(out) < limit; i++ {
+		c := s[i]
+		if c == '\r' || c == '\n' {
+			c = ' '
+		}
+		out = append(out, c)
+	}
+	return string(out)
+}

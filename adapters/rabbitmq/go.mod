@@ -1,0 +1,24 @@
+module github.com/dedup-go/dedup/adapters/rabbitmq
+
+go 1.26.0
+
+require github.com/dedup-go/dedup v0.0.0-00010101000000-000000000000
+
+require (
+	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
+
+// The adapter is developed against the root module in this repository; the
+// replace is ignored by users, who get the version they require.
+replace github.com/dedup-go/dedup => ../..

@@ -1,0 +1,196 @@
+package rabbitmq
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"slices"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dedup-go/dedup"
+)
+
+// Defaults of Options.
+const (
+	DefaultConcurrency     = 8
+	DefaultInPlaceRetryMax = time.Second
+	DefaultSettleTimeout   = 10 * time.Second
+	// DefaultConsumerTimeout is RabbitMQ's default consumer_timeout: a
+	// delivery left unacknowledged this long makes the broker close its
+	// channel.
+	DefaultConsumerTimeout = 30 * time.Minute
+)
+
+// Dialer opens a connection to the broker. The Consumer calls it at Start
+// and after every connection loss, twice per session: one connection to
+// consume (and settle) on, one to publish retries and dead letters on, so
+// that a broker blocking publishers during a resource alarm does not also
+// hold back acknowledgements.
+type Dialer func(ctx context.Context) (*amqp.Connection, error)
+
+// DialURL returns a Dialer for url with amqp091's defaults: the Dialer to
+// use unless TLS, a heartbeat or a client name of your own is needed (then
+// write one around amqp.DialConfig). Never enable amqp.Config.Recovery for
+// a Consumer's connections: recovery reuses the *Channel, whose delivery
+// tags from before the loss would then acknowledge other messages.
+func DialURL(url string) Dialer {
+	return func(ctx context.Context) (*amqp.Connection, error) {
+		return amqp.DialConfig(url, amqp.Config{
+			Heartbeat: 10 * time.Second,
+			Locale:    "en_US",
+			Dial:      dialContext(ctx),
+		})
+	}
+}
+
+// Options configure a Consumer. A nil *Options is not enough: a Consumer
+// must be told where poison messages go (DeadLetterExchange or
+// RejectDeadLetters).
+//
+// There is no callback among them: what became of each delivery is
+// reported to the receiver's dedup.Config.Observer as a dedup.EventSettled
+// event whose Broker is [Broker] and Source the queue.
+type Options struct {
+	// Concurrency is how many deliveries are handled at once. Defaults to 8.
+	Concurrency int
+
+	// Prefetch is the channel's Qos prefetch count (per channel, never
+	// global): how many unacknowledged deliveries the broker hands out
+	// ahead of the workers. Defaults to Concurrency.
+	Prefetch int
+
+	// DeadLetterExchange receives poison messages (undecodable, no id,
+	// permanent errors, attempts exhausted, key reused), published with
+	// confirms and mandatory, carrying the original body, properties and
+	// headers plus the dedup-* headers of the package documentation; the
+	// original is acknowledged only after the broker confirmed the dead
+	// letter was routed. Start checks that the exchange exists. Set it or
+	// RejectDeadLetters. Defaults to "": none.
+	DeadLetterExchange string
+
+	// DeadLetterRoutingKey is the routing key of dead letters. Defaults to
+	// the queue's name.
+	DeadLetterRoutingKey string
+
+	// RejectDeadLetters dead-letters poison with Reject(requeue=false), to
+	// the dead-letter exchange configured on the queue itself
+	// (x-dead-letter-exchange). The broker then adds x-death, which names
+	// the queue and "rejected" but not dedup's reason: that reason is only
+	// in the Observer's events and the logs. Without a dead-letter exchange
+	// on the queue, the broker drops such messages. AMQP 0.9.1 cannot read a
+	// queue's arguments, so this is not checked. Defaults to false.
+	RejectDeadLetters bool
+
+	// RetryTiers are the delays of the retry queues declared for the queue
+	// (see [Topology] and [RetryQueueName]): a retry due later than
+	// InPlaceRetryMax is republished, with confirms and mandatory, to the
+	// shortest tier at least as long as its delay (the longest tier when
+	// none is), and the original acknowledged once the broker confirmed it.
+	// The queue's message TTL then brings it back. Start checks that every
+	// tier's queue exists. Defaults to none: every retry is in place.
+	RetryTiers []time.Duration
+
+	// InPlaceRetryMax is the longest delay a retry is held for in place:
+	// the worker keeps the delivery unacknowledged for its delay (at most
+	// this), then returns it to the queue: Reject(requeue=true) after a
+	// handler failure (which RabbitMQ counts towards a quorum queue's
+	// x-delivery-limit), Nack(requeue=true) when the handler did not run
+	// (in flight elsewhere, store down, shutdown). Defaults to 1s.
+	InPlaceRetryMax time.Duration
+
+	// Decoder decodes the body into the handler's type. Defaults to
+	// dedup.JSONDecoder (strict: an empty body or one that is not valid
+	// UTF-8 is undecodable); dedup.RawDecoder hands []byte or string bodies
+	// over as they are.
+	Decoder dedup.Decoder
+
+	// Fingerprint stores a SHA-256 of the body with each record, so that a
+	// message carrying an id already used with another body is
+	// dead-lettered as key-reused. Defaults to false.
+	Fingerprint bool
+
+	// ConsumerTimeout is the broker's consumer_timeout (AMQP 0.9.1 cannot
+	// read it): Start checks that the receiver's lease plus InPlaceRetryMax
+	// stays under it. Defaults to 30m, RabbitMQ's default.
+	ConsumerTimeout time.Duration
+
+	// StrictHorizon makes Start fail with ErrHorizon when the lease does
+	// not fit in ConsumerTimeout, or the receiver's retention is shorter
+	// than the longest retry tier (a message parked there comes back after
+	// its record expired). Defaults to false: a warning is logged.
+	StrictHorizon bool
+
+	// SettleTimeout bounds each dead-letter or retry publish and its
+	// confirm. Defaults to 10s.
+	SettleTimeout time.Duration
+
+	// Dial opens the connections, at Start and after each loss. Defaults to
+	// DialURL(url) of NewConsumer's url.
+	Dial Dialer
+
+	// ReconnectBackoff is the delay before reconnect attempt n (1 for the
+	// first). Defaults to dedup.ExponentialBackoff{Base: 100ms, Max: 10s}.
+	ReconnectBackoff dedup.Backoff
+
+	// Logger receives warnings (reconnects, failed acks and publishes, the
+	// horizon check). Defaults to the receiver's logger.
+	Logger *slog.Logger
+}
+
+// withDefaults returns the options with their defaults filled in.
+func (o *Options) withDefaults(url string, logger *slog.Logger) Options {
+	var out Options
+	if o != nil {
+		out = *o
+	}
+	out.Concurrency = cmp.Or(out.Concurrency, DefaultConcurrency)
+	out.Prefetch = cmp.Or(out.Prefetch, out.Concurrency)
+	out.InPlaceRetryMax = cmp.Or(out.InPlaceRetryMax, DefaultInPlaceRetryMax)
+	out.SettleTimeout = cmp.Or(out.SettleTimeout, DefaultSettleTimeout)
+	out.ConsumerTimeout = cmp.Or(out.ConsumerTimeout, DefaultConsumerTimeout)
+	if out.Decoder == nil {
+		out.Decoder = dedup.JSONDecoder{}
+	}
+	if out.Dial == nil && url != "" {
+		out.Dial = DialURL(url)
+	}
+	if out.ReconnectBackoff == nil {
+		out.ReconnectBackoff = dedup.ExponentialBackoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}
+	}
+	out.RetryTiers = slices.Clone(out.RetryTiers)
+	slices.Sort(out.RetryTiers)
+	out.RetryTiers = slices.Compact(out.RetryTiers)
+	out.Logger = cmp.Or(out.Logger, logger)
+	return out
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Concurrency < 0:
+		return wrapConfig("Concurrency is %d; it must be positive", o.Concurrency)
+	case o.Prefetch < 0 || o.Prefetch > 65535:
+		return wrapConfig("Prefetch is %d; it must be between 1 and 65535", o.Prefetch)
+	case o.InPlaceRetryMax < 0:
+		return wrapConfig("InPlaceRetryMax is %v; it must be positive", o.InPlaceRetryMax)
+	case o.SettleTimeout < 0:
+		return wrapConfig("SettleTimeout is %v; it must be positive", o.SettleTimeout)
+	case o.ConsumerTimeout < 0:
+		return wrapConfig("ConsumerTimeout is %v; it must be positive", o.ConsumerTimeout)
+	case o.Dial == nil:
+		return wrapConfig("no url and no Dial: the consumer cannot connect")
+	case o.DeadLetterExchange == "" && !o.RejectDeadLetters:
+		return wrapConfig("set DeadLetterExchange (Topology declares one) or RejectDeadLetters (the queue's own x-dead-letter-exchange): poison messages must go somewhere")
+	case o.DeadLetterExchange != "" && o.RejectDeadLetters:
+		return wrapConfig("DeadLetterExchange %q and RejectDeadLetters are both set; choose one", o.DeadLetterExchange)
+	case len(o.RetryTiers) > 0 && o.RetryTiers[0] <= 0:
+		return wrapConfig("RetryTiers holds %v; every tier must be positive", o.RetryTiers[0])
+	}
+	for _, d := range o.RetryTiers {
+		if d%time.Millisecond != 0 {
+			return wrapConfig("retry tier %v is not a whole number of milliseconds (x-message-ttl counts them)", d)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/store/redisstore"
+)
+
+// TestStoreDown: with the store down (a redis-server of the test's own,
+// killed) and the receiver fail-closed, no handler runs and every delivery
+// is retried in place; once the store
+// is back, every order is processed exactly once.
+func TestStoreDown(t *testing.T) {
+	t.Parallel()
+	const orders = 20
+	url := testenv.RabbitMQ.Addr(t)
+	srv := redistest.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	st, err := redisstore.New(t.Context(), client, &redisstore.Options{Timeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	top := declare(t, url, dedupamqp.Topology{Type: dedupamqp.Quorum})
+	conn := dial(t, url)
+
+	var mu sync.Mutex
+	effects := map[string]int{}
+	charge := func(_ context.Context, m *dedup.Message[Order]) (struct{}, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		effects[m.Body.ID]++
+		return struct{}{}, nil
+	}
+	var ev events
+	cfg := fastConfig("down")
+	cfg.Observer = &ev
+	rcv, err := dedup.NewReceiver(st, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge, cfg)
+	require.NoError(t, err)
+	c, err := dedupamqp.NewConsumer(url, top.Queue, rcv, top.Options())
+	require.NoError(t, err)
+
+	srv.Stop()
+	var msgs []amqp.Publishing
+	for i := range orders {
+		id := fmt.Sprintf("o-%02d", i)
+		msgs = append(msgs, amqp.Publishing{MessageId: id, Body: orderJSON(t, Order{ID: id})})
+	}
+	publishAll(t, conn, top.Queue, msgs)
+	require.NoError(t, c.Start(t.Context()))
+	stopAtCleanup(t, c)
+
+	eventually(t, "every delivery refused at least twice", func() bool {
+		return ev.reasons()[dedup.ReasonStoreUnavailable] >= 2*orders
+	})
+	mu.Lock()
+	require.Empty(t, effects, "a handler ran while the store was down (fail-closed)")
+	mu.Unlock()
+
+	srv.Start()
+	eventually(t, "every order charged", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(effects) == orders
+	})
+	eventually(t, "the queue drained", func() bool { return depth(t, conn, top.Queue) == 0 })
+	require.NoError(t, c.Stop(t.Context()))
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range effects {
+		require.Equal(t, 1, n, "order %s charged %d times", id, n)
+	}
+	for _, e := range ev.snapshot() {
+		if e.Decision.Reason == dedup.ReasonStoreUnavailable {
+			require.ErrorIs(t, e.Err, dedup.ErrStoreUnavailable)
+		}
+	}
+	require.Zero(t, c.Stats().DeadLetters)
+}

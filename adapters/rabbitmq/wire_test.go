@@ -1,0 +1,218 @@
+package rabbitmq_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/store/memstore"
+)
+
+// method is one basic.* method a client sent, as the broker read it.
+type method struct {
+	name                            string
+	multiple, requeue, global, mand bool
+	prefetch                        int
+}
+
+// sniffer forwards AMQP connections to the broker and records the basic.*
+// methods the clients send: which acknowledgement, with which flags. A
+// RabbitMQ 3.10 counts Nack and Reject alike, so the choice between them
+// (which RabbitMQ 4 tells apart) is checked on the wire.
+type sniffer struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	seen   []method
+	wg     sync.WaitGroup
+}
+
+func startSniffer(t *testing.T, target string) *sniffer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := &sniffer{ln: ln, target: target}
+	var conns []net.Conn
+	var cmu sync.Mutex
+	s.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			cmu.Lock()
+			conns = append(conns, c, up)
+			cmu.Unlock()
+			s.wg.Go(func() { _, _ = io.Copy(c, up); _ = c.Close() })
+			s.wg.Go(func() { s.read(io.TeeReader(c, up)); _ = up.Close() })
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		cmu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		cmu.Unlock()
+		s.wg.Wait()
+	})
+	return s
+}
+
+// read parses the client's frames: the protocol header, then frames of
+// type, channel, size, payload and end octet.
+func (s *sniffer) read(r io.Reader) {
+	br := bufio.NewReader(r)
+	if _, err := io.ReadFull(br, make([]byte, 8)); err != nil {
+		return
+	}
+	head := make([]byte, 7)
+	for {
+		if _, err := io.ReadFull(br, head); err != nil {
+			return
+		}
+		size := binary.BigEndian.Uint32(head[3:])
+		payload := make([]byte, size+1)
+		if _, err := io.ReadFull(br, payload); err != nil {
+			return
+		}
+		if head[0] == 1 && size >= 4 {
+			s.method(payload[:size])
+		}
+	}
+}
+
+func (s *sniffer) method(p []byte) {
+	class, id := binary.BigEndian.Uint16(p), binary.BigEndian.Uint16(p[2:])
+	if class != 60 {
+		return
+	}
+	a := p[4:]
+	var m method
+	switch id {
+	case 10:
+		m = method{name: "qos", prefetch: int(binary.BigEndian.Uint16(a[4:])), global: a[6]&1 != 0}
+	case 40:
+		ex := int(a[2])
+		rk := int(a[3+ex])
+		m = method{name: "publish", mand: a[4+ex+rk]&1 != 0}
+	case 80:
+		m = method{name: "ack", multiple: a[8]&1 != 0}
+	case 90:
+		m = method{name: "reject", requeue: a[8]&1 != 0}
+	case 120:
+		m = method{name: "nack", multiple: a[8]&1 != 0, requeue: a[8]&2 != 0}
+	default:
+		return
+	}
+	s.mu.Lock()
+	s.seen = append(s.seen, m)
+	s.mu.Unlock()
+}
+
+func (s *sniffer) methods(name string) []method {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []method
+	for _, m := range s.seen {
+		if m.name == name {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestWireMethods checks on the wire what the consumer sends: a per-channel
+// Qos, Ack without multiple, Reject with requeue after a handler failure
+// (which RabbitMQ 4 counts towards a quorum queue's delivery limit), Nack
+// with requeue for a delivery that was not processed (in flight
+// elsewhere), and mandatory publishes for dead letters.
+func TestWireMethods(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ.Addr(t)
+	uri, err := amqp.ParseURI(url)
+	require.NoError(t, err)
+	sn := startSniffer(t, net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)))
+	host, port, _ := net.SplitHostPort(sn.ln.Addr().String())
+	uri.Host = host
+	uri.Port, _ = strconv.Atoi(port)
+	top := declare(t, url, dedupamqp.Topology{})
+	conn := dial(t, url)
+
+	release := make(chan struct{})
+	var failed sync.Once
+	handler := func(_ context.Context, m *dedup.Message[Order]) (struct{}, error) {
+		switch m.Body.ID {
+		case "slow":
+			<-release
+		case "flaky":
+			var fail bool
+			failed.Do(func() { fail = true })
+			if fail {
+				return struct{}{}, context.DeadlineExceeded // the handler's own timeout: a handler error
+			}
+		}
+		return struct{}{}, nil
+	}
+	store, err := memstore.New(nil)
+	require.NoError(t, err)
+	var ev events
+	cfg := fastConfig("wire")
+	cfg.NoWait = true // a copy of the slow order in flight is refused at once
+	cfg.Observer = &ev
+	rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), handler, cfg)
+	require.NoError(t, err)
+	opts := top.Options()
+	opts.InPlaceRetryMax = 20 * time.Millisecond
+	c, err := dedupamqp.NewConsumer(uri.String(), top.Queue, rcv, opts)
+	require.NoError(t, err)
+	publishAll(t, conn, top.Queue, []amqp.Publishing{
+		{MessageId: "1", Body: orderJSON(t, Order{ID: "slow"})},
+		{MessageId: "2", Body: orderJSON(t, Order{ID: "slow"})},
+		{MessageId: "3", Body: orderJSON(t, Order{ID: "flaky"})},
+		{MessageId: "4", Body: []byte("poison")},
+	})
+	require.NoError(t, c.Start(t.Context()))
+	stopAtCleanup(t, c)
+	eventually(t, "the copy refused as in flight", func() bool { return ev.reasons()[dedup.ReasonInFlight] >= 1 })
+	close(release)
+	eventually(t, "every order settled", func() bool {
+		r := ev.reasons()
+		return r[dedup.ReasonProcessed] == 2 && r[dedup.ReasonDuplicate] == 1 && r[dedup.ReasonUndecodable] == 1
+	})
+	require.NoError(t, c.Stop(t.Context()))
+
+	qos := sn.methods("qos")
+	require.Len(t, qos, 1)
+	require.Equal(t, method{name: "qos", prefetch: dedupamqp.DefaultConcurrency}, qos[0], "per channel, never global")
+	acks := sn.methods("ack")
+	require.Len(t, acks, 4, "processed twice, a duplicate, a dead letter's original")
+	for _, a := range acks {
+		require.False(t, a.multiple)
+	}
+	require.Equal(t, []method{{name: "reject", requeue: true}}, sn.methods("reject"), "a handler failure is returned with Reject")
+	nacks := sn.methods("nack")
+	require.NotEmpty(t, nacks, "an unprocessed delivery is returned with Nack")
+	require.Len(t, nacks, ev.reasons()[dedup.ReasonInFlight])
+	for _, n := range nacks {
+		require.Equal(t, method{name: "nack", requeue: true}, n)
+	}
+	require.Equal(t, []method{{name: "publish", mand: true}}, sn.methods("publish"), "the dead letter, mandatory")
+}
