@@ -1,0 +1,101 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/dedup-go/dedup"
+)
+
+// Headers of a dead letter, added to the original message's headers.
+const (
+	HeaderReason       = "Dedup-Reason"        // the dedup.Reason, e.g. "undecodable"
+	HeaderError        = "Dedup-Error"         // the error's text, on one line
+	HeaderTopic        = "Dedup-Topic"         // the original's topic
+	HeaderPartition    = "Dedup-Partition"     // the original's partition
+	HeaderOffset       = "Dedup-Offset"        // the original's offset
+	HeaderGroup        = "Dedup-Group"         // the consumer group
+	HeaderKey          = "Dedup-Key"           // the record's key in the store, when it had one
+	HeaderAttempt      = "Dedup-Attempt"       // the attempt that ended it (0 when no claim was made)
+	HeaderFirstFailure = "Dedup-First-Failure" // RFC 3339 time of the first failure seen by this consumer
+	HeaderOriginalID   = "Dedup-Message-Id"    // the original's HeaderMessageID, when it had one
+)
+
+// deadLetter is what a dead letter says.
+type deadLetter struct {
+	msg       kafka.Message
+	group     string
+	reason    dedup.Reason
+	err       error
+	key       string
+	attempt   int
+	firstFail time.Time
+}
+
+// deadLetterID is the dead letter's HeaderMessageID: the original's
+// position, the same whichever consumer writes it, so that a dead letter
+// written twice (its original's commit was lost) is recognisable downstream.
+func deadLetterID(m kafka.Message) string {
+	return "dedup-dlq:" + m.Topic + ":" + strconv.Itoa(m.Partition) + ":" + strconv.FormatInt(m.Offset, 10)
+}
+
+// message builds the dead-letter message: the original key (so that a
+// keyed dead-letter topic keeps an entity's letters together), value and
+// headers, with the Dedup-* headers after them.
+func (dl deadLetter) message(topic string) kafka.Message {
+	h := make([]kafka.Header, 0, len(dl.msg.Headers)+10)
+	for _, kv := range dl.msg.Headers {
+		if kv.Key == HeaderMessageID {
+			// The dead letter has an id of its own; the original's is kept.
+			h = append(h, kafka.Header{Key: HeaderOriginalID, Value: kv.Value})
+			continue
+		}
+		h = append(h, kv)
+	}
+	add := func(k, v string) { h = append(h, kafka.Header{Key: k, Value: []byte(v)}) }
+	add(HeaderMessageID, deadLetterID(dl.msg))
+	add(HeaderReason, string(dl.reason))
+	if dl.err != nil {
+		add(HeaderError, oneLine(dl.err.Error()))
+	}
+	add(HeaderTopic, dl.msg.Topic)
+	add(HeaderPartition, strconv.Itoa(dl.msg.Partition))
+	add(HeaderOffset, strconv.FormatInt(dl.msg.Offset, 10))
+	add(HeaderGroup, dl.group)
+	if dl.key != "" {
+		add(HeaderKey, dl.key)
+	}
+	add(HeaderAttempt, strconv.Itoa(dl.attempt))
+	if !dl.firstFail.IsZero() {
+		add(HeaderFirstFailure, dl.firstFail.UTC().Format(time.RFC3339Nano))
+	}
+	return kafka.Message{Topic: topic, Key: dl.msg.Key, Value: dl.msg.Value, Headers: h}
+}
+
+// writeDeadLetter writes dl to the dead-letter topic and returns once all
+// in-sync replicas acknowledged it.
+func writeDeadLetter(ctx context.Context, w *kafka.Writer, topic string, dl deadLetter) error {
+	if err := w.WriteMessages(ctx, dl.message(topic)); err != nil {
+		return fmt.Errorf("%w to %q: %w", ErrDeadLetter, topic, err)
+	}
+	return nil
+}
+
+// oneLine keeps a header value on one line and bounded: a panic's stack
+// does not belong in a header.
+func oneLine(s string) string {
+	const limit = 1024
+	out := make([]byte, 0, min(len(s), limit))
+	for i := 0; i < len(s) && len(out) < limit; i++ {
+		c := s[i]
+		if c == '\r' || c == '\n' {
+			c = ' '
+		}
+		out = append(out, c)
+	}
+	return string(out)
+}

@@ -1,0 +1,113 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/store/memstore"
+)
+
+// TestDeadLetterBeforeCommit: while the dead-letter topic cannot be
+// written (it does not exist yet), the poison message is retried in place,
+// the partition does not go past it and nothing is committed past it; once
+// the topic exists, the dead letter is written once and the partition
+// goes on to its end. In batches too, where the message after the poison
+// is handled in the same batch: the watermark waits for the poison.
+func TestDeadLetterBeforeCommit(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 3} {
+		t.Run("batch-"+strconv.Itoa(batch), func(t *testing.T) {
+			t.Parallel()
+			testDeadLetterBeforeCommit(t, batch)
+		})
+	}
+}
+
+func testDeadLetterBeforeCommit(t *testing.T, batch int) {
+	const topic, dlq, group = "orders", "orders.dlq", "billing"
+	brokers := startKafka(t, 1, topic)
+	produce(t, newWriter(t, brokers), topic, []kafka.Message{
+		{Value: orderJSON(t, Order{ID: orderID(0)})},
+		{Value: []byte("not json")},
+		{Value: orderJSON(t, Order{ID: orderID(2)})},
+	})
+
+	fx := newEffects()
+	var mu sync.Mutex
+	var failed, written int
+	obs := onSettled(func(e dedup.Event) {
+		if e.Decision.Action != dedup.DeadLetter {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if errors.Is(e.Err, dedupkafka.ErrDeadLetter) {
+			failed++
+		} else {
+			written++
+		}
+	})
+	cfg := fastConfig("billing")
+	cfg.Observer = obs
+	s, err := memstore.New(nil)
+	require.NoError(t, err)
+	rcv, err := dedup.NewReceiver(s, idstrategy.BodyField("id", func(o Order) string { return o.ID }),
+		func(_ context.Context, m *dedup.Message[Order]) (Receipt, error) {
+			return Receipt{OrderID: m.Body.ID, Charge: fx.add(m.Partition, m.Body.ID)}, nil
+		}, cfg)
+	require.NoError(t, err)
+	tr := closedAtCleanup(t)
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, MaxAttempts: 1, BatchTimeout: time.Millisecond, Transport: tr}
+	t.Cleanup(func() { _ = w.Close() })
+	c, err := dedupkafka.NewConsumer(newReader(t, brokers, group, topic), rcv, &dedupkafka.Options{
+		DeadLetterTopic: dlq, DeadLetterWriter: w, CommitInterval: 10 * time.Millisecond, BatchSize: batch, Linger: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(t.Context()))
+	stopAtCleanup(t, c)
+
+	eventually(t, 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return failed >= 3
+	}, "dead-letter writes retried")
+	if batch == 1 {
+		require.Equal(t, []string{orderID(0)}, fx.order(0), "the partition went past a message it could not dead-letter")
+	}
+	eventually(t, 5*time.Second, func() bool {
+		return committed(t, brokers, group, topic, 1)[0] == 1
+	}, "the message before the poison committed")
+	time.Sleep(50 * time.Millisecond) // commit ticks pass
+	require.Equal(t, map[int]int64{0: 1}, committed(t, brokers, group, topic, 1), "committed past an unwritten dead letter")
+
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr}
+	resp, err := client.CreateTopics(t.Context(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: dlq, NumPartitions: 1, ReplicationFactor: 1}}})
+	require.NoError(t, err)
+	require.NoError(t, resp.Errors[dlq])
+	eventually(t, 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return written == 1 && fx.distinct() == 2
+	}, "the dead letter written, and the partition gone on")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, c.Stop(ctx))
+	require.Equal(t, map[int]int64{0: 3}, committed(t, brokers, group, topic, 1))
+	mu.Lock()
+	require.Equal(t, 1, written)
+	mu.Unlock()
+	letters := readAll(t, brokers, dlq, 1)
+	require.Equal(t, "not json", string(letters[0].Value))
+	reason, _ := dedupkafka.Header(letters[0].Headers).Get(dedupkafka.HeaderReason)
+	require.Equal(t, string(dedup.ReasonUndecodable), reason)
+}

@@ -1,0 +1,166 @@
+// Package kafka runs a dedup.Receiver over a segmentio/kafka-go
+// consumer-group Reader ([Consumer]). Import it next to kafka-go under an
+// alias:
+//
+//	import (
+//		"github.com/segmentio/kafka-go"
+//
+//		"github.com/dedup-go/dedup"
+//		dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+//		"github.com/dedup-go/dedup/idstrategy"
+//	)
+//
+//	charge := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) { ... }
+//	rcv, err := dedup.NewReceiver(store, idstrategy.MessageHeader[Order](dedupkafka.HeaderMessageID), charge,
+//		&dedup.Config{Namespace: "billing"})
+//	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "billing", Topic: "orders"}) // CommitInterval 0
+//	c, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{DeadLetterTopic: "orders.dlq"})
+//	err = c.Start(ctx)
+//	defer c.Stop(ctx)
+//
+// Consumer-side deduplication is not optional with kafka-go: it has no
+// idempotent producer (a write retried after a timeout is stored twice, at
+// two offsets) and no transactions, and a rebalance re-reads everything
+// after the last commit (and may even accept a stale commit from the
+// partition's previous owner, rewinding the new one).
+//
+// # The envelope
+//
+// The adapter decodes each value (with dedup.JSONDecoder unless
+// Options.Decoder says otherwise) and hands the receiver the envelope every
+// adapter of dedup fills, a *dedup.Message[T]:
+//
+//	Body, Data         the decoded value and the value as produced
+//	Header             the record headers ([Header]: in order, names match exactly); nil without any
+//	Source, Stream     the topic
+//	Partition, Offset  the record's partition and offset
+//	Timestamp          the record's time
+//	Broker             "kafka" (BrokerKafka)
+//	ID, DeliveryCount  empty and 0: Kafka has neither message ids nor delivery counts
+//
+// [KafkaMessage] returns the kafka.Message behind an envelope (its Key,
+// say). Do not commit it: the Consumer does, once the outcome is recorded.
+// A value that does not decode never reaches the receiver: it is poison,
+// dead-lettered with reason "undecodable".
+//
+// # Ids
+//
+// Any dedup.KeyFunc[*dedup.Message[T]] works. Key on an id the producer
+// puts in every copy of a message:
+//
+//	idstrategy.MessageHeader[T](dedupkafka.HeaderMessageID)   a Message-Id header, stamped by [Writer] or [StampMessageID]
+//	dedupkafka.MessageKey[T]()                                the record key, when it names one message (not an entity)
+//	idstrategy.BodyField                                      a field of the decoded value (an order id)
+//	idstrategy.DataHash, DataCanonicalJSON                    a hash of the value, for producers that send no id
+//	idstrategy.TopicPartitionOffset                           the record's position: catches re-reads after a
+//	                                                          rebalance or a crash, not a producer's retry (two offsets)
+//
+// idstrategy.FirstOf combines them (a header, else the key, else a hash).
+// [Writer] wraps a kafka.Writer so that every message it writes carries a
+// Message-Id, kept when the same messages are written again.
+//
+// # Decisions
+//
+// Every outcome goes through the receiver's Decide:
+//
+//	Ack          processed, duplicate, bypassed, or done but not stored   the watermark moves past it
+//	Retry        handler error, in flight elsewhere, store down (fail-closed)   retried in place after the decision's delay
+//	DeadLetter   undecodable, no id, invalid id, key reused, permanent error, attempts exhausted   written to DeadLetterTopic, then the watermark moves
+//
+// Each partition is handled in offset order, one message at a time
+// (Options.BatchSize 1) or in batches through the receiver's HandleBatch,
+// and partitions concurrently (Options.Concurrency). A message to retry is
+// retried in place: the partition waits for it (keeping its order) while
+// the other partitions go on, until it succeeds, is dead-lettered (the
+// receiver counts attempts against MaxAttempts) or the consumer stops. In a
+// batch, the messages after a failed one are not held back: they may take
+// effect before its retry does. And a batch records its completions
+// together, after its last handler: a crash in the middle of a batch runs
+// again, on the next owner, the handlers of the batch that had already
+// succeeded (with BatchSize 1 that window is one completion's round trip).
+//
+// # Commits
+//
+// The reader must have CommitInterval 0 (Start refuses another: kafka-go's
+// asynchronous commits return at once and report errors only to its own
+// logger), and the Consumer commits itself: each partition's watermark,
+// the last message before which every fetched message has an outcome,
+// counted in fetch order (offsets have gaps after compaction and
+// transaction markers; kafka-go keeps only the highest offset per
+// partition, so a commit out of order would skip unfinished messages). The
+// watermarks of all partitions go out in one commit every
+// Options.CommitInterval (1s by default), or after every outcome with
+// CommitEveryOutcome. Failed commits are logged and retried on the next
+// tick; Stop returns the final commit's error. What a crash loses is only
+// commits: the next owner re-reads from the last one, and the store answers
+// what was done as duplicates.
+//
+// # Dead letters
+//
+// A dead letter keeps the original key, value and headers, and adds
+// Dedup-Reason, Dedup-Error, Dedup-Topic, Dedup-Partition, Dedup-Offset,
+// Dedup-Group, Dedup-Key (the record's key in the store, when it had one),
+// Dedup-Attempt and Dedup-First-Failure. Its Message-Id is
+// "dedup-dlq:<topic>:<partition>:<offset>", the same whoever writes it, so
+// that a dead letter written twice (its original's commit was lost) is
+// recognisable downstream; the original's Message-Id moves to
+// Dedup-Message-Id. It is written with RequiredAcks all, and the original
+// is committed only after the write is acknowledged; a write that fails is
+// retried in place after the receiver's StoreRetryDelay.
+//
+// # Rebalances and restarts
+//
+// kafka-go gives no rebalance callback and may still hand out messages of
+// a partition it has lost. None of that matters for correctness here: the
+// store, not the partition assignment, decides who runs a handler. A
+// message the old owner finished is a duplicate for the new one; a message
+// the old owner is still handling is in flight (the new owner retries it
+// after the remaining lease); a rewound offset is re-read and absorbed.
+//
+// What a rebalance costs: kafka-go has only eager balancers, so every
+// rebalance (a member joining, leaving, or missing its session timeout)
+// stops fetching on all partitions until the group has re-formed, and the
+// new owners re-read from the last commit. Handlers running meanwhile go
+// on under their leases, so the lease (dedup.Config.Lease) must outlast a
+// rebalance: a lease that expires first lets the new owner run the same
+// message again alongside. After a member is killed, its partitions wait
+// for the session timeout, then the re-formed group, then the rest of the
+// killed handler's lease.
+//
+// # Back-pressure
+//
+// The reader cannot pause one partition. While a partition is stuck (its
+// store is down, its message retries), fetching goes on until its buffer
+// (Options.PartitionBuffer) is full, and then stops for every partition:
+// at most partitions x (PartitionBuffer + 1) + 1 messages are held by the
+// Consumer, plus the reader's QueueCapacity (100 by default) in the
+// reader. A partition whose messages were queued behind the stuck one's
+// waits too.
+//
+// # Horizon check
+//
+// At Start, the Consumer reads each topic's retention.ms and compares the
+// reader's redelivery horizon ([Horizon]) with the receiver's retention: a
+// reader that starts at the first offset (kafka-go's default) re-reads the
+// whole retained topic when its group loses its committed offsets, and a
+// duplicate read after the receiver's retention runs again. It logs a
+// warning; with Options.StrictHorizon, Start fails with [ErrHorizon].
+//
+// # Observing
+//
+// The adapter has no callback of its own: after settling each message it
+// reports a dedup.EventSettled event (broker, topic, partition, offset,
+// key, status, attempt, decision, error) to the receiver's
+// dedup.Config.Observer, beside the receiver's own dedup.EventHandled.
+//
+// # Lifecycle
+//
+// Start checks the reader and the horizon, and starts one goroutine
+// fetching and one per partition handling. Stop stops fetching, lets the
+// partitions finish the messages they are handling (fetched messages not
+// started are left for the next owner, a retry wait ends), commits the
+// watermarks and closes the reader; at ctx's deadline it cancels the
+// handlers and returns ctx's error. Stopped is closed once everything is
+// gone, also when fetching fails (Err says why). Cancelling Start's context
+// is a hard stop.
+package kafka

@@ -1,0 +1,43 @@
+package kafka
+
+import (
+	"errors"
+
+	"github.com/dedup-go/dedup"
+)
+
+// Errors of this package. Match them with errors.Is.
+var (
+	// ErrStarted: Start was called on a consumer that was already started
+	// (a stopped one cannot be started again: make a new one).
+	ErrStarted = errors.New("dedupkafka: already started")
+	// ErrNotStarted: Stop was called before Start.
+	ErrNotStarted = errors.New("dedupkafka: not started")
+	// ErrReaderConfig: the reader cannot be wrapped: it has no GroupID, or
+	// a CommitInterval other than 0 (its asynchronous commits report errors
+	// only to its own logger). It matches dedup.ErrInvalidConfig too.
+	ErrReaderConfig = errors.New("dedupkafka: reader configuration not supported")
+	// ErrHorizon: the receiver's retention is shorter than the reader's
+	// redelivery horizon, and Options.StrictHorizon is set. It matches
+	// dedup.ErrInvalidConfig too.
+	ErrHorizon = errors.New("dedupkafka: retention shorter than the redelivery horizon")
+	// ErrDeadLetter: a dead letter could not be written. The original was
+	// not committed: it is retried in place.
+	ErrDeadLetter = errors.New("dedupkafka: dead letter not written")
+	// ErrCommit: committing offsets failed. The watermark is committed again
+	// on the next tick; until then a crash re-reads more messages, which
+	// the store answers as duplicates.
+	ErrCommit = errors.New("dedupkafka: commit failed")
+)
+
+// configError matches its sentinel and dedup.ErrInvalidConfig.
+type configError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *configError) Error() string { return e.msg }
+
+func (e *configError) Is(target error) bool {
+	return target == e.sentinel || target == dedup.ErrInvalidConfig
+}

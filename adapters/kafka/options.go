@@ -1,0 +1,179 @@
+package kafka
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/dedup-go/dedup"
+)
+
+// Defaults of Options.
+const (
+	DefaultConcurrency     = 8
+	DefaultBatchSize       = 1
+	DefaultPartitionBuffer = 256
+	DefaultCommitInterval  = time.Second
+	DefaultMinRetryDelay   = 100 * time.Millisecond
+	DefaultSettleTimeout   = 10 * time.Second
+)
+
+// CommitEveryOutcome is the value of Options.CommitInterval that commits a
+// partition's watermark as soon as it moves, before the partition goes on
+// to its next message (or batch).
+const CommitEveryOutcome time.Duration = -1
+
+// Options configure a Consumer. A nil *Options means all defaults.
+//
+// There is no callback among them: what each delivery came to is reported
+// to the receiver's dedup.Config.Observer, as a dedup.EventSettled event
+// whose Broker is BrokerKafka, Source and Stream the topic, Partition and
+// Offset the message's, Decision what was done, and Err the error that kept
+// the decision from being carried out (a failed dead-letter write), else the
+// one the decision was taken on.
+type Options struct {
+	// Concurrency is how many partitions are handled at once. Each
+	// partition is handled in offset order, one message (or batch) at a
+	// time. Defaults to 8.
+	Concurrency int
+
+	// BatchSize is the most messages of one partition handed to the
+	// receiver's HandleBatch at once: what has been fetched for the
+	// partition, up to BatchSize, after waiting at most Linger. Over a
+	// store that batches (redisstore, tieredstore), a batch costs one round
+	// trip per phase instead of one per message. The handlers of a batch
+	// run in offset order, but a failed message does not hold back the
+	// later messages of its batch: they may take effect before its retry
+	// does. The completions of a batch are recorded together after its
+	// last handler, so a crash mid-batch repeats the effects of the batch's
+	// handlers that had succeeded. With BatchSize 1 a partition's first
+	// effects are in offset order whatever fails, and a crash repeats at
+	// most the effect whose completion was on its way. Defaults to 1.
+	BatchSize int
+
+	// Linger is how long a partition waits for more messages to fill a
+	// batch once it has one. Defaults to 0: a batch is what has already
+	// been fetched.
+	Linger time.Duration
+
+	// PartitionBuffer is how many fetched messages may wait for each
+	// partition. The reader cannot pause one partition, so while a partition
+	// is stuck (its store is down, its handler retries) fetching goes on
+	// until its buffer is full, and then stops for every partition: at most
+	// PartitionBuffer messages per partition, plus the reader's own
+	// QueueCapacity, are fetched ahead. Defaults to 256.
+	PartitionBuffer int
+
+	// CommitInterval is how often the partitions' watermarks are committed
+	// (one OffsetCommit for all of them). A crash loses at most this much of
+	// commits: the next owner re-reads those messages, and the store
+	// answers them as duplicates. CommitEveryOutcome commits each
+	// partition's watermark as soon as it moves, before the partition goes
+	// on. Defaults to 1s.
+	CommitInterval time.Duration
+
+	// DeadLetterTopic receives poison messages (undecodable, no id,
+	// permanent errors, attempts exhausted, key reused): the original key,
+	// value and headers, plus Dedup-* headers saying why (see the package
+	// documentation). The original is committed only after the write was
+	// acknowledged by all in-sync replicas. Defaults to "": poison messages
+	// are committed past with a warning.
+	DeadLetterTopic string
+
+	// DeadLetterWriter writes dead letters. Its Topic must be empty (the
+	// topic is DeadLetterTopic), its RequiredAcks RequireAll and it must not
+	// be Async: Start refuses any other. The Consumer does not close it.
+	// Defaults to a writer of the reader's brokers (and Dialer's TLS and
+	// SASL), closed by Stop.
+	DeadLetterWriter *kafka.Writer
+
+	// Decoder decodes the message value into the handler's type. Defaults
+	// to dedup.JSONDecoder (strict: an empty value or one that is not valid
+	// UTF-8 is undecodable); dedup.RawDecoder hands []byte or string bodies
+	// over as they are.
+	Decoder dedup.Decoder
+
+	// Fingerprint stores a SHA-256 of the value with each record, so that a
+	// message carrying an id already used with another value is
+	// dead-lettered as key-reused instead of answered with the other
+	// message's result. Defaults to false.
+	Fingerprint bool
+
+	// MinRetryDelay is the shortest wait before a message is retried in
+	// place, so that a message in flight elsewhere whose lease is about to
+	// end does not spin. Defaults to 100ms.
+	MinRetryDelay time.Duration
+
+	// SettleTimeout bounds each dead-letter write and commit, which run
+	// even while the consumer stops. Defaults to 10s.
+	SettleTimeout time.Duration
+
+	// StrictHorizon makes Start fail with ErrHorizon when the receiver's
+	// retention is shorter than the reader's redelivery horizon (see
+	// [Horizon]). Defaults to false: a warning is logged.
+	StrictHorizon bool
+
+	// Client answers the horizon check's DescribeConfigs. Defaults to a
+	// client of the reader's brokers (and Dialer's TLS and SASL).
+	Client *kafka.Client
+
+	// Logger receives warnings (dead letters without a DeadLetterTopic,
+	// failed dead-letter writes and commits, the horizon check). Defaults
+	// to the receiver's logger (dedup.Config.Logger).
+	Logger *slog.Logger
+}
+
+// withDefaults returns the options with their defaults filled in; logger is
+// the receiver's.
+func (o *Options) withDefaults(logger *slog.Logger) Options {
+	var out Options
+	if o != nil {
+		out = *o
+	}
+	out.Concurrency = cmp.Or(out.Concurrency, DefaultConcurrency)
+	out.BatchSize = cmp.Or(out.BatchSize, DefaultBatchSize)
+	out.PartitionBuffer = cmp.Or(out.PartitionBuffer, DefaultPartitionBuffer)
+	out.CommitInterval = cmp.Or(out.CommitInterval, DefaultCommitInterval)
+	out.MinRetryDelay = cmp.Or(out.MinRetryDelay, DefaultMinRetryDelay)
+	out.SettleTimeout = cmp.Or(out.SettleTimeout, DefaultSettleTimeout)
+	if out.Decoder == nil {
+		out.Decoder = dedup.JSONDecoder{}
+	}
+	out.Logger = cmp.Or(out.Logger, logger)
+	return out
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Concurrency < 0:
+		return wrapConfig("Concurrency is %d; it must be positive", o.Concurrency)
+	case o.BatchSize < 0:
+		return wrapConfig("BatchSize is %d; it must be positive", o.BatchSize)
+	case o.Linger < 0:
+		return wrapConfig("Linger is %v; it must not be negative", o.Linger)
+	case o.PartitionBuffer < 0:
+		return wrapConfig("PartitionBuffer is %d; it must be positive", o.PartitionBuffer)
+	case o.CommitInterval < 0 && o.CommitInterval != CommitEveryOutcome:
+		return wrapConfig("CommitInterval is %v; it must be positive, or CommitEveryOutcome", o.CommitInterval)
+	case o.MinRetryDelay < 0:
+		return wrapConfig("MinRetryDelay is %v; it must be positive", o.MinRetryDelay)
+	case o.SettleTimeout < 0:
+		return wrapConfig("SettleTimeout is %v; it must be positive", o.SettleTimeout)
+	case o.DeadLetterWriter != nil && o.DeadLetterTopic == "":
+		return wrapConfig("DeadLetterWriter is set without a DeadLetterTopic")
+	case o.DeadLetterWriter != nil && o.DeadLetterWriter.Topic != "":
+		return wrapConfig("DeadLetterWriter has Topic %q; leave it empty (dead letters go to DeadLetterTopic %q)", o.DeadLetterWriter.Topic, o.DeadLetterTopic)
+	case o.DeadLetterWriter != nil && o.DeadLetterWriter.RequiredAcks != kafka.RequireAll:
+		return wrapConfig("DeadLetterWriter has RequiredAcks %v; dead letters need RequireAll, or one may be lost after its original was committed", o.DeadLetterWriter.RequiredAcks)
+	case o.DeadLetterWriter != nil && o.DeadLetterWriter.Async:
+		return wrapConfig("DeadLetterWriter is Async: its writes are not acknowledged before the original would be committed")
+	}
+	return nil
+}
+
+func wrapConfig(format string, args ...any) error {
+	return fmt.Errorf("dedupkafka: %w: %s", dedup.ErrInvalidConfig, fmt.Sprintf(format, args...))
+}

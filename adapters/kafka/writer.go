@@ -1,0 +1,64 @@
+package kafka
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// HeaderMessageID is the header [Writer] and [StampMessageID] put the
+// message id in. Key a receiver on it with
+// idstrategy.MessageHeader[T](dedupkafka.HeaderMessageID).
+const HeaderMessageID = "Message-Id"
+
+// NewMessageID returns a random id: 32 hex digits (128 bits).
+func NewMessageID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms.
+	return hex.EncodeToString(b[:])
+}
+
+// StampMessageID sets the HeaderMessageID header of every message that has
+// none, to newID() (NewMessageID when newID is nil), in place. Messages that
+// have one keep it, so stamping again before a retry changes nothing.
+func StampMessageID(msgs []kafka.Message, newID func() string) {
+	if newID == nil {
+		newID = NewMessageID
+	}
+	for i := range msgs {
+		if _, ok := Header(msgs[i].Headers).Get(HeaderMessageID); ok {
+			continue
+		}
+		// A fresh slice: the caller's headers may share a backing array
+		// between messages.
+		h := make([]kafka.Header, len(msgs[i].Headers), len(msgs[i].Headers)+1)
+		copy(h, msgs[i].Headers)
+		msgs[i].Headers = append(h, kafka.Header{Key: HeaderMessageID, Value: []byte(newID())})
+	}
+}
+
+// Writer is a kafka-go Writer that stamps a HeaderMessageID on every
+// message before writing it. kafka-go has no idempotent producer: when a
+// write times out after the broker stored it, the retry (the Writer's own,
+// or the caller's with the same messages) stores a second copy at another
+// offset. Both copies carry the same id, so a receiver keyed on the header
+// runs its handler once.
+type Writer struct {
+	// W writes the messages. Required.
+	W *kafka.Writer
+	// NewID makes the id of a message without one. Defaults to NewMessageID.
+	NewID func() string
+}
+
+// WriteMessages stamps the messages that have no HeaderMessageID (in
+// place: retrying with the same slice keeps their ids) and writes them.
+func (w *Writer) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
+	if w == nil || w.W == nil {
+		return errors.New("dedupkafka: Writer has no kafka.Writer")
+	}
+	StampMessageID(msgs, w.NewID)
+	return w.W.WriteMessages(ctx, msgs...)
+}
