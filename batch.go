@@ -16,6 +16,14 @@ import (
 // that share a key inside the batch are deduplicated against the first of
 // them. With another store, HandleBatch calls Handle for each message in
 // turn. Each outcome follows Handle's rules: a done status has a nil Err.
+//
+// The price of one completion round trip per batch: the batch's successes
+// are recorded together, after its last handler. A process that dies
+// before then leaves them unrecorded, and their redeliveries run again:
+// the window between an effect and its record is the rest of the batch,
+// where Handle's is one completion round trip. Keep batches short (in
+// time) where a repeated effect is costly, or complete inside the
+// handler's own transaction (pgstore), which closes the window.
 func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R] {
 	out := make([]Outcome[R], len(msgs))
 	if r.batcher == nil {
