@@ -1,0 +1,8 @@
+//go:build !unix
+
+package nats
+
+import "time"
+
+// processCPU is unknown here: the benchmarks report zero CPU.
+func processCPU() time.Duration { return 0 }

@@ -1,0 +1,4 @@
+package nats
+
+// ProcessCPU exposes processCPU to the benchmarks of package nats_test.
+var ProcessCPU = processCPU
