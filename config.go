@@ -87,6 +87,7 @@ type Config struct {
 
 	// StoreTimeout bounds each completion and release, which run detached
 	// from the caller's context so that a shutdown cannot lose a success.
+	// A store that never waits (store.InProcess: memstore) is not bounded.
 	// Defaults to the Lease.
 	StoreTimeout time.Duration
 

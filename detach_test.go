@@ -144,3 +144,35 @@ func TestStoredResultUndecodable(t *testing.T) {
 	require.ErrorIs(t, res.Problem, dedup.ErrResultUndecodable)
 	require.Equal(t, dedup.Ack, rcv.Decide(res, err).Action)
 }
+
+// deadlineStore records whether Complete's context had a deadline, and
+// says it is in process when inProcess is set.
+type deadlineStore struct {
+	store.Store
+	inProcess bool
+	deadline  atomic.Bool
+}
+
+func (s *deadlineStore) InProcess() bool { return s.inProcess }
+
+func (s *deadlineStore) Complete(ctx context.Context, req store.CompleteRequest) error {
+	_, ok := ctx.Deadline()
+	s.deadline.Store(ok)
+	return s.Store.Complete(ctx, req)
+}
+
+// TestStoreTimeoutOnlyForStoresThatWait: a completion is bounded by
+// StoreTimeout, unless the store says it never waits (store.InProcess).
+func TestStoreTimeoutOnlyForStoresThatWait(t *testing.T) {
+	t.Parallel()
+	for _, inProcess := range []bool{false, true} {
+		clk := clock.NewFake(epoch)
+		st := &deadlineStore{Store: plainStore{newMemstore(t, clk)}, inProcess: inProcess}
+		rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) { return "ok", nil },
+			&dedup.Config{Clock: clk, Lease: testLease})
+		res, err := rcv.Handle(context.Background(), order{ID: "o-1"})
+		require.NoError(t, err)
+		require.Equal(t, dedup.StatusProcessed, res.Status)
+		require.Equal(t, !inProcess, st.deadline.Load(), "in process %v", inProcess)
+	}
+}

@@ -29,13 +29,16 @@ type Handler[M, R any] func(ctx context.Context, msg M) (R, error)
 //
 // A Receiver is safe for concurrent use and holds no goroutine of its own.
 type Receiver[M, R any] struct {
-	store   store.Store
-	peeker  store.Peeker
-	batcher store.BatchStore
-	key     KeyFunc[M]
-	handler Handler[M, R]
-	cfg     Config
-	prefix  string // Namespace + ":"
+	store  store.Store
+	peeker store.Peeker
+	// inProcess: the store never waits (store.InProcess), so its calls
+	// need no StoreTimeout of their own.
+	inProcess bool
+	batcher   store.BatchStore
+	key       KeyFunc[M]
+	handler   Handler[M, R]
+	cfg       Config
+	prefix    string // Namespace + ":"
 	// fingerprints: whether M implements Fingerprinter, decided once so that
 	// the hot path does not box every message into an interface.
 	fingerprints fingerprintMode
@@ -80,6 +83,9 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 		zeroSize: reflect.TypeFor[R]().Size() == 0,
 	}
 	r.peeker, _ = s.(store.Peeker)
+	if ip, ok := s.(store.InProcess); ok {
+		r.inProcess = ip.InProcess()
+	}
 	r.batcher, _ = s.(store.BatchStore)
 	mt := reflect.TypeFor[M]()
 	switch mt.Kind() {
@@ -502,6 +508,9 @@ func sleep(clk clock.Clock, d time.Duration) {
 // cancellation (a shutdown must not lose a success whose redelivery would
 // repeat the effect), bounded by StoreTimeout.
 func (r *Receiver[M, R]) complete(ctx context.Context, req store.CompleteRequest) error {
+	if r.inProcess {
+		return r.store.Complete(detached(ctx), req)
+	}
 	cctx, cancel := context.WithTimeout(detached(ctx), r.cfg.StoreTimeout)
 	defer cancel()
 	return r.store.Complete(cctx, req)
@@ -582,9 +591,13 @@ func (r *Receiver[M, R]) encode(v R) (data []byte, err error) {
 // returned: the caller already reports the handler's error, and a claim
 // that could not be released simply expires with its lease.
 func (r *Receiver[M, R]) release(ctx context.Context, key string, token store.Token, why string) {
-	cctx, cancel := context.WithTimeout(detached(ctx), r.cfg.StoreTimeout)
-	defer cancel()
-	err := r.store.Release(cctx, store.ReleaseRequest{Key: key, Token: token, Error: why, Retention: r.cfg.Retention})
+	rctx := detached(ctx)
+	if !r.inProcess {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(rctx, r.cfg.StoreTimeout)
+		defer cancel()
+	}
+	err := r.store.Release(rctx, store.ReleaseRequest{Key: key, Token: token, Error: why, Retention: r.cfg.Retention})
 	if err != nil {
 		r.cfg.Logger.WarnContext(ctx, "dedup: release failed; the claim will expire with its lease", slog.String("key", key), slog.Any("error", err))
 	}

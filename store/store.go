@@ -53,6 +53,15 @@ type Peeker interface {
 	Peek(prefix, id string) *Record
 }
 
+// InProcess is implemented by stores whose every call completes in process
+// memory, never waiting on I/O or on another process (memstore): the
+// receiver then spends no timer bounding their calls with
+// Config.StoreTimeout.
+type InProcess interface {
+	// InProcess reports whether every call completes in process memory.
+	InProcess() bool
+}
+
 // SplitKey cuts key after its first ':' into the prefix (namespace and
 // colon) and the id; a key without a colon has an empty prefix. The parts
 // share key's memory. Stores that implement Peeker use it to index records

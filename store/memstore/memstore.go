@@ -42,6 +42,7 @@ var (
 	_ store.Peeker     = (*Store)(nil)
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
+	_ store.InProcess  = (*Store)(nil)
 )
 
 // New returns an empty Store. A nil opts means all defaults; a negative
@@ -88,6 +89,10 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
 	return s.core.Extend(ctx, req)
 }
+
+// InProcess reports true: every call completes in memory, under one
+// short lock, so the receiver needs no timeout around it.
+func (s *Store) InProcess() bool { return true }
 
 // Peek returns the completed, unexpired record of prefix+id, cut as
 // store.SplitKey cuts it, or nil. It allocates and copies nothing: the
