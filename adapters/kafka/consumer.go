@@ -19,7 +19,10 @@ import (
 // messages to the receiver in offset order, partitions concurrently, and
 // settles each as the receiver's Decide says: Ack lets the partition's
 // watermark move past it, Retry retries it in place after the decision's
-// delay, DeadLetter writes it to the dead-letter topic first. Each
+// delay (or, with Options.RetryTopics, writes it to a retry topic first),
+// DeadLetter writes it to the dead-letter topic first. A Consumer on a
+// reader of retry topics hands each message over no sooner than its
+// HeaderNotBefore. Each
 // partition's watermark (the last message before which every fetched
 // message has an outcome) is committed every Options.CommitInterval.
 //
@@ -32,7 +35,9 @@ type Consumer[T, R any] struct {
 	opts   Options
 	group  string
 	dlw    *kafka.Writer
-	ownDLW bool // dlw was made by Start, and is closed by the shutdown
+	ownDLW bool          // dlw was made by Start, and is closed by the shutdown
+	rtw    *kafka.Writer // writes to the retry topics; nil without RetryTopics
+	ownRTW bool          // rtw was made by Start (and is not dlw), and is closed by the shutdown
 	sem    chan struct{}
 
 	mu          sync.Mutex
@@ -98,12 +103,22 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	case cfg.CommitInterval != 0:
 		return &configError{ErrReaderConfig, fmt.Sprintf("dedupkafka: the reader has CommitInterval %v: its asynchronous commits report errors only to its logger; set it to 0 and Options.CommitInterval instead", cfg.CommitInterval)}
 	}
-	if err := c.checkHorizon(ctx, cfg); err != nil {
+	if err := c.checkTopics(ctx, cfg); err != nil {
 		return err
 	}
 	c.dlw = c.opts.DeadLetterWriter
 	if c.opts.DeadLetterTopic != "" && c.dlw == nil {
 		c.dlw, c.ownDLW = defaultWriter(cfg), true
+	}
+	if len(c.opts.RetryTopics) > 0 {
+		switch {
+		case c.opts.RetryWriter != nil:
+			c.rtw = c.opts.RetryWriter
+		case c.dlw != nil:
+			c.rtw = c.dlw
+		default:
+			c.rtw, c.ownRTW = defaultWriter(cfg), true
+		}
 	}
 	c.started = true
 	workCtx, cancelWork := context.WithCancel(ctx)
@@ -128,14 +143,19 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 			_ = c.dlw.Close()
 			c.dlw.Transport.(*kafka.Transport).CloseIdleConnections()
 		}
+		if c.ownRTW {
+			_ = c.rtw.Close()
+			c.rtw.Transport.(*kafka.Transport).CloseIdleConnections()
+		}
 		cancelWork()
 		close(c.stopped)
 	}()
 	return nil
 }
 
-// checkHorizon compares the topics' retention with the receiver's.
-func (c *Consumer[T, R]) checkHorizon(ctx context.Context, cfg kafka.ReaderConfig) error {
+// checkTopics compares the topics' retention with the receiver's, and
+// checks the retry topics.
+func (c *Consumer[T, R]) checkTopics(ctx context.Context, cfg kafka.ReaderConfig) error {
 	topics := cfg.GroupTopics
 	if cfg.Topic != "" {
 		topics = append([]string{cfg.Topic}, topics...)
@@ -148,12 +168,22 @@ func (c *Consumer[T, R]) checkHorizon(ctx context.Context, cfg kafka.ReaderConfi
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.opts.SettleTimeout)
 	defer cancel()
-	retentions, err := topicRetentions(cctx, client, topics)
+	if len(c.opts.RetryTopics) > 0 {
+		if problem := checkRetryTopics(cctx, client, topics, c.opts.RetryTopics, c.rcv.Retention()); problem != "" {
+			return &configError{ErrRetryTopics, "dedupkafka: " + problem}
+		}
+	}
+	return c.checkHorizon(cctx, client, cfg.StartOffset, topics)
+}
+
+// checkHorizon compares the topics' retention with the receiver's.
+func (c *Consumer[T, R]) checkHorizon(ctx context.Context, client *kafka.Client, startOffset int64, topics []string) error {
+	retentions, err := topicRetentions(ctx, client, topics)
 	problem := ""
 	if err != nil {
 		problem = "the horizon check could not read the topics' retention: " + err.Error()
 	} else {
-		problem = checkHorizon(cfg.StartOffset, retentions, c.rcv.Retention())
+		problem = checkHorizon(startOffset, retentions, c.rcv.Retention())
 	}
 	if problem == "" {
 		return nil

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -28,6 +29,7 @@ const (
 // deadLetter is what a dead letter says.
 type deadLetter struct {
 	msg       kafka.Message
+	from      origin // where msg was first read
 	group     string
 	reason    dedup.Reason
 	err       error
@@ -37,10 +39,11 @@ type deadLetter struct {
 }
 
 // deadLetterID is the dead letter's HeaderMessageID: the original's
-// position, the same whichever consumer writes it, so that a dead letter
-// written twice (its original's commit was lost) is recognisable downstream.
-func deadLetterID(m kafka.Message) string {
-	return "dedup-dlq:" + m.Topic + ":" + strconv.Itoa(m.Partition) + ":" + strconv.FormatInt(m.Offset, 10)
+// position (where it was first read, for a message of a retry topic), the
+// same whichever consumer writes it, so that a dead letter written twice
+// (its original's commit was lost) is recognisable downstream.
+func deadLetterID(from origin) string {
+	return "dedup-dlq:" + from.topic + ":" + strconv.Itoa(from.partition) + ":" + strconv.FormatInt(from.offset, 10)
 }
 
 // message builds the dead-letter message: the original key (so that a
@@ -49,6 +52,9 @@ func deadLetterID(m kafka.Message) string {
 func (dl deadLetter) message(topic string) kafka.Message {
 	h := make([]kafka.Header, 0, len(dl.msg.Headers)+10)
 	for _, kv := range dl.msg.Headers {
+		if slices.Contains(managed, kv.Key) {
+			continue // a retry message's: the dead letter says its own
+		}
 		if kv.Key == HeaderMessageID {
 			// The dead letter has an id of its own; the original's is kept.
 			h = append(h, kafka.Header{Key: HeaderOriginalID, Value: kv.Value})
@@ -57,14 +63,14 @@ func (dl deadLetter) message(topic string) kafka.Message {
 		h = append(h, kv)
 	}
 	add := func(k, v string) { h = append(h, kafka.Header{Key: k, Value: []byte(v)}) }
-	add(HeaderMessageID, deadLetterID(dl.msg))
+	add(HeaderMessageID, deadLetterID(dl.from))
 	add(HeaderReason, string(dl.reason))
 	if dl.err != nil {
 		add(HeaderError, oneLine(dl.err.Error()))
 	}
-	add(HeaderTopic, dl.msg.Topic)
-	add(HeaderPartition, strconv.Itoa(dl.msg.Partition))
-	add(HeaderOffset, strconv.FormatInt(dl.msg.Offset, 10))
+	add(HeaderTopic, dl.from.topic)
+	add(HeaderPartition, strconv.Itoa(dl.from.partition))
+	add(HeaderOffset, strconv.FormatInt(dl.from.offset, 10))
 	add(HeaderGroup, dl.group)
 	if dl.key != "" {
 		add(HeaderKey, dl.key)

@@ -37,6 +37,8 @@
 //	Timestamp          the record's time
 //	Broker             "kafka" (BrokerKafka)
 //	ID, DeliveryCount  empty and 0: Kafka has neither message ids nor delivery counts
+//	                   (a message of a retry topic: DeliveryCount the attempt it is on, Stream,
+//	                   Partition and Offset where it was first read)
 //
 // [KafkaMessage] returns the kafka.Message behind an envelope (its Key,
 // say). Do not commit it: the Consumer does, once the outcome is recorded.
@@ -64,7 +66,8 @@
 // Every outcome goes through the receiver's Decide:
 //
 //	Ack          processed, duplicate, bypassed, or done but not stored   the watermark moves past it
-//	Retry        handler error, in flight elsewhere, store down (fail-closed)   retried in place after the decision's delay
+//	Retry        handler error, in flight elsewhere, store down (fail-closed)   retried in place after the decision's delay,
+//	                                                                            or written to a retry topic (see Retry topics)
 //	DeadLetter   undecodable, no id, invalid id, key reused, permanent error, attempts exhausted   written to DeadLetterTopic, then the watermark moves
 //
 // Each partition is handled in offset order, one message at a time
@@ -100,13 +103,55 @@
 // A dead letter keeps the original key, value and headers, and adds
 // Dedup-Reason, Dedup-Error, Dedup-Topic, Dedup-Partition, Dedup-Offset,
 // Dedup-Group, Dedup-Key (the record's key in the store, when it had one),
-// Dedup-Attempt and Dedup-First-Failure. Its Message-Id is
-// "dedup-dlq:<topic>:<partition>:<offset>", the same whoever writes it, so
+// Dedup-Attempt and Dedup-First-Failure (for a message of a retry topic,
+// the topic, partition and offset are where it was first read). Its
+// Message-Id is "dedup-dlq:<topic>:<partition>:<offset>", the same whoever
+// writes it, so
 // that a dead letter written twice (its original's commit was lost) is
 // recognisable downstream; the original's Message-Id moves to
 // Dedup-Message-Id. It is written with RequiredAcks all, and the original
 // is committed only after the write is acknowledged; a write that fails is
 // retried in place after the receiver's StoreRetryDelay.
+//
+// # Retry topics
+//
+// A retry in place holds its partition back for the decision's delay.
+// With Options.RetryTopics (tiers such as 30s and 5m; none by default), a
+// handler error whose delay is at least the smallest tier is written
+// instead to [RetryTopic](topic, tier), "<topic>.retry.<tier>", for the
+// smallest tier at least the delay, or the largest (the delay is rounded up
+// to a tier and capped at the largest). The retry message keeps the key,
+// value and headers (its Message-Id too, so that the store counts the
+// attempts of one message), with Dedup-Topic, Dedup-Partition and
+// Dedup-Offset saying where it was first read, Dedup-Attempt the attempt
+// that failed, Dedup-First-Failure, Dedup-Reason, Dedup-Error, Dedup-Group,
+// and [HeaderNotBefore]: the write's time plus the tier. It is written with
+// RequiredAcks all, and the original is committed only once the write is
+// acknowledged, as for a dead letter. Only handler errors go there: a
+// message in flight elsewhere, a store that is down and a shutdown are
+// still retried in place.
+//
+// A retry topic is read by a Consumer of its own, with the same receiver
+// and options on a reader of the retry topics. It waits, per partition and
+// in order, until each message's not-before (on a timer; Stop ends the
+// wait and commits nothing past the waiting message), and hands it to the
+// receiver with Source the retry topic, Stream, Partition and Offset the
+// original's (so that a key on them stays the same), and DeliveryCount the
+// attempt it is on. Another failure goes to a retry topic again, and
+// MaxAttempts ends in the dead-letter topic, whose letter names the
+// original topic, partition and offset.
+//
+// What is given up is order: a retried message takes effect after the
+// messages behind it in its partition. Use retry topics where a message's
+// effect does not depend on the ones before it with the same key.
+//
+// Start checks that the retry topics of each topic read exist (the
+// Consumer creates none: create them like the topics they retry), that
+// each keeps messages at least as long as its tier, and that the
+// receiver's retention is at least the longest tier (a failed record and
+// its attempt count must outlive the wait); it fails with [ErrRetryTopics]
+// otherwise. A reader of a retry topic checks the tiers of the topic it
+// retries.
 //
 // # Rebalances and restarts
 //

@@ -28,6 +28,15 @@ var (
 	// on the next tick; until then a crash re-reads more messages, which
 	// the store answers as duplicates.
 	ErrCommit = errors.New("dedupkafka: commit failed")
+	// ErrRetryWrite: a message could not be written to its retry topic. The
+	// original was not committed: the write is tried again after the
+	// receiver's StoreRetryDelay.
+	ErrRetryWrite = errors.New("dedupkafka: retry message not written")
+	// ErrRetryTopics: Options.RetryTopics is set, and Start found a retry
+	// topic missing, one that keeps messages for less than its tier, or a
+	// receiver whose retention is shorter than the longest tier. It
+	// matches dedup.ErrInvalidConfig too.
+	ErrRetryTopics = errors.New("dedupkafka: retry topics not usable")
 )
 
 // configError matches its sentinel and dedup.ErrInvalidConfig.

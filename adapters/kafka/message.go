@@ -74,3 +74,13 @@ func envelope[T any](m kafka.Message, fingerprint bool) *dedup.Message[T] {
 	}
 	return env
 }
+
+// retried makes env, the envelope of a message from a retry topic, say
+// what it retries: Stream, Partition and Offset are where it was first
+// read (so that a key on them, idstrategy.TopicPartitionOffset, is the
+// same on every attempt), DeliveryCount the attempt it is on. Source stays
+// the retry topic it was read from.
+func retried[T any](env *dedup.Message[T], from origin) {
+	env.Stream, env.Partition, env.Offset = from.topic, from.partition, from.offset
+	env.DeliveryCount, env.Redelivered = from.attempt+1, true
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -90,6 +91,30 @@ type Options struct {
 	// SASL), closed by Stop.
 	DeadLetterWriter *kafka.Writer
 
+	// RetryTopics are the delays of the retry topics, shortest first. With
+	// them, a handler error whose Retry delay (the receiver's Backoff) is at
+	// least the shortest tier is not retried in place, holding its
+	// partition back, but written to the retry topic of the smallest tier
+	// at least the delay (or of the largest): RetryTopic(topic, tier), with
+	// the headers of the package documentation and a HeaderNotBefore of the
+	// write's time plus the tier. The original is committed once the write
+	// was acknowledged by all in-sync replicas, and its partition goes on.
+	// The retry topics are read by Consumers of their own (with the same
+	// receiver and options), which hand each message over no sooner than
+	// its HeaderNotBefore. What is given up: a retried message takes effect
+	// after the messages behind it in its partition. Start checks that the
+	// retry topics exist, keep messages for at least their tier, and that
+	// the receiver's retention is at least the longest tier. Defaults to
+	// none: every retry is in place.
+	RetryTopics []time.Duration
+
+	// RetryWriter writes to the retry topics, under the same rules as
+	// DeadLetterWriter (no Topic, RequiredAcks RequireAll, not Async). The
+	// Consumer does not close it. Defaults to the DeadLetterWriter (the one
+	// given, or the one Start makes), else a writer of the reader's brokers
+	// closed by Stop.
+	RetryWriter *kafka.Writer
+
 	// Decoder decodes the message value into the handler's type. Defaults
 	// to dedup.JSONDecoder (strict: an empty value or one that is not valid
 	// UTF-8 is undecodable); dedup.RawDecoder hands []byte or string bodies
@@ -143,6 +168,7 @@ func (o *Options) withDefaults(logger *slog.Logger) Options {
 		out.Decoder = dedup.JSONDecoder{}
 	}
 	out.Logger = cmp.Or(out.Logger, logger)
+	out.RetryTopics = slices.Clone(out.RetryTopics)
 	return out
 }
 
@@ -170,6 +196,22 @@ func (o *Options) validate() error {
 		return wrapConfig("DeadLetterWriter has RequiredAcks %v; dead letters need RequireAll, or one may be lost after its original was committed", o.DeadLetterWriter.RequiredAcks)
 	case o.DeadLetterWriter != nil && o.DeadLetterWriter.Async:
 		return wrapConfig("DeadLetterWriter is Async: its writes are not acknowledged before the original would be committed")
+	case o.RetryWriter != nil && len(o.RetryTopics) == 0:
+		return wrapConfig("RetryWriter is set without RetryTopics")
+	case o.RetryWriter != nil && o.RetryWriter.Topic != "":
+		return wrapConfig("RetryWriter has Topic %q; leave it empty (retries go to their tier's retry topic)", o.RetryWriter.Topic)
+	case o.RetryWriter != nil && o.RetryWriter.RequiredAcks != kafka.RequireAll:
+		return wrapConfig("RetryWriter has RequiredAcks %v; retries need RequireAll, or one may be lost after its original was committed", o.RetryWriter.RequiredAcks)
+	case o.RetryWriter != nil && o.RetryWriter.Async:
+		return wrapConfig("RetryWriter is Async: its writes are not acknowledged before the original would be committed")
+	}
+	for i, t := range o.RetryTopics {
+		switch {
+		case t <= 0:
+			return wrapConfig("RetryTopics[%d] is %v; tiers must be positive", i, t)
+		case i > 0 && t <= o.RetryTopics[i-1]:
+			return wrapConfig("RetryTopics must be distinct and shortest first; %v follows %v", t, o.RetryTopics[i-1])
+		}
 	}
 	return nil
 }

@@ -19,6 +19,9 @@ type item[T, R any] struct {
 	res       dedup.Result[R]
 	err       error
 	dead      *dedup.Decision // decided to dead-letter, the write not done yet
+	later     *dedup.Decision // decided to send to a retry topic, the write not done yet
+	tier      time.Duration   // later's tier
+	from      origin
 	firstFail time.Time
 	done      bool
 }
@@ -86,12 +89,25 @@ fill:
 func (c *Consumer[T, R]) process(ctx context.Context, p *partition, batch []kafka.Message) {
 	items := make([]item[T, R], len(batch))
 	pending := make([]*item[T, R], len(batch))
+	var notBefore time.Time
 	for i, m := range batch {
 		it := &items[i]
 		it.msg = m
+		it.from = originOf(m)
+		it.firstFail = it.from.firstFail
 		it.env = envelope[T](m, c.opts.Fingerprint)
+		if it.from.retry {
+			retried(it.env, it.from)
+			if it.from.notBefore.After(notBefore) {
+				notBefore = it.from.notBefore
+			}
+		}
 		it.decodeErr = dedup.DecodeBody(c.opts.Decoder, it.env)
 		pending[i] = it
+	}
+	if d := time.Until(notBefore); d > 0 && !c.wait(ctx, d) {
+		// Stopping: the batch is left uncommitted, for the next owner.
+		return
 	}
 	for len(pending) > 0 {
 		if !c.acquire() {
@@ -138,7 +154,7 @@ func (c *Consumer[T, R]) handle(ctx context.Context, pending []*item[T, R]) {
 	var at []*item[T, R]
 	for _, it := range pending {
 		switch {
-		case it.dead != nil:
+		case it.dead != nil, it.later != nil:
 		case it.decodeErr != nil:
 			it.res, it.err = dedup.Result[R]{}, it.decodeErr
 		default:
@@ -161,10 +177,16 @@ func (c *Consumer[T, R]) handle(ctx context.Context, pending []*item[T, R]) {
 // retried, after how long.
 func (c *Consumer[T, R]) settle(ctx context.Context, it *item[T, R]) (time.Duration, bool) {
 	var d dedup.Decision
-	if it.dead != nil {
+	switch {
+	case it.dead != nil:
 		d = *it.dead
-	} else {
+	case it.later != nil:
+		d = *it.later
+	default:
 		d = c.rcv.Decide(it.res, it.err)
+		if tier, ok := tierFor(c.opts.RetryTopics, d); ok {
+			it.later, it.tier = &d, tier
+		}
 	}
 	if d.Action != dedup.Ack && it.firstFail.IsZero() {
 		it.firstFail = time.Now()
@@ -175,7 +197,13 @@ func (c *Consumer[T, R]) settle(ctx context.Context, it *item[T, R]) (time.Durat
 	case dedup.Ack:
 		it.done = true
 	case dedup.Retry:
-		again = true
+		if it.later == nil {
+			again = true
+		} else if serr = c.retryLater(ctx, it, d); serr != nil {
+			retryAfter, again = c.rcv.StoreRetryDelay(), true
+		} else {
+			it.done = true
+		}
 	case dedup.DeadLetter:
 		it.dead = &d
 		if serr = c.deadLetter(ctx, it, d); serr != nil {
@@ -198,21 +226,44 @@ func (c *Consumer[T, R]) deadLetter(ctx context.Context, it *item[T, R], d dedup
 			slog.Int64("offset", m.Offset), slog.Any("error", d.Err))
 		return nil
 	}
-	attempt := it.res.Attempt
-	var he *dedup.HandlerError
-	if errors.As(d.Err, &he) && he.Attempt > attempt {
-		attempt = he.Attempt
-	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
 	defer cancel()
 	err := writeDeadLetter(sctx, c.dlw, c.opts.DeadLetterTopic, deadLetter{
-		msg: m, group: c.group, reason: d.Reason, err: d.Err, key: it.res.Key, attempt: attempt, firstFail: it.firstFail,
+		msg: m, from: it.from, group: c.group, reason: d.Reason, err: d.Err, key: it.res.Key, attempt: attemptOf(it, d), firstFail: it.firstFail,
 	})
 	if err != nil {
 		c.opts.Logger.WarnContext(ctx, "dedupkafka: dead-letter write failed; the message is retried in place",
 			slog.String("topic", m.Topic), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset), slog.Any("error", err))
 	}
 	return err
+}
+
+// retryLater writes it to the retry topic of its tier, due a tier from
+// now, and waits for the write to be acknowledged.
+func (c *Consumer[T, R]) retryLater(ctx context.Context, it *item[T, R], d dedup.Decision) error {
+	topic := RetryTopic(retryBase(it.from.topic, c.opts.RetryTopics), it.tier)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
+	defer cancel()
+	err := writeRetry(sctx, c.rtw, topic, retryLetter{
+		msg: it.msg, from: it.from, group: c.group, reason: d.Reason, err: d.Err,
+		attempt: attemptOf(it, d), firstFail: it.firstFail, notBefore: time.Now().Add(it.tier),
+	})
+	if err != nil {
+		m := it.msg
+		c.opts.Logger.WarnContext(ctx, "dedupkafka: retry-topic write failed; tried again in place",
+			slog.String("topic", m.Topic), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset), slog.Any("error", err))
+	}
+	return err
+}
+
+// attemptOf is the attempt a decision on it was taken after.
+func attemptOf[T, R any](it *item[T, R], d dedup.Decision) int {
+	attempt := it.res.Attempt
+	var he *dedup.HandlerError
+	if errors.As(d.Err, &he) && he.Attempt > attempt {
+		attempt = he.Attempt
+	}
+	return attempt
 }
 
 // advance moves p's watermark past the longest finished prefix of items,
