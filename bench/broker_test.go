@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The broker rows share their message and their naming: every side of
+// every run consumes n fresh orders from a queue, topic or stream of its
+// own, so that no run sees another's messages or its leftovers.
+
+// ordersJSON returns n distinct orders, encoded, and their ids.
+func ordersJSON(n int) (bodies [][]byte, keys []string) {
+	bodies, keys = make([][]byte, n), make([]string, n)
+	for i := range n {
+		keys[i] = fmt.Sprintf("o-%09d", i)
+		bodies[i], _ = json.Marshal(order{ID: keys[i], Amount: i})
+	}
+	return bodies, keys
+}
+
+var names atomic.Int64
+
+// uniqueName is a queue, topic or stream name no other run uses, on this
+// machine's shared brokers too (the process id and start time tell
+// concurrent benchmark processes apart).
+func uniqueName(kind string) string {
+	return fmt.Sprintf("bench_%s_%d_%d_%d", kind, os.Getpid(), start, names.Add(1))
+}
+
+var start = time.Now().UnixMilli() % 1_000_000
+
+// tally counts handled orders and checks that each was handled once: the
+// sum of their amounts is known.
+type tally struct {
+	n     int
+	seen  atomic.Int64
+	sum   atomic.Int64
+	first atomic.Int64 // when the first order was handled, in Unix nanoseconds
+	done  chan struct{}
+}
+
+func newTally(n int) *tally { return &tally{n: n, done: make(chan struct{})} }
+
+// add records an order; it closes done at the n-th.
+func (t *tally) add(o order) {
+	if t.first.Load() == 0 {
+		t.first.CompareAndSwap(0, time.Now().UnixNano())
+	}
+	t.sum.Add(int64(o.Amount))
+	if t.seen.Add(1) == int64(t.n) {
+		close(t.done)
+	}
+}
+
+// check fails tb unless every order was handled exactly once.
+func (t *tally) check(tb testing.TB, side string) {
+	tb.Helper()
+	if got, want := t.sum.Load(), int64(t.n)*int64(t.n-1)/2; got != want || t.seen.Load() != int64(t.n) {
+		tb.Fatalf("%s: handled %d orders summing to %d, want %d summing to %d", side, t.seen.Load(), got, t.n, want)
+	}
+}
+
+// decode is the handler's work on every side: the body into an order.
+func decode(body []byte) (order, error) {
+	var o order
+	err := json.Unmarshal(body, &o)
+	return o, err
+}

@@ -1,0 +1,265 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	wkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/dedup-go/dedup"
+	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/store/memstore"
+)
+
+// kafkaPartitions is the partition count of every topic: the parallelism
+// of every Kafka side.
+const kafkaPartitions = 3
+
+// startKafka starts an in-process cluster (kfake) for the row and returns
+// its brokers' addresses.
+func startKafka(tb testing.TB) []string {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// toPartition writes each message to its Partition field.
+type toPartition struct{}
+
+func (toPartition) Balance(m kafka.Message, _ ...int) int { return m.Partition }
+
+// kafkaClient is a kafka-go client for the row's administration.
+func kafkaClient(tb testing.TB, brokers []string) *kafka.Client {
+	tr := &kafka.Transport{}
+	tb.Cleanup(tr.CloseIdleConnections)
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr}
+}
+
+// kafkaReaderConfig is the reader of the kafka-go sides: the group is the
+// topic's name, short timeouts as the adapter's tests use.
+func kafkaReaderConfig(brokers []string, topic string) kafka.ReaderConfig {
+	return kafka.ReaderConfig{
+		Brokers: brokers, GroupID: topic, Topic: topic,
+		MaxWait: 50 * time.Millisecond, SessionTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond,
+		RebalanceTimeout: 2 * time.Second, JoinGroupBackoff: 100 * time.Millisecond,
+		ReadBackoffMin: 10 * time.Millisecond, ReadBackoffMax: 100 * time.Millisecond,
+		StartOffset: kafka.FirstOffset,
+	}
+}
+
+// kafkaRun creates a topic of its own, produces n orders round-robin over
+// its partitions (each with its id as Watermill's UUID header), runs
+// consume on it, checks that the group committed every partition to its
+// end, and deletes the topic.
+func kafkaRun(tb testing.TB, brokers []string, n int, side string, consume func(topic string, t *tally)) sample {
+	ctx := context.Background()
+	client := kafkaClient(tb, brokers)
+	topic := uniqueName("kafka")
+	created, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: kafkaPartitions, ReplicationFactor: 1}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := created.Errors[topic]; err != nil {
+		tb.Fatal(err)
+	}
+	defer func() {
+		if _, err := client.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}}); err != nil {
+			tb.Errorf("delete topic %s: %v", topic, err)
+		}
+	}()
+	bodies, keys := ordersJSON(n)
+	msgs := make([]kafka.Message, n)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Topic: topic, Partition: i % kafkaPartitions, Value: bodies[i],
+			Headers: []kafka.Header{{Key: wkafka.UUIDHeaderKey, Value: []byte(keys[i])}}}
+	}
+	produceKafka(tb, brokers, msgs)
+	t := newTally(n)
+	s := rateFromFirst(n, t, func() { consume(topic, t) })
+	t.check(tb, side)
+	committedToEnd(tb, client, topic, side)
+	return s
+}
+
+// produceKafka writes msgs, each to its partition. A writer of its own:
+// a transport caches the cluster's metadata, which would not know the
+// run's new topic.
+func produceKafka(tb testing.TB, brokers []string, msgs []kafka.Message) {
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: toPartition{}, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond, BatchSize: 1000, Transport: tr}
+	defer func() { _ = w.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// rateFromFirst is rate timed from the first message handled, not from
+// the start of work: joining the consumer group (a second or more on
+// kfake, and not the same for kafka-go and sarama) is no message's cost.
+// The clock stops when work returns: the last commit and closing are in.
+func rateFromFirst(n int, t *tally, work func()) sample {
+	s := rate(n, work)
+	end := time.Now()
+	s.value = float64(n) / end.Sub(time.Unix(0, t.first.Load())).Seconds()
+	return s
+}
+
+// committedToEnd fails tb unless the group (named as the topic) committed
+// every partition to its end.
+func committedToEnd(tb testing.TB, client *kafka.Client, topic, side string) {
+	ctx := context.Background()
+	ends := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	ps := make([]int, kafkaPartitions)
+	for p := range ps {
+		ps[p] = p
+		ends.Topics[topic] = append(ends.Topics[topic], kafka.LastOffsetOf(p))
+	}
+	end, err := client.ListOffsets(ctx, ends)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	got, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: topic, Topics: map[string][]int{topic: ps}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	committed := map[int]int64{}
+	for _, p := range got.Topics[topic] {
+		committed[p.Partition] = p.CommittedOffset
+	}
+	for _, p := range end.Topics[topic] {
+		if committed[p.Partition] != p.LastOffset {
+			tb.Fatalf("%s: partition %d committed to %d, its end is %d", side, p.Partition, committed[p.Partition], p.LastOffset)
+		}
+	}
+}
+
+// bareKafka is a plain kafka-go consumer: one goroutine fetching,
+// decoding, handling, and committing the last message of each partition
+// every commitEvery messages and at the end.
+func bareKafka(tb testing.TB, brokers []string, topic string, commitEvery int, t *tally) {
+	r := kafka.NewReader(kafkaReaderConfig(brokers, topic))
+	defer func() { _ = r.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	defer cancel()
+	last := map[int]kafka.Message{}
+	for i := range t.n {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		o, err := decode(m.Value)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		t.add(o)
+		last[m.Partition] = m
+		if (i+1)%commitEvery == 0 || i == t.n-1 {
+			msgs := make([]kafka.Message, 0, len(last))
+			for _, m := range last {
+				msgs = append(msgs, m)
+			}
+			clear(last)
+			if err := r.CommitMessages(ctx, msgs...); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+}
+
+// dedupKafka is the adapter's Consumer over memstore with opts; Stop
+// commits what is settled.
+func dedupKafka(tb testing.TB, brokers []string, topic string, opts *dedupkafka.Options, t *tally) {
+	st, err := memstore.New(&memstore.Options{Capacity: t.n + 1000})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rcv, err := dedup.NewReceiver(st, idstrategy.BodyField("id", func(o order) string { return o.ID }),
+		func(_ context.Context, m *dedup.Message[order]) (struct{}, error) {
+			t.add(m.Body)
+			return struct{}{}, nil
+		}, &dedup.Config{Retention: 7 * 24 * time.Hour})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c, err := dedupkafka.NewConsumer(kafka.NewReader(kafkaReaderConfig(brokers, topic)), rcv, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	testenv.Recv(tb, t.done, "every order consumed")
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// watermillKafka is Watermill's Kafka subscriber (sarama, a consumer
+// group, its default auto-commit) under a router with its Deduplicator.
+// One subscription: it hands over one message per partition at a time,
+// which the router handles concurrently.
+func watermillKafka(tb testing.TB, brokers []string, topic string, t *tally) {
+	cfg := wkafka.DefaultSaramaSubscriberConfig()
+	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest // the topic is filled before the group exists
+	sub, err := wkafka.NewSubscriber(wkafka.SubscriberConfig{
+		Brokers: brokers, Unmarshaler: wkafka.DefaultMarshaler{}, OverwriteSaramaConfig: cfg, ConsumerGroup: topic,
+	}, watermill.NopLogger{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = sub.Close() }()
+	runWatermill(tb, topic, sub, 1, t)
+	// Closing the subscriber ends the group session, which commits the
+	// offsets marked since the last auto-commit: that is in the clock.
+	if err := sub.Close(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func init() {
+	register(row{
+		name: fmt.Sprintf("Kafka consumer (kfake, %d partitions), memstore, trivial handler", kafkaPartitions),
+		unit: "msgs/s", n: 20000,
+		aim: "dedup >= 0.90x bare",
+		setup: func(tb testing.TB) []side {
+			brokers := startKafka(tb)
+			run := func(side string, consume func(topic string, t *tally)) func(tb testing.TB, n int) sample {
+				return func(tb testing.TB, n int) sample { return kafkaRun(tb, brokers, n, side, consume) }
+			}
+			return []side{
+				{name: "bare kafka-go reader, commit every message", run: run("bare/1", func(topic string, t *tally) {
+					bareKafka(tb, brokers, topic, 1, t)
+				})},
+				{name: "bare kafka-go reader, commit every 100", run: run("bare/100", func(topic string, t *tally) {
+					bareKafka(tb, brokers, topic, 100, t)
+				})},
+				{name: "dedupkafka Consumer, memstore, commit every outcome", run: run("dedup/every", func(topic string, t *tally) {
+					dedupKafka(tb, brokers, topic, &dedupkafka.Options{CommitInterval: dedupkafka.CommitEveryOutcome}, t)
+				})},
+				{name: "dedupkafka Consumer, memstore, commit every 1s (default)", run: run("dedup/1s", func(topic string, t *tally) {
+					dedupKafka(tb, brokers, topic, nil, t)
+				})},
+				{name: "Watermill Kafka subscriber (sarama, auto-commit) + Deduplicator", run: run("watermill", func(topic string, t *tally) {
+					watermillKafka(tb, brokers, topic, t)
+				})},
+			}
+		},
+	})
+}
