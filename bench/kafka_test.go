@@ -251,7 +251,7 @@ func init() {
 					bareKafka(tb, brokers, topic, 100, t)
 				})},
 				{name: "dedupkafka Consumer, memstore, commit every outcome", run: run("dedup/every", func(topic string, t *tally) {
-					dedupKafka(tb, brokers, topic, &dedupkafka.Options{CommitInterval: dedupkafka.CommitEveryOutcome}, t)
+					dedupKafka(tb, brokers, topic, &dedupkafka.Options{DropPoison: true, CommitInterval: dedupkafka.CommitEveryOutcome}, t)
 				})},
 				{name: "dedupkafka Consumer, memstore, commit every 1s (default)", run: run("dedup/1s", func(topic string, t *tally) {
 					dedupKafka(tb, brokers, topic, nil, t)

@@ -68,16 +68,16 @@ func BenchmarkConsume(b *testing.B) {
 		require.NoError(b, err)
 		return s
 	}
-	bench("dedup/memstore/commit-every-outcome", dedupLoop(memstoreStore, &dedupkafka.Options{CommitInterval: dedupkafka.CommitEveryOutcome}))
+	bench("dedup/memstore/commit-every-outcome", dedupLoop(memstoreStore, &dedupkafka.Options{DropPoison: true, CommitInterval: dedupkafka.CommitEveryOutcome}))
 	bench("dedup/memstore/commit-1s", dedupLoop(memstoreStore, nil))
-	bench("dedup/memstore/batch-100", dedupLoop(memstoreStore, &dedupkafka.Options{BatchSize: 100}))
+	bench("dedup/memstore/batch-100", dedupLoop(memstoreStore, &dedupkafka.Options{DropPoison: true, BatchSize: 100}))
 	redisStore := func(b *testing.B, _ int) store.Store {
 		c := redistest.Client(b)
 		s, err := redisstore.New(context.Background(), c, &redisstore.Options{Prefix: redistest.Prefix(b, c)})
 		require.NoError(b, err)
 		return s
 	}
-	bench("dedup/redisstore/batch-100", dedupLoop(redisStore, &dedupkafka.Options{BatchSize: 100}))
+	bench("dedup/redisstore/batch-100", dedupLoop(redisStore, &dedupkafka.Options{DropPoison: true, BatchSize: 100}))
 }
 
 func createTopic(b testing.TB, brokers []string, topic string, partitions int) {

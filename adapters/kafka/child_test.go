@@ -113,7 +113,7 @@ func runChild() error {
 	// batch the window is wider: the batch's completions are recorded
 	// together after its last handler, so a kill mid-batch repeats the
 	// effects of the handlers of the batch that already ran.)
-	c, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{
+	c, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{DropPoison: true,
 		Concurrency: 1, CommitInterval: 100 * time.Millisecond, MinRetryDelay: 10 * time.Millisecond,
 	})
 	if err != nil {

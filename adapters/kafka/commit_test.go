@@ -95,7 +95,7 @@ func testKillRereads(t *testing.T, every time.Duration) {
 		return Receipt{OrderID: m.Body.ID, Charge: fx.add(m.Partition, m.Body.ID)}, nil
 	}
 	key := idstrategy.BodyField("id", func(o Order) string { return o.ID })
-	opts := &dedupkafka.Options{Concurrency: 3, CommitInterval: every}
+	opts := &dedupkafka.Options{DropPoison: true, Concurrency: 3, CommitInterval: every}
 
 	first := newSettlements()
 	cfg := fastConfig("billing")
@@ -194,7 +194,7 @@ func TestStopCommitsInFlight(t *testing.T) {
 	}
 	rcv, err := dedup.NewReceiver(s, idstrategy.BodyField("id", func(o Order) string { return o.ID }), handler, fastConfig("billing"))
 	require.NoError(t, err)
-	c, err := dedupkafka.NewConsumer(newReader(t, brokers, group, topic), rcv, &dedupkafka.Options{CommitInterval: time.Hour})
+	c, err := dedupkafka.NewConsumer(newReader(t, brokers, group, topic), rcv, &dedupkafka.Options{DropPoison: true, CommitInterval: time.Hour})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))
 	require.Equal(t, orderID(0), testenv.Recv(t, running, "a handler"))
@@ -223,7 +223,7 @@ func TestStopCommitsInFlight(t *testing.T) {
 			return Receipt{}, ctx.Err()
 		}, fastConfig("billing"))
 	require.NoError(t, err)
-	c2, err := dedupkafka.NewConsumer(newReader(t, brokers, group, topic), rcv2, nil)
+	c2, err := dedupkafka.NewConsumer(newReader(t, brokers, group, topic), rcv2, &dedupkafka.Options{DropPoison: true})
 	require.NoError(t, err)
 	require.NoError(t, c2.Start(t.Context()))
 	require.Equal(t, orderID(1), testenv.Recv(t, running, "a handler"))

@@ -44,14 +44,23 @@ func TestOptionsRefused(t *testing.T) {
 		"writer acks one":         {DeadLetterTopic: "dlq", DeadLetterWriter: &kafka.Writer{RequiredAcks: kafka.RequireOne}},
 		"writer async":            {DeadLetterTopic: "dlq", DeadLetterWriter: &kafka.Writer{RequiredAcks: kafka.RequireAll, Async: true}},
 	} {
+		o.DropPoison = o.DeadLetterTopic == "" // each case breaks one rule only
 		_, err := dedupkafka.NewConsumer(r, rcv, &o)
 		require.ErrorIs(t, err, dedup.ErrInvalidConfig, name)
 	}
-	_, err := dedupkafka.NewConsumer[Order, Receipt](nil, rcv, nil)
+	// Poison must land somewhere, or be dropped on purpose: never both.
+	_, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{})
+	require.ErrorIs(t, err, dedup.ErrInvalidConfig, "no DeadLetterTopic and no DropPoison")
+	require.ErrorContains(t, err, "DropPoison")
+	_, err = dedupkafka.NewConsumer(r, rcv, nil)
+	require.ErrorIs(t, err, dedup.ErrInvalidConfig, "nil options: no DeadLetterTopic")
+	_, err = dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{DeadLetterTopic: "dlq", DropPoison: true})
+	require.ErrorIs(t, err, dedup.ErrInvalidConfig, "both")
+	_, err = dedupkafka.NewConsumer[Order, Receipt](nil, rcv, nil)
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
 	_, err = dedupkafka.NewConsumer[Order, Receipt](r, nil, nil)
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
-	c, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{CommitInterval: dedupkafka.CommitEveryOutcome})
+	c, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{DropPoison: true, CommitInterval: dedupkafka.CommitEveryOutcome})
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Stop(t.Context()), dedupkafka.ErrNotStarted)
 }
@@ -69,7 +78,7 @@ func TestStartRefuses(t *testing.T) {
 		t.Cleanup(func() { _ = r.Close() })
 		dc := fastConfig("billing")
 		dc.Retention = retention
-		c, err := dedupkafka.NewConsumer(r, orderReceiver(t, dc), &dedupkafka.Options{StrictHorizon: strict})
+		c, err := dedupkafka.NewConsumer(r, orderReceiver(t, dc), &dedupkafka.Options{DropPoison: true, StrictHorizon: strict})
 		require.NoError(t, err)
 		return c, c.Start(t.Context())
 	}

@@ -7,11 +7,20 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/dedup-go/dedup"
 )
+
+// Stats counts what the Consumer did beside what the receiver's Stats and
+// Observer report.
+type Stats struct {
+	// PoisonDropped counts poison messages committed past without a dead
+	// letter, under Options.DropPoison.
+	PoisonDropped int64
+}
 
 // Consumer runs a dedup.Receiver over a kafka-go consumer-group Reader: it
 // fetches messages (FetchMessage, never ReadMessage, which commits before
@@ -39,6 +48,8 @@ type Consumer[T, R any] struct {
 	rtw    *kafka.Writer // writes to the retry topics; nil without RetryTopics
 	ownRTW bool          // rtw was made by Start (and is not dlw), and is closed by the shutdown
 	sem    chan struct{}
+
+	poisonDropped atomic.Int64 // under DropPoison
 
 	mu          sync.Mutex
 	started     bool
@@ -265,6 +276,11 @@ func (c *Consumer[T, R]) readerClosed() {
 // Stopped is closed when the consumer has stopped: after Stop, a hard stop,
 // or a fetch error. Err says why, in the last case.
 func (c *Consumer[T, R]) Stopped() <-chan struct{} { return c.stopped }
+
+// Stats returns the Consumer's counters.
+func (c *Consumer[T, R]) Stats() Stats {
+	return Stats{PoisonDropped: c.poisonDropped.Load()}
+}
 
 // Err returns the error that stopped fetching when it was not Stop or the
 // cancellation of Start's context (the reader closed elsewhere, say), or

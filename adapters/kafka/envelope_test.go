@@ -38,7 +38,7 @@ func TestEnvelope(t *testing.T) {
 			return struct{}{}, nil
 		}, fastConfig("billing"))
 	require.NoError(t, err)
-	c, err := dedupkafka.NewConsumer(newReader(t, brokers, "g", topic), rcv, &dedupkafka.Options{Decoder: dedup.RawDecoder{}})
+	c, err := dedupkafka.NewConsumer(newReader(t, brokers, "g", topic), rcv, &dedupkafka.Options{DropPoison: true, Decoder: dedup.RawDecoder{}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))
 	stopAtCleanup(t, c)

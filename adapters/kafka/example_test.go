@@ -62,7 +62,7 @@ func ExampleNewConsumer() {
 		&dedup.Config{Namespace: "billing", Retention: 7 * 24 * time.Hour, Observer: settled})
 	// CommitInterval 0 (the default): the Consumer commits itself.
 	reader := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "billing", Topic: "orders", MaxWait: 100 * time.Millisecond})
-	c, err := dedupkafka.NewConsumer(reader, rcv, nil)
+	c, err := dedupkafka.NewConsumer(reader, rcv, &dedupkafka.Options{DropPoison: true})
 	if err != nil {
 		panic(err)
 	}

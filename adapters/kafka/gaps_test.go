@@ -64,7 +64,7 @@ func TestOffsetGapsCommitToEnd(t *testing.T) {
 			return struct{}{}, nil
 		}, fastConfig("billing"))
 	require.NoError(t, err)
-	c, err := dedupkafka.NewConsumer(newReader(t, brokers, group, topic), rcv, &dedupkafka.Options{BatchSize: 8})
+	c, err := dedupkafka.NewConsumer(newReader(t, brokers, group, topic), rcv, &dedupkafka.Options{DropPoison: true, BatchSize: 8})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))
 	stopAtCleanup(t, c)

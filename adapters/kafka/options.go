@@ -80,9 +80,15 @@ type Options struct {
 	// permanent errors, attempts exhausted, key reused): the original key,
 	// value and headers, plus Dedup-* headers saying why (see the package
 	// documentation). The original is committed only after the write was
-	// acknowledged by all in-sync replicas. Defaults to "": poison messages
-	// are committed past with a warning.
+	// acknowledged by all in-sync replicas. One of DeadLetterTopic and
+	// DropPoison is required: NewConsumer refuses neither and both.
 	DeadLetterTopic string
+
+	// DropPoison commits past poison messages instead of writing them to a
+	// dead-letter topic: each is logged at error level with its topic,
+	// partition, offset and reason, and counted (PoisonDropped). It is the
+	// explicit way to run without a DeadLetterTopic. Defaults to false.
+	DropPoison bool
 
 	// DeadLetterWriter writes dead letters. Its Topic must be empty (the
 	// topic is DeadLetterTopic), its RequiredAcks RequireAll and it must not
@@ -145,7 +151,7 @@ type Options struct {
 	// client of the reader's brokers (and Dialer's TLS and SASL).
 	Client *kafka.Client
 
-	// Logger receives warnings (dead letters without a DeadLetterTopic,
+	// Logger receives warnings and errors (poison dropped under DropPoison,
 	// failed dead-letter writes and commits, the horizon check). Defaults
 	// to the receiver's logger (dedup.Config.Logger).
 	Logger *slog.Logger
@@ -188,6 +194,10 @@ func (o *Options) validate() error {
 		return wrapConfig("MinRetryDelay is %v; it must be positive", o.MinRetryDelay)
 	case o.SettleTimeout < 0:
 		return wrapConfig("SettleTimeout is %v; it must be positive", o.SettleTimeout)
+	case o.DeadLetterTopic == "" && !o.DropPoison:
+		return wrapConfig("no DeadLetterTopic: poison messages would be lost; set one, or DropPoison to drop them on purpose (logged and counted)")
+	case o.DeadLetterTopic != "" && o.DropPoison:
+		return wrapConfig("DropPoison is set with DeadLetterTopic %q; choose one", o.DeadLetterTopic)
 	case o.DeadLetterWriter != nil && o.DeadLetterTopic == "":
 		return wrapConfig("DeadLetterWriter is set without a DeadLetterTopic")
 	case o.DeadLetterWriter != nil && o.DeadLetterWriter.Topic != "":

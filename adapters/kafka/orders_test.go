@@ -134,14 +134,14 @@ func TestOrdersExactlyOnce(t *testing.T) {
 		t.Parallel()
 		s, err := memstore.New(&memstore.Options{Capacity: 2 * orderCount})
 		require.NoError(t, err)
-		testOrders(t, s, &dedupkafka.Options{Concurrency: 3}, true)
+		testOrders(t, s, &dedupkafka.Options{DropPoison: true, Concurrency: 3}, true)
 	})
 	t.Run("redisstore-batches", func(t *testing.T) {
 		t.Parallel()
 		c := redistest.Client(t)
 		s, err := redisstore.New(t.Context(), c, &redisstore.Options{Prefix: redistest.Prefix(t, c)})
 		require.NoError(t, err)
-		testOrders(t, s, &dedupkafka.Options{Concurrency: 3, BatchSize: 64, Linger: 5 * time.Millisecond, CommitInterval: 50 * time.Millisecond}, false)
+		testOrders(t, s, &dedupkafka.Options{DropPoison: true, Concurrency: 3, BatchSize: 64, Linger: 5 * time.Millisecond, CommitInterval: 50 * time.Millisecond}, false)
 	})
 }
 
@@ -168,7 +168,7 @@ func testOrders(t *testing.T, s store.Store, opts *dedupkafka.Options, strictOrd
 	rcv, err := dedup.NewReceiver(s, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge(fx), cfg)
 	require.NoError(t, err)
 	o := *opts
-	o.DeadLetterTopic = dlq
+	o.DeadLetterTopic, o.DropPoison = dlq, false
 	o.MinRetryDelay = 10 * time.Millisecond
 	c, err := dedupkafka.NewConsumer(newReader(t, brokers, group, topic), rcv, &o)
 	require.NoError(t, err)

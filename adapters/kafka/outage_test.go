@@ -64,7 +64,7 @@ func TestStoreDownFailClosed(t *testing.T) {
 	rc := readerConfig(brokers, group, topic)
 	rc.QueueCapacity = queue
 	r := kafka.NewReader(rc)
-	c, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{PartitionBuffer: buffer, CommitInterval: 50 * time.Millisecond})
+	c, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{DropPoison: true, PartitionBuffer: buffer, CommitInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))
 	stopAtCleanup(t, c)

@@ -133,7 +133,7 @@ func TestRetryTopicTransient(t *testing.T) {
 
 	fx, cl := newEffects(), &calls{}
 	rcv := retryReceiver(t, fx, cl, tiers[0], func(id string, attempt int) bool { return id == orderID(3) && attempt == 1 })
-	opts := &dedupkafka.Options{RetryTopics: tiers, CommitInterval: 10 * time.Millisecond}
+	opts := &dedupkafka.Options{DropPoison: true, RetryTopics: tiers, CommitInterval: 10 * time.Millisecond}
 	main := startConsumer(t, newReader(t, brokers, group, topic), rcv, opts)
 	retry := startConsumer(t, newReader(t, brokers, retryGroup, retry1, retry2), rcv, opts)
 
@@ -269,7 +269,7 @@ func TestRetryTopicStopWhileWaiting(t *testing.T) {
 	fx, cl := newEffects(), &calls{}
 	rcv := retryReceiver(t, fx, cl, time.Second, func(string, int) bool { return false })
 	retry := startConsumer(t, newReader(t, brokers, retryGroup, retry1), rcv,
-		&dedupkafka.Options{RetryTopics: []time.Duration{tier}, CommitInterval: 10 * time.Millisecond})
+		&dedupkafka.Options{DropPoison: true, RetryTopics: []time.Duration{tier}, CommitInterval: 10 * time.Millisecond})
 	eventually(t, 30*time.Second, func() bool {
 		return committed(t, brokers, retryGroup, retry1, 1)[0] == 1
 	}, "the due message handled and committed")
@@ -305,7 +305,7 @@ func TestRetryTopicsChecked(t *testing.T) {
 		t.Cleanup(func() { _ = r.Close() })
 		dc := fastConfig("billing")
 		dc.Retention = retention
-		c, err := dedupkafka.NewConsumer(r, orderReceiver(t, dc), &dedupkafka.Options{RetryTopics: tiers})
+		c, err := dedupkafka.NewConsumer(r, orderReceiver(t, dc), &dedupkafka.Options{DropPoison: true, RetryTopics: tiers})
 		require.NoError(t, err)
 		err = c.Start(t.Context())
 		if err == nil {
@@ -336,6 +336,7 @@ func TestRetryTopicsChecked(t *testing.T) {
 		"writer acks one":      {RetryTopics: []time.Duration{time.Second}, RetryWriter: &kafka.Writer{RequiredAcks: kafka.RequireOne}},
 		"writer async":         {RetryTopics: []time.Duration{time.Second}, RetryWriter: &kafka.Writer{RequiredAcks: kafka.RequireAll, Async: true}},
 	} {
+		o.DropPoison = true
 		_, err := dedupkafka.NewConsumer(r, rcv, &o)
 		require.ErrorIs(t, err, dedup.ErrInvalidConfig, name)
 	}
@@ -374,7 +375,7 @@ func TestRetryTopicWriteBeforeCommit(t *testing.T) {
 	tr := closedAtCleanup(t)
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, MaxAttempts: 1, BatchTimeout: time.Millisecond, Transport: tr}
 	t.Cleanup(func() { _ = w.Close() })
-	opts := &dedupkafka.Options{RetryTopics: tiers, RetryWriter: w, CommitInterval: 10 * time.Millisecond}
+	opts := &dedupkafka.Options{DropPoison: true, RetryTopics: tiers, RetryWriter: w, CommitInterval: 10 * time.Millisecond}
 	main, err := dedupkafka.NewConsumer(newReader(t, brokers, group, topic), rcv, opts)
 	require.NoError(t, err)
 	require.NoError(t, main.Start(t.Context()))

@@ -217,11 +217,13 @@ func (c *Consumer[T, R]) settle(ctx context.Context, it *item[T, R]) (time.Durat
 }
 
 // deadLetter writes it to the dead-letter topic and waits for the write to
-// be acknowledged; without a DeadLetterTopic it only warns.
+// be acknowledged; under DropPoison it logs the message at error level,
+// counts it and lets it be committed past.
 func (c *Consumer[T, R]) deadLetter(ctx context.Context, it *item[T, R], d dedup.Decision) error {
 	m := it.msg
 	if c.dlw == nil {
-		c.opts.Logger.WarnContext(ctx, "dedupkafka: poison message committed past (no DeadLetterTopic)",
+		c.poisonDropped.Add(1)
+		c.opts.Logger.ErrorContext(ctx, "dedupkafka: poison message dropped (DropPoison): committed past without a dead letter",
 			slog.String("reason", string(d.Reason)), slog.String("topic", m.Topic), slog.Int("partition", m.Partition),
 			slog.Int64("offset", m.Offset), slog.Any("error", d.Err))
 		return nil
