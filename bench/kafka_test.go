@@ -254,7 +254,7 @@ func init() {
 					dedupKafka(tb, brokers, topic, &dedupkafka.Options{DropPoison: true, CommitInterval: dedupkafka.CommitEveryOutcome}, t)
 				})},
 				{name: "dedupkafka Consumer, memstore, commit every 1s (default)", run: run("dedup/1s", func(topic string, t *tally) {
-					dedupKafka(tb, brokers, topic, nil, t)
+					dedupKafka(tb, brokers, topic, &dedupkafka.Options{DropPoison: true}, t)
 				})},
 				{name: "Watermill Kafka subscriber (sarama, auto-commit) + Deduplicator", run: run("watermill", func(topic string, t *tally) {
 					watermillKafka(tb, brokers, topic, t)
