@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,40 +17,6 @@ import (
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
-
-// silentServer accepts connections and never answers, as a server that
-// hangs (or a network that drops every packet) would.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
 
 // lazyPool returns a pool on dsn that does not connect until it is used.
 func lazyPool(t *testing.T, dsn string) *pgxpool.Pool {
@@ -70,7 +35,7 @@ func lazyPool(t *testing.T, dsn string) *pgxpool.Pool {
 func TestNewUnavailable(t *testing.T) {
 	t.Parallel()
 	refused := "127.0.0.1:" + itoa(testenv.FreePort(t))
-	for name, addr := range map[string]string{"Refused": refused, "Silent": silentServer(t)} {
+	for name, addr := range map[string]string{"Refused": refused, "Silent": testenv.SilentServer(t)} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			pool := lazyPool(t, "postgres://postgres@"+addr+"/test?sslmode=disable")

@@ -3,10 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +49,7 @@ func TestNewRedisDown(t *testing.T) {
 // same way.
 func TestNewRedisSilent(t *testing.T) {
 	t.Parallel()
-	addr := silentServer(t)
+	addr := testenv.SilentServer(t)
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer c.Close()
 
@@ -68,39 +66,6 @@ func TestNewRedisSilent(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("New hangs on a Redis that does not answer")
 	}
-}
-
-// silentServer listens on a free port and accepts connections without ever
-// answering; it closes them when t ends.
-func silentServer(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Go(func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, conn)
-			mu.Unlock()
-		}
-	})
-	t.Cleanup(func() {
-		_ = l.Close()
-		testenv.Wait(t, &wg, "the deliveries to return")
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return l.Addr().String()
 }
 
 // TestExpiryFollowsState: the Redis expiry of a record is its lease plus
