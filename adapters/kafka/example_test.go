@@ -20,7 +20,7 @@ import (
 // is charged once, keyed on the Message-Id the dedupkafka.Writer stamped on
 // it, and the partition is committed to its end when the consumer stops.
 func ExampleNewConsumer() {
-	cluster, _ := kfake.NewCluster(kfake.SeedTopics(1, "orders"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	cluster, _ := kfake.NewCluster(kfake.SeedTopics(1, "orders", "orders.dlq"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	defer cluster.Close()
 	brokers := cluster.ListenAddrs()
 	ctx := context.Background()
@@ -62,7 +62,7 @@ func ExampleNewConsumer() {
 		&dedup.Config{Namespace: "billing", Retention: 7 * 24 * time.Hour, Observer: settled})
 	// CommitInterval 0 (the default): the Consumer commits itself.
 	reader := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "billing", Topic: "orders", MaxWait: 100 * time.Millisecond})
-	c, err := dedupkafka.NewConsumer(reader, rcv, &dedupkafka.Options{DropPoison: true})
+	c, err := dedupkafka.NewConsumer(reader, rcv, &dedupkafka.Options{DeadLetterTopic: "orders.dlq"})
 	if err != nil {
 		panic(err)
 	}
