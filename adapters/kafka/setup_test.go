@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/internal/adaptertest"
 )
 
 func TestMain(m *testing.M) {
@@ -243,32 +244,11 @@ func fastConfig(ns string) *dedup.Config {
 	}
 }
 
-// onSettled is an Observer that calls fn with every event the adapter
-// reports (dedup.EventSettled), and ignores the receiver's own.
-func onSettled(fn func(e dedup.Event)) dedup.Observer {
-	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind == dedup.EventSettled {
-			fn(e)
-		}
-	})
-}
-
-// stopAtCleanup stops a consumer at the end of a test, and waits.
-func stopAtCleanup(t testing.TB, s interface {
-	Stop(context.Context) error
-	Stopped() <-chan struct{}
-}) {
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = s.Stop(ctx)
-		select {
-		case <-s.Stopped():
-		case <-time.After(20 * time.Second):
-			t.Error("consumer did not stop")
-		}
-	})
-}
+// Shared with the other adapters' tests.
+var (
+	onSettled     = adaptertest.OnSettled
+	stopAtCleanup = adaptertest.StopAtCleanup
+)
 
 // eventually waits for cond, failing the test after within.
 func eventually(t testing.TB, within time.Duration, cond func() bool, what string, args ...any) {

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/internal/adaptertest"
 	"github.com/dedup-go/dedup/internal/testenv"
 )
 
@@ -231,35 +232,14 @@ func fastConfig(ns string) *dedup.Config {
 	}
 }
 
-// onSettled is an Observer that calls fn with every event the adapter
-// reports (dedup.EventSettled), and ignores the receiver's own.
-func onSettled(fn func(e dedup.Event)) dedup.Observer {
-	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind == dedup.EventSettled {
-			fn(e)
-		}
-	})
-}
-
 // observed returns cfg with obs as its Observer.
 func observed(cfg *dedup.Config, obs dedup.Observer) *dedup.Config {
 	cfg.Observer = obs
 	return cfg
 }
 
-// stop stops a consumer or subscriber at the end of a test, and waits.
-func stopAtCleanup(t testing.TB, s interface {
-	Stop(context.Context) error
-	Stopped() <-chan struct{}
-}) {
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = s.Stop(ctx)
-		select {
-		case <-s.Stopped():
-		case <-time.After(20 * time.Second):
-			t.Error("consumer did not stop")
-		}
-	})
-}
+// Shared with the other adapters' tests.
+var (
+	onSettled     = adaptertest.OnSettled
+	stopAtCleanup = adaptertest.StopAtCleanup
+)

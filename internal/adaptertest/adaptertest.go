@@ -1,0 +1,37 @@
+// Package adaptertest holds what the adapters' tests share: watching the
+// events an adapter reports, and stopping a consumer when a test ends.
+package adaptertest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/internal/testenv"
+)
+
+// OnSettled is an Observer that calls fn with every event an adapter
+// reports (dedup.EventSettled), and ignores the receiver's own.
+func OnSettled(fn func(e dedup.Event)) dedup.Observer {
+	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+		if e.Kind == dedup.EventSettled {
+			fn(e)
+		}
+	})
+}
+
+// Stopper is a consumer or subscriber of an adapter.
+type Stopper interface {
+	Stop(context.Context) error
+	Stopped() <-chan struct{}
+}
+
+// StopAtCleanup stops s when t ends, and waits (bounded) until it stopped.
+func StopAtCleanup(t testing.TB, s Stopper) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+		defer cancel()
+		_ = s.Stop(ctx) // a test may have stopped it, or checks Stop's error itself
+		testenv.Recv(t, s.Stopped(), "the consumer to stop")
+	})
+}
