@@ -51,8 +51,8 @@
 // # Concurrency and failures
 //
 // Concurrent deliveries of one key inside one process wait for the first
-// and share its result (or, with Config.NoWait, are answered in flight at
-// once); a handler that calls Handle for its own key gets in flight. Every
+// and share its result (or, with Config.NoWait, each asks the store at
+// once: in flight while the key is held, replayed once completed); a handler that calls Handle for its own key gets in flight. Every
 // piece of user code the receiver calls (handler, key func, codec,
 // Fingerprint, Heartbeat, Backoff, Observer) is recovered: a panic before
 // the effect is an error, one after it completes the record without its
