@@ -52,8 +52,9 @@
 //
 // Concurrent deliveries of one key inside one process wait for the first
 // and share its result (or, with Config.NoWait, each asks the store at
-// once: in flight while the key is held, replayed once completed); a handler that calls Handle for its own key gets in flight. Every
-// piece of user code the receiver calls (handler, key func, codec,
+// once: in flight while the key is held, replayed once completed); a
+// handler that calls Handle for its own key gets in flight. Every piece of
+// user code the receiver calls (handler, key func, codec,
 // Fingerprint, Heartbeat, Backoff, Observer) is recovered: a panic before
 // the effect is an error, one after it completes the record without its
 // result. The completion of a success runs detached from the caller's
