@@ -33,11 +33,17 @@ func (h *HeldClaim) Completed() bool { return h.completed.Load() }
 
 type heldKey struct{}
 
-// ContextWithClaim returns ctx carrying h. The receiver calls it before the
-// handler runs.
+// ContextWithClaim returns ctx carrying h.
 func ContextWithClaim(ctx context.Context, h *HeldClaim) context.Context {
 	return context.WithValue(ctx, heldKey{}, h)
 }
+
+// ClaimContextKey returns the key under which a context carries its
+// HeldClaim. The receiver's handler context is a type of its own, made
+// without an allocation of its own, and answers ClaimFromContext by
+// returning its claim from Value for this key; ContextWithClaim is the
+// way for everyone else.
+func ClaimContextKey() any { return heldKey{} }
 
 // ClaimFromContext returns the claim the handler running under ctx holds,
 // or false outside a handler.

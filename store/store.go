@@ -4,6 +4,7 @@ import (
 	"context"
 	"iter"
 	"strings"
+	"time"
 )
 
 // Store keeps one record per key and moves it through the state machine of
@@ -60,6 +61,18 @@ type Peeker interface {
 type InProcess interface {
 	// InProcess reports whether every call completes in process memory.
 	InProcess() bool
+}
+
+// Bounded is implemented by stores that bound every call themselves,
+// whatever the context they are given: a call returns (with
+// ErrUnavailable at worst) within CallTimeout, retries included
+// (redisstore's and pgstore's Options.Timeout). When that is within
+// Config.StoreTimeout, the receiver spends no timer of its own bounding
+// the completions and releases it runs detached from the caller.
+type Bounded interface {
+	// CallTimeout is how long a call may take at most; 0 when the store
+	// cannot say (a wrapper over a store that is not Bounded).
+	CallTimeout() time.Duration
 }
 
 // SplitKey cuts key after its first ':' into the prefix (namespace and
