@@ -8,8 +8,9 @@
 //
 // # What it guarantees
 //
-// Every method is one atomic step under one mutex: of many concurrent
-// Acquires of a key exactly one claims it, and a claim whose lease was
+// Every method is one atomic step under the mutex of the key's shard (see
+// Capacity and eviction): of many concurrent Acquires of a key exactly one
+// claims it, and a claim whose lease was
 // taken over is fenced off by its token ([store.ErrLeaseLost]). It keeps
 // every rule of the contract (package store) and passes
 // [github.com/dedup-go/dedup/store/storetest]. Where the contract leaves
@@ -34,6 +35,13 @@
 // arriving later runs the handler again. [Store.Stats] counts these
 // evictions; size Capacity above the message rate times the retention, and
 // watch the count.
+//
+// A store of Capacity 8,192 or more (the default is 100,000) is cut into
+// shards, up to 16, by a hash of the key: each has its own mutex, so that
+// deliveries of different keys rarely wait for one another, and its share
+// of Capacity (rounded up). Eviction then takes the least recently used
+// record of the key's shard, and the bound of claims below is per shard
+// too. A smaller store is one piece, bounded exactly.
 //
 // A processing record is never evicted for room: a second delivery would
 // run while the first still works. Claims are kept apart, bounded by the

@@ -29,7 +29,8 @@ type Options struct {
 }
 
 // Store is a store.Store held in process memory. It is safe for concurrent
-// use; every method takes one mutex once.
+// use; every method on a key takes the mutex of the key's shard once (see
+// the package documentation on Capacity).
 //
 // The Result of a record it returns is shared with the store, so that a
 // replay copies nothing: treat it as read-only.
@@ -101,20 +102,21 @@ func (s *Store) Peek(prefix, id string) *store.Record {
 	return s.core.Peek(prefix, id)
 }
 
-// AcquireBatch runs Acquire for every request under one lock and one clock
-// reading, so the batch is atomic as a whole and each request sees the ones
-// before it (the second request of a key finds the first one's claim).
+// AcquireBatch runs Acquire for every request in order, on one clock
+// reading: each request sees the ones before it (the second request of a
+// key finds the first one's claim). Each takes its key's shard's lock in
+// turn, so the batch is the sequence of its Acquires, not one atomic step.
 func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {
 	return s.core.AcquireBatch(ctx, reqs)
 }
 
-// CompleteBatch runs Complete for every request under one lock and one
-// clock reading; the error at index i belongs to reqs[i].
+// CompleteBatch runs Complete for every request in order, on one clock
+// reading; the error at index i belongs to reqs[i].
 func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
 	return s.core.CompleteBatch(ctx, reqs)
 }
 
-// ExtendBatch runs Extend for every request under one lock and one clock
+// ExtendBatch runs Extend for every request in order, on one clock
 // reading; the error at index i belongs to reqs[i].
 func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []error {
 	return s.core.ExtendBatch(ctx, reqs)

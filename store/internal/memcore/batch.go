@@ -1,16 +1,16 @@
 package memcore
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
 	"github.com/dedup-go/dedup/store"
 )
 
-// AcquireBatch runs Acquire for every request under one lock and one clock
-// reading, so the batch is atomic as a whole and each request sees the ones
-// before it (the second request of a key finds the first one's claim).
+// AcquireBatch runs Acquire for every request in order, on one clock
+// reading: each request sees the ones before it (the second request of a
+// key finds the first one's claim). Each takes its key's shard's lock in
+// turn, so the batch is the sequence of its Acquires, not one step.
 func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {
 	out := make([]store.AcquireOutcome, len(reqs))
 	if err := ctx.Err(); err != nil {
@@ -20,41 +20,43 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 		return out
 	}
 	now := s.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for i, req := range reqs {
 		if err := checkAcquire(req); err != nil {
 			out[i].Err = err
 			continue
 		}
-		out[i].Claim, out[i].Err = s.acquire(req, now)
+		sh := s.shardOf(req.Key)
+		sh.mu.Lock()
+		out[i].Claim, out[i].Err = sh.acquire(req, now)
+		sh.mu.Unlock()
 	}
 	return out
 }
 
-// CompleteBatch runs Complete for every request under one lock and one
-// clock reading.
+// CompleteBatch runs Complete for every request in order, on one clock
+// reading.
 func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
 	errs := make([]error, len(reqs))
-	results := make([][]byte, len(reqs))
+	entries := make([]*entry, len(reqs))
 	for i, req := range reqs {
 		errs[i] = checkSettle(ctx, "complete", req.Key, req.Token, req.Retention)
 		if errs[i] == nil {
-			results[i] = bytes.Clone(req.Result) // outside the lock, like Complete
+			entries[i] = completedEntry(req) // outside the lock, like Complete
 		}
 	}
 	now := s.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for i, req := range reqs {
 		if errs[i] == nil {
-			errs[i] = s.complete(req, results[i], now)
+			sh := s.shardOf(req.Key)
+			sh.mu.Lock()
+			errs[i] = sh.complete(req, entries[i], now)
+			sh.mu.Unlock()
 		}
 	}
 	return errs
 }
 
-// ExtendBatch runs Extend for every request under one lock and one clock
+// ExtendBatch runs Extend for every request in order, on one clock
 // reading.
 func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []error {
 	errs := make([]error, len(reqs))
@@ -62,11 +64,12 @@ func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []e
 		errs[i] = checkExtend(ctx, req)
 	}
 	now := s.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for i, req := range reqs {
 		if errs[i] == nil {
-			errs[i] = s.extend(req, now)
+			sh := s.shardOf(req.Key)
+			sh.mu.Lock()
+			errs[i] = sh.extend(req, now)
+			sh.mu.Unlock()
 		}
 	}
 	return errs

@@ -1,6 +1,7 @@
 // Package memcore is the in-memory store behind store/memstore and the
 // local tier of store/tieredstore: a bounded LRU of completed and failed
-// records beside a map of processing claims, under one mutex, on an
+// records beside a map of processing claims, under one mutex per shard of
+// the keys (a large store is cut in up to 16 by a hash of the key), on an
 // injected clock, with no goroutine of its own.
 //
 // It is internal so that what only a tier needs ([Store.Remember], which

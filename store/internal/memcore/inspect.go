@@ -17,12 +17,13 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 		return store.Record{}, fmt.Errorf("memstore: get %q: %w", key, err)
 	}
 	now := s.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.claims[key]; ok {
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if c, ok := sh.claims[key]; ok {
 		return c.record(key), nil
 	}
-	if e, ok := s.settled.Peek(split(key)); ok && !expired(&e.rec, now) {
+	if e, ok := sh.settled.Peek(split(key)); ok && !expired(&e.rec, now) {
 		return e.rec, nil
 	}
 	return store.Record{}, fmt.Errorf("memstore: get %q: %w", key, store.ErrNotFound)
@@ -34,16 +35,18 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: delete %q: %w", key, err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.claims, key)
-	s.settled.Remove(split(key))
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	delete(sh.claims, key)
+	sh.settled.Remove(split(key))
 	return nil
 }
 
 // Scan yields every unexpired record whose key starts with prefix, in key
-// order. The records are a snapshot taken under the lock when iteration
-// starts, yielded after releasing it, so the loop body may call the store.
+// order. The records are a snapshot taken when iteration starts (each
+// shard's under its lock, in turn), yielded after releasing the locks, so
+// the loop body may call the store.
 // A cancelled context is yielded once, as a zero Record with its error, and
 // ends the scan.
 func (s *Store) Scan(ctx context.Context, prefix string) iter.Seq2[store.Record, error] {
@@ -67,19 +70,22 @@ func (s *Store) Scan(ctx context.Context, prefix string) iter.Seq2[store.Record,
 // snapshot returns the unexpired records under prefix, sorted by key.
 func (s *Store) snapshot(prefix string) []store.Record {
 	now := s.clock.Now()
-	s.mu.Lock()
 	var recs []store.Record
-	for key, c := range s.claims {
-		if strings.HasPrefix(key, prefix) {
-			recs = append(recs, c.record(key))
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for key, c := range sh.claims {
+			if strings.HasPrefix(key, prefix) {
+				recs = append(recs, c.record(key))
+			}
 		}
-	}
-	for _, e := range s.settled.Values() {
-		if strings.HasPrefix(e.rec.Key, prefix) && !expired(&e.rec, now) {
-			recs = append(recs, e.rec)
+		for _, e := range sh.settled.Values() {
+			if strings.HasPrefix(e.rec.Key, prefix) && !expired(&e.rec, now) {
+				recs = append(recs, e.rec)
+			}
 		}
+		sh.mu.Unlock()
 	}
-	s.mu.Unlock()
 	slices.SortFunc(recs, func(a, b store.Record) int { return strings.Compare(a.Key, b.Key) })
 	return recs
 }

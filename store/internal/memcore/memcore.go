@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -32,15 +33,37 @@ type Options struct {
 }
 
 // Store is a store.Store held in process memory. It is safe for concurrent
-// use; every method takes one mutex once.
+// use; every method on a key takes the mutex of the key's shard once.
+//
+// A store of Capacity 2*shardMin (8,192) or more is cut into shards (up to
+// maxShards, a power of two) by a hash of the key, each with its own
+// mutex, LRU and claims, and its share of Capacity, so that deliveries of
+// different keys rarely wait for one another (a new message under eight
+// concurrent workers cost 1.8 to 2.5 µs through the receiver, where one
+// lock for the whole store cost 2.7 to 3.5, in alternating runs here). The
+// LRU order and the bound of claims are per shard.
 //
 // The Result of a record it returns is shared with the store, so that a
 // replay copies nothing: treat it as read-only.
 type Store struct {
 	clock    clock.Clock
 	capacity int
+	seed     maphash.Seed
+	mask     uint64 // len(shards) - 1
+	shards   []shard
+}
 
-	mu sync.Mutex
+// Shards: one per shardMin records of Capacity, a power of two, at most
+// maxShards. A small store is one shard, exactly bounded.
+const (
+	shardMin  = 4096
+	maxShards = 16
+)
+
+// shard is a part of a Store: the records of the keys that hash to it.
+type shard struct {
+	mu       sync.Mutex
+	capacity int // this shard's share of the Store's
 	// settled holds completed and failed records, bounded by capacity,
 	// under their keys cut in two (see store.SplitKey) so that Peek finds
 	// them without joining namespace and id.
@@ -55,6 +78,7 @@ type Store struct {
 	// without walking every claim.
 	nextLeaseEnd time.Time
 	evictions    uint64
+	_            [64]byte // keeps neighbouring shards' mutexes off one cache line
 }
 
 var (
@@ -116,23 +140,55 @@ func New(opts *Options) (*Store, error) {
 	if o.Clock == nil {
 		o.Clock = clock.Real()
 	}
-	// Eviction is done by hand in settle, which must count it, so the LRU
-	// gets no callback (simplelru would also call it on every Remove).
-	settled, err := simplelru.NewLRU[splitKey, *entry](o.Capacity, nil)
-	if err != nil {
-		return nil, fmt.Errorf("memstore: %w", err)
+	n := 1
+	for n < maxShards && o.Capacity/(2*n) >= shardMin {
+		n *= 2
 	}
-	return &Store{
+	s := &Store{
 		clock:    o.Clock,
 		capacity: o.Capacity,
-		settled:  settled,
-		claims:   make(map[string]claim),
-	}, nil
+		seed:     maphash.MakeSeed(),
+		mask:     uint64(n - 1),
+		shards:   make([]shard, n),
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.capacity = (o.Capacity + n - 1) / n
+		// Eviction is done by hand in settle, which must count it, so the
+		// LRU gets no callback (simplelru would also call it on every
+		// Remove).
+		var err error
+		if sh.settled, err = simplelru.NewLRU[splitKey, *entry](sh.capacity, nil); err != nil {
+			return nil, fmt.Errorf("memstore: %w", err)
+		}
+		sh.claims = make(map[string]claim)
+	}
+	return s, nil
+}
+
+// shardOf returns the shard of key: the one of its id (store.SplitKey),
+// so that Peek, which has the key cut in two, finds it without joining
+// or hashing the namespace.
+func (s *Store) shardOf(key string) *shard {
+	if s.mask == 0 {
+		return &s.shards[0]
+	}
+	_, id := store.SplitKey(key)
+	return s.shardOfID(id)
+}
+
+// shardOfID returns the shard of the keys whose id is id.
+func (s *Store) shardOfID(id string) *shard {
+	if s.mask == 0 {
+		return &s.shards[0]
+	}
+	return &s.shards[maphash.String(s.seed, id)&s.mask]
 }
 
 // Acquire claims req.Key if it is absent, failed, or processing under an
 // expired lease, and reports the record holding it otherwise. It fails with
-// store.ErrUnavailable when Capacity claims are already processing.
+// store.ErrUnavailable when Capacity claims are already processing (the
+// key's shard's share of them, in a store cut into shards).
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w", req.Key, err)
@@ -141,9 +197,10 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Cl
 		return store.Claim{}, err
 	}
 	now := s.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.acquire(req, now)
+	sh := s.shardOf(req.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.acquire(req, now)
 }
 
 func checkAcquire(req store.AcquireRequest) error {
@@ -157,7 +214,7 @@ func checkAcquire(req store.AcquireRequest) error {
 }
 
 // acquire is Acquire on checked arguments, under s.mu.
-func (s *Store) acquire(req store.AcquireRequest, now time.Time) (store.Claim, error) {
+func (s *shard) acquire(req store.AcquireRequest, now time.Time) (store.Claim, error) {
 	key := req.Key
 	if c, ok := s.claims[key]; ok {
 		// The fingerprint is checked first: a reused key is refused even
@@ -195,7 +252,7 @@ func (s *Store) acquire(req store.AcquireRequest, now time.Time) (store.Claim, e
 		}
 	}
 	if len(s.claims) >= s.capacity && !s.sweep(now) {
-		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w: %d records are processing, the limit set by Options.Capacity", key, store.ErrUnavailable, len(s.claims))
+		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w: %d records of its shard are processing, the shard's share of Options.Capacity", key, store.ErrUnavailable, len(s.claims))
 	}
 	if prev.State == store.StateFailed {
 		s.settled.Remove(sk)
@@ -213,7 +270,7 @@ func (s *Store) acquire(req store.AcquireRequest, now time.Time) (store.Claim, e
 }
 
 // noteLease keeps nextLeaseEnd no later than t, a lease just granted.
-func (s *Store) noteLease(t time.Time) {
+func (s *shard) noteLease(t time.Time) {
 	if s.nextLeaseEnd.IsZero() || t.Before(s.nextLeaseEnd) {
 		s.nextLeaseEnd = t
 	}
@@ -225,7 +282,7 @@ func (s *Store) noteLease(t time.Time) {
 // walk, so a store full of live claims refuses Acquire in constant time.
 // A swept claim is gone with its attempt count; its holder's later calls
 // fail with ErrLeaseLost, all of them.
-func (s *Store) sweep(now time.Time) bool {
+func (s *shard) sweep(now time.Time) bool {
 	if !s.nextLeaseEnd.IsZero() && now.Before(s.nextLeaseEnd) {
 		return false
 	}
@@ -251,12 +308,23 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
 	if err := checkSettle(ctx, "complete", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	// Copied outside the lock: callers reuse their buffers.
-	result := bytes.Clone(req.Result)
+	// Made outside the lock: callers reuse their buffers, and an
+	// allocation under the lock makes every other delivery wait for it.
+	e := completedEntry(req)
 	now := s.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.complete(req, result, now)
+	sh := s.shardOf(req.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.complete(req, e, now)
+}
+
+// completedEntry returns the entry req would settle, with a copy of its
+// result, for complete to date.
+func completedEntry(req store.CompleteRequest) *entry {
+	return &entry{
+		rec:   store.Record{State: store.StateCompleted, Result: bytes.Clone(req.Result)},
+		token: req.Token,
+	}
 }
 
 // checkSettle checks the arguments of Complete and Release. A zero token
@@ -277,8 +345,9 @@ func checkSettle(ctx context.Context, op, key string, token store.Token, retenti
 	return nil
 }
 
-// complete is Complete on checked arguments and a copied result, under s.mu.
-func (s *Store) complete(req store.CompleteRequest, result []byte, now time.Time) error {
+// complete is Complete on checked arguments and the entry made for them by
+// completedEntry, under s.mu.
+func (s *shard) complete(req store.CompleteRequest, e *entry, now time.Time) error {
 	if _, ok := s.claims[req.Key]; !ok {
 		// A record completed in the handler's own transaction may be
 		// completed again by its receiver: the first result stays.
@@ -287,10 +356,8 @@ func (s *Store) complete(req store.CompleteRequest, result []byte, now time.Time
 			return nil
 		}
 	}
-	return s.finish("complete", req.Key, req.Token, now, entry{
-		rec:   store.Record{State: store.StateCompleted, Result: result, ExpiresAt: now.Add(req.Retention)},
-		token: req.Token,
-	})
+	e.rec.ExpiresAt = now.Add(req.Retention)
+	return s.finish("complete", req.Key, req.Token, now, e)
 }
 
 // Release records the failure of the key held by req.Token and frees the
@@ -301,18 +368,19 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 	if err := checkSettle(ctx, "release", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
+	e := &entry{rec: store.Record{State: store.StateFailed, LastError: req.Error}}
 	now := s.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.finish("release", req.Key, req.Token, now, entry{
-		rec: store.Record{State: store.StateFailed, LastError: req.Error, ExpiresAt: now.Add(req.Retention)},
-	})
+	sh := s.shardOf(req.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e.rec.ExpiresAt = now.Add(req.Retention)
+	return sh.finish("release", req.Key, req.Token, now, e)
 }
 
 // finish ends the claim token holds on key with the settled entry e, which
 // takes the claim's key, attempt and fingerprint, and, when completed, the
 // claim's last error. Under s.mu.
-func (s *Store) finish(op, key string, token store.Token, now time.Time, e entry) error {
+func (s *shard) finish(op, key string, token store.Token, now time.Time, e *entry) error {
 	c, ok := s.claims[key]
 	if !ok || c.token != token {
 		return errLeaseLost(op, key)
@@ -322,14 +390,14 @@ func (s *Store) finish(op, key string, token store.Token, now time.Time, e entry
 		e.rec.LastError = c.lastError
 	}
 	e.rec.Key, e.rec.Attempt, e.rec.Fingerprint = key, c.attempt, c.fingerprint
-	s.settle(&e, now)
+	s.settle(e, now)
 	return nil
 }
 
 // settle moves a record that left processing into the LRU, evicting the
 // least recently used one when full. The key is never in the LRU already:
 // Acquire removed it when it made the claim.
-func (s *Store) settle(e *entry, now time.Time) {
+func (s *shard) settle(e *entry, now time.Time) {
 	if s.settled.Len() >= s.capacity {
 		_, old, _ := s.settled.RemoveOldest()
 		if old.rec.State == store.StateCompleted && !expired(&old.rec, now) {
@@ -349,9 +417,10 @@ func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
 		return err
 	}
 	now := s.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.extend(req, now)
+	sh := s.shardOf(req.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.extend(req, now)
 }
 
 func checkExtend(ctx context.Context, req store.ExtendRequest) error {
@@ -371,7 +440,7 @@ func checkExtend(ctx context.Context, req store.ExtendRequest) error {
 }
 
 // extend is Extend on checked arguments, under s.mu.
-func (s *Store) extend(req store.ExtendRequest, now time.Time) error {
+func (s *shard) extend(req store.ExtendRequest, now time.Time) error {
 	c, ok := s.claims[req.Key]
 	if !ok || c.token != req.Token {
 		return errLeaseLost("extend", req.Key)
@@ -386,9 +455,10 @@ func (s *Store) extend(req store.ExtendRequest, now time.Time) error {
 // store.SplitKey cuts it, or nil. It allocates and copies nothing: the
 // record is the store's own and must not be modified.
 func (s *Store) Peek(prefix, id string) *store.Record {
-	s.mu.Lock()
-	e, ok := s.settled.Get(splitKey{prefix, id})
-	s.mu.Unlock()
+	sh := s.shardOfID(id)
+	sh.mu.Lock()
+	e, ok := sh.settled.Get(splitKey{prefix, id})
+	sh.mu.Unlock()
 	// until reads only the monotonic clock: half the price of Now.
 	if !ok || e.rec.State != store.StateCompleted || until(s.clock, e.rec.ExpiresAt) <= 0 {
 		return nil

@@ -31,12 +31,13 @@ func (s *Store) Remember(rec store.Record) (bool, error) {
 	if expired(&rec, now) {
 		return false, fmt.Errorf("memstore: remember %q: %w: the record expired at %v", rec.Key, store.ErrInvalidConfig, rec.ExpiresAt)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.claims[rec.Key]; ok {
+	sh := s.shardOf(rec.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.claims[rec.Key]; ok {
 		return false, nil
 	}
-	s.settled.Remove(split(rec.Key)) // settle adds a key that is not there
-	s.settle(&entry{rec: rec}, now)
+	sh.settled.Remove(split(rec.Key)) // settle adds a key that is not there
+	sh.settle(&entry{rec: rec}, now)
 	return true, nil
 }

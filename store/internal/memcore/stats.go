@@ -8,7 +8,11 @@ type Stats struct {
 	// InFlight is the number of processing records, including claims whose
 	// lease expired that no Acquire has taken over or swept yet.
 	InFlight int
-	// Capacity is the bound of Len, and separately of InFlight.
+	// Capacity is the bound of Len, and separately of InFlight, as
+	// configured. A store cut into shards bounds each shard by its share
+	// (Capacity divided by the shards, rounded up), so Len may reach a
+	// little more, and Acquire fails once the key's shard has its share of
+	// claims processing.
 	Capacity int
 	// Evictions counts completed records evicted for room before their
 	// retention ended: each one is a key whose duplicate would run the
@@ -19,12 +23,14 @@ type Stats struct {
 
 // Stats returns the store's current Stats.
 func (s *Store) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return Stats{
-		Len:       s.settled.Len(),
-		InFlight:  len(s.claims),
-		Capacity:  s.capacity,
-		Evictions: s.evictions,
+	st := Stats{Capacity: s.capacity}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.Len += sh.settled.Len()
+		st.InFlight += len(sh.claims)
+		st.Evictions += sh.evictions
+		sh.mu.Unlock()
 	}
+	return st
 }
