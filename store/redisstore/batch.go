@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,10 +25,14 @@ const maxMany = 1000
 func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {
 	out := make([]store.AcquireOutcome, len(reqs))
 	acqs := make([]*acquisition, len(reqs))
+	all := make([]acquisition, len(reqs))
 	now := time.Now()
+	var valid []int
 	for i, req := range reqs {
 		if out[i].Err = checkAcquire(req); out[i].Err == nil {
-			acqs[i] = s.newAcquire(req, now)
+			acqs[i] = &all[i]
+			s.initAcquire(acqs[i], req, now, false)
+			valid = append(valid, i)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -41,10 +46,23 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.StatusCmd, len(reqs))
-	for i, a := range acqs {
-		if a != nil {
-			cmds[i] = pipe.SetArgs(cctx, s.RedisKey(a.req.Key), a.record, a.setArgs)
+	// Every SET NX GET is built here into one array of arguments, the keys
+	// and records passed as *string and a TTL repeated from the key before
+	// as the same boxed value: go-redis's SetArgs would allocate some eight
+	// times a key.
+	keys := s.redisKeys(len(valid), func(k int) string { return reqs[valid[k]].Key })
+	records := packAll(len(valid), func(k int) *acquisition { return acqs[valid[k]] })
+	argv := make([]any, 7*len(valid))
+	ttl, boxed := int64(-1), any(nil)
+	for k, i := range valid {
+		a := acqs[i]
+		if m := ms(a.ttl); m != ttl {
+			ttl, boxed = m, m
 		}
+		args := argv[7*k : 7*k+7 : 7*k+7]
+		args[0], args[1], args[2], args[3], args[4], args[5], args[6] = "set", &keys[k], &records[k], "px", boxed, "nx", "get"
+		cmds[i] = redis.NewStatusCmd(cctx, args...)
+		_ = pipe.Process(cctx, cmds[i])
 	}
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(cctx) // each command carries its own error
@@ -76,9 +94,13 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 
 // CompleteBatch runs Complete for every request in one round trip: one
 // script run for all of them on a single server (one reading of the
-// server's clock), a pipeline of one run per key on a Cluster.
+// server's clock, one MGET), a pipeline of one run per key on a Cluster.
 func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
 	errs := make([]error, len(reqs))
+	if s.oneServer() {
+		s.completeMany(ctx, reqs, errs)
+		return errs
+	}
 	var calls []scriptCall
 	for i, req := range reqs {
 		if errs[i] = checkSettle("complete", req.Key, req.Token, req.Retention); errs[i] != nil {
@@ -93,6 +115,73 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest)
 		errs[i] = err
 	})
 	return errs
+}
+
+// completeMany is CompleteBatch on a single server: completeManyScript for
+// up to maxMany keys a run. Its arguments are built straight into the
+// command, with no slice of arguments per key, and a retention repeated
+// from the key before is the same boxed value: a batch's completion costs
+// the client little beyond the bytes it sends.
+func (s *Store) completeMany(ctx context.Context, reqs []store.CompleteRequest, errs []error) {
+	todo := make([]int, 0, len(reqs))
+	for i, req := range reqs {
+		if errs[i] = checkSettle("complete", req.Key, req.Token, req.Retention); errs[i] == nil {
+			todo = append(todo, i)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		for _, i := range todo {
+			errs[i] = errContext("complete", reqs[i].Key, err)
+		}
+		return
+	}
+	for len(todo) > 0 {
+		chunk := todo[:min(len(todo), maxMany)]
+		todo = todo[len(chunk):]
+		keys := s.redisKeys(len(chunk), func(k int) string { return reqs[chunk[k]].Key })
+		// The tokens and results are copied into one string, and passed
+		// as *string cut from it, as the keys are.
+		size := 0
+		for _, i := range chunk {
+			size += len(reqs[i].Token) + len(reqs[i].Result)
+		}
+		var b strings.Builder
+		b.Grow(size)
+		for _, i := range chunk {
+			b.Write(reqs[i].Token[:])
+			b.Write(reqs[i].Result)
+		}
+		text, at := b.String(), 0
+		cut := make([]string, 2*len(chunk))
+		args := make([]any, 0, 3*len(chunk))
+		retention, boxed := int64(-1), any(nil)
+		for k, i := range chunk {
+			r := &reqs[i]
+			if m := ms(r.Retention); m != retention {
+				retention, boxed = m, m
+			}
+			n := len(r.Token) + len(r.Result)
+			cut[2*k], cut[2*k+1] = text[at:at+len(r.Token)], text[at+len(r.Token):at+n]
+			at += n
+			args = append(args, &cut[2*k], &cut[2*k+1], boxed)
+		}
+		script := completeManyScript
+		if repeats(keys) {
+			script = completeEachScript
+		}
+		replies, err := s.evalMany(ctx, script, keys, args)
+		for k, i := range chunk {
+			key := reqs[i].Key
+			switch {
+			case err != nil:
+				errs[i] = s.fail(ctx, "complete", key, err)
+			case k >= len(replies):
+				errs[i] = errReply("complete", key, replies)
+			default:
+				errs[i] = settledOf("complete", key, replies[k])
+			}
+		}
+	}
 }
 
 // ExtendBatch runs Extend for every request in one round trip, as
@@ -152,15 +241,12 @@ func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls
 	for len(calls) > 0 {
 		chunk := calls[:min(len(calls), maxMany)]
 		calls = calls[len(chunk):]
-		keys := make([]string, len(chunk))
+		keys := s.redisKeys(len(chunk), func(k int) string { return chunk[k].key })
 		args := make([]any, 0, len(chunk)*len(chunk[0].args))
-		for i, c := range chunk {
-			keys[i] = s.RedisKey(c.key)
+		for _, c := range chunk {
 			args = append(args, c.args...)
 		}
-		cctx, cancel := context.WithTimeout(ctx, s.timeout)
-		replies, err := script.Run(cctx, s.client, keys, args...).Slice()
-		cancel()
+		replies, err := s.evalMany(ctx, script, keys, args)
 		for i, c := range chunk {
 			if err != nil {
 				done(c.index, nil, s.fail(ctx, op, c.key, err))
@@ -173,6 +259,99 @@ func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls
 			done(c.index, replies[i], nil)
 		}
 	}
+}
+
+// packAll returns the processing records of n acquisitions, a(0) to
+// a(n-1), cut from one string.
+func packAll(n int, a func(int) *acquisition) []string {
+	size := 0
+	for k := range n {
+		size += headerLen + 24 + len(a(k).req.Fingerprint)
+	}
+	b := make([]byte, 0, size)
+	ends := make([]int, n)
+	for k := range n {
+		x := a(k)
+		b = appendProcessing(b, x.token, x.deadline, x.req.Fingerprint)
+		ends[k] = len(b)
+	}
+	all := string(b)
+	records := make([]string, n)
+	start := 0
+	for k, end := range ends {
+		records[k], start = all[start:end], end
+	}
+	return records
+}
+
+// repeats reports whether a key appears more than once in keys.
+func repeats(keys []string) bool {
+	if len(keys) < 2 {
+		return false
+	}
+	seen := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		if _, ok := seen[k]; ok {
+			return true
+		}
+		seen[k] = struct{}{}
+	}
+	return false
+}
+
+// redisKeys returns the Redis keys of n receiver's keys, key(0) to
+// key(n-1), cut from one string: three allocations, not one a key.
+func (s *Store) redisKeys(n int, key func(int) string) []string {
+	size := 0
+	for k := range n {
+		size += len(s.prefix) + len(layout) + len(key(k))
+	}
+	var b strings.Builder
+	b.Grow(size)
+	ends := make([]int, n)
+	for k := range n {
+		b.WriteString(s.prefix)
+		b.WriteString(layout)
+		b.WriteString(key(k))
+		ends[k] = b.Len()
+	}
+	all := b.String()
+	keys := make([]string, n)
+	start := 0
+	for k, end := range ends {
+		keys[k], start = all[start:end], end
+	}
+	return keys
+}
+
+// evalMany runs a multi-key script on the single server: EVALSHA with
+// keys, then args. The command is built here rather than by go-redis's
+// EvalSha, which boxes every key again; a key is passed as a *string,
+// which go-redis writes as the string and the interface holds with no
+// allocation. A server that lost its scripts (NOSCRIPT: it restarted, or
+// someone ran SCRIPT FLUSH) ran nothing, so the scripts are loaded again
+// and the run is sent once more.
+func (s *Store) evalMany(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", script.Hash(), len(keys))
+	for k := range keys {
+		cmdArgs = append(cmdArgs, &keys[k])
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	cmd := redis.NewCmd(cctx, cmdArgs...)
+	err := s.client.Process(cctx, cmd)
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err = s.loadScripts(cctx); err == nil {
+			cmd = redis.NewCmd(cctx, cmdArgs...)
+			err = s.client.Process(cctx, cmd)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Slice()
 }
 
 // scriptCall is one script run of a batch, for the request at index.
@@ -206,12 +385,7 @@ func (s *Store) pipeline(ctx context.Context, op string, calls []scriptCall, don
 	if len(again) == 0 {
 		return
 	}
-	var loadErr error
-	for _, sc := range scripts {
-		if loadErr = sc.Load(cctx, s.client).Err(); loadErr != nil {
-			break
-		}
-	}
+	loadErr := s.loadScripts(cctx)
 	cmds = s.exec(cctx, again)
 	for i, c := range again {
 		reply, err := cmds[i].Result()
@@ -235,4 +409,14 @@ func (s *Store) exec(ctx context.Context, calls []scriptCall) []*redis.Cmd {
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	return cmds
+}
+
+// loadScripts loads every script of the package, as New does.
+func (s *Store) loadScripts(ctx context.Context) error {
+	for _, sc := range scripts {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -44,15 +44,19 @@ const layout = ":v2:"
 // packProcessing returns a new processing record: the first claim of a
 // key, with fingerprint fp, held by token until deadline (ms).
 func packProcessing(token store.Token, deadline int64, fp string) string {
-	b := make([]byte, 0, headerLen+8+len(fp))
+	var buf [headerLen + 32]byte // on the stack: the string is the one allocation
+	return string(appendProcessing(buf[:0], token, deadline, fp))
+}
+
+// appendProcessing appends the record packProcessing returns to b.
+func appendProcessing(b []byte, token store.Token, deadline int64, fp string) []byte {
 	b = append(b, 'p')
 	b = append(b, token[:]...)
 	b = appendTime(b, deadline)
 	b = append(b, "1,"...)
 	b = strconv.AppendInt(b, int64(len(fp)), 10)
 	b = append(b, ",0,"...)
-	b = append(b, fp...)
-	return string(b)
+	return append(b, fp...)
 }
 
 // appendTime appends ms in timeLen decimal digits, zero-padded: a clock

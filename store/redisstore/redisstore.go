@@ -59,6 +59,7 @@ var (
 	_ store.Store      = (*Store)(nil)
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
+	_ store.Bounded    = (*Store)(nil)
 )
 
 // New returns a Store on client after checking that Redis answers and
@@ -185,12 +186,22 @@ type acquisition struct {
 // clock (see the package documentation); the key lives the lease plus
 // Options.AbandonedTTL on the server's.
 func (s *Store) newAcquire(req store.AcquireRequest, now time.Time) *acquisition {
-	a := &acquisition{req: req, token: store.NewToken(), now: now.UnixMilli()}
+	a := new(acquisition)
+	s.initAcquire(a, req, now, true)
+	return a
+}
+
+// initAcquire is newAcquire into a, which a batch allocates with the
+// others; a batch packs its records itself (packAll), and leaves record
+// and setArgs unset.
+func (s *Store) initAcquire(a *acquisition, req store.AcquireRequest, now time.Time, single bool) {
+	*a = acquisition{req: req, token: store.NewToken(), now: now.UnixMilli()}
 	a.deadline = a.now + ms(req.Lease)
 	a.ttl = time.Duration(ms(req.Lease)+ms(s.abandonedTTL)) * time.Millisecond
-	a.record = packProcessing(a.token, a.deadline, req.Fingerprint)
-	a.setArgs = redis.SetArgs{Mode: "NX", TTL: a.ttl, Get: true}
-	return a
+	if single {
+		a.record = packProcessing(a.token, a.deadline, req.Fingerprint)
+		a.setArgs = redis.SetArgs{Mode: "NX", TTL: a.ttl, Get: true}
+	}
 }
 
 // claimed reads the answer of SET NX GET: no record (redis.Nil) means the
@@ -287,6 +298,11 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
 func completeArgs(req store.CompleteRequest) []any {
 	return []any{string(req.Token[:]), req.Result, ms(req.Retention)}
 }
+
+// CallTimeout is Options.Timeout, which bounds every call of the store,
+// retries included, whatever its context: the receiver then spends no
+// timer of its own on completions.
+func (s *Store) CallTimeout() time.Duration { return s.timeout }
 
 // Release records the failure of the key held by req.Token and frees the
 // key for the next Acquire, keeping the failed record (its attempt count

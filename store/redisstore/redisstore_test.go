@@ -84,13 +84,7 @@ func TestExpiryFollowsState(t *testing.T) {
 	)
 	s := newStore(t, c, &redisstore.Options{AbandonedTTL: abandoned})
 	ctx := t.Context()
-	expiry := func(key string) time.Time {
-		t.Helper()
-		ms, err := c.Do(ctx, "PEXPIRETIME", s.RedisKey(key)).Int64()
-		require.NoError(t, err)
-		require.Positive(t, ms, "%s has no expiry", key)
-		return time.UnixMilli(ms)
-	}
+	expiry := func(key string) time.Time { return expiryOf(t, c, s, key) }
 	get := func(key string) store.Record {
 		t.Helper()
 		rec, err := s.Get(ctx, key)
@@ -618,4 +612,33 @@ func batchRules(t *testing.T, s *redisstore.Store) {
 func TestBatchRules(t *testing.T) {
 	t.Parallel()
 	batchRules(t, newStore(t, redistest.Client(t), nil))
+}
+
+// TestCallTimeoutBoundsAHungRedis: the store bounds its own calls by
+// Options.Timeout (its CallTimeout, which lets the receiver spend no timer
+// of its own on completions): a Redis that stops answering, without
+// closing its connections, fails a completion and a release given a
+// context without any deadline with store.ErrUnavailable, rather than
+// leaving them waiting.
+func TestCallTimeoutBoundsAHungRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	// No timeout of the client's own: only the store's deadline can end a
+	// read that waits.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: -1, WriteTimeout: -1})
+	defer c.Close()
+	s := newStore(t, c, &redisstore.Options{Timeout: 300 * time.Millisecond})
+	require.Equal(t, 300*time.Millisecond, s.CallTimeout())
+	claim, err := s.Acquire(t.Context(), store.AcquireRequest{Key: "k", Lease: time.Minute})
+	require.NoError(t, err)
+
+	srv.Pause()
+	defer srv.Resume() // so that the server can be stopped at cleanup
+	done := make(chan error, 2)
+	go func() {
+		done <- s.Complete(context.Background(), store.CompleteRequest{Key: "k", Token: claim.Token, Retention: time.Minute})
+		done <- s.Release(context.Background(), store.ReleaseRequest{Key: "k", Token: claim.Token, Retention: time.Minute})
+	}()
+	require.ErrorIs(t, testenv.Recv(t, done, "Complete on a hung Redis to fail"), store.ErrUnavailable)
+	require.ErrorIs(t, testenv.Recv(t, done, "Release on a hung Redis to fail"), store.ErrUnavailable)
 }
