@@ -156,3 +156,31 @@ func hostPortOf(t *testing.T, dsn string) string {
 	require.NoError(t, err)
 	return net.JoinHostPort(cfg.ConnConfig.Host, itoa(int(cfg.ConnConfig.Port)))
 }
+
+// TestCallTimeoutBoundsALockWait: the store bounds its own calls by
+// Options.Timeout (its CallTimeout, which lets the receiver spend no timer
+// of its own on completions): a completion and a release given a context
+// without any deadline, whose row another transaction holds locked, fail
+// with store.ErrUnavailable rather than wait for the lock.
+func TestCallTimeoutBoundsALockWait(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 4)
+	s := db.store(t, &pgstore.Options{Timeout: 300 * time.Millisecond})
+	require.Equal(t, 300*time.Millisecond, s.CallTimeout())
+	c, err := s.Acquire(t.Context(), store.AcquireRequest{Key: "k", Lease: time.Minute})
+	require.NoError(t, err)
+
+	tx, err := db.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(t.Context(), "SELECT 1 FROM "+db.table("dedup_records")+" WHERE key = $1 FOR UPDATE", "k")
+	require.NoError(t, err)
+
+	done := make(chan error, 2)
+	go func() {
+		done <- s.Complete(context.Background(), store.CompleteRequest{Key: "k", Token: c.Token, Retention: time.Minute})
+		done <- s.Release(context.Background(), store.ReleaseRequest{Key: "k", Token: c.Token, Retention: time.Minute})
+	}()
+	require.ErrorIs(t, testenv.Recv(t, done, "Complete behind a held row lock to fail"), store.ErrUnavailable)
+	require.ErrorIs(t, testenv.Recv(t, done, "Release behind a held row lock to fail"), store.ErrUnavailable)
+}

@@ -29,6 +29,7 @@ var (
 	_ store.Store      = (*Store)(nil)
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
+	_ store.Bounded    = (*Store)(nil)
 )
 
 // New returns a Store on pool after checking, within ctx and
@@ -239,6 +240,11 @@ func checkKey(op, key string) error {
 	}
 	return nil
 }
+
+// CallTimeout is Options.Timeout, which bounds every call of the store
+// (its statements and a waited-for lock included), whatever its context:
+// the receiver then spends no timer of its own on completions.
+func (s *Store) CallTimeout() time.Duration { return s.cfg.timeout }
 
 // Complete stores req.Result for the key held by req.Token and keeps it,
 // immutable, for req.Retention. Completing again with the token that

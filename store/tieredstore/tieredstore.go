@@ -70,6 +70,7 @@ var (
 	_ store.Peeker     = (*Store)(nil)
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
+	_ store.Bounded    = (*Store)(nil)
 )
 
 // New returns a Store caching the completed records of remote. A nil opts
@@ -109,6 +110,15 @@ func New(remote store.Store, opts *Options) (*Store, error) {
 		clockSkew:   cmp.Or(o.ClockSkew, DefaultClockSkew),
 		claims:      claims{clock: o.Clock, capacity: o.Capacity, held: make(map[string]held)},
 	}, nil
+}
+
+// CallTimeout is the remote store's, when it bounds its calls
+// (store.Bounded), and 0 otherwise: the local tier never waits.
+func (s *Store) CallTimeout() time.Duration {
+	if b, ok := s.remote.(store.Bounded); ok {
+		return b.CallTimeout()
+	}
+	return 0
 }
 
 // Remote returns the remote store.

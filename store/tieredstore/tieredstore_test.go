@@ -436,3 +436,23 @@ func TestExtendKeepsNotedClaims(t *testing.T) {
 		})
 	}
 }
+
+// boundedStore is a remote store that bounds its calls within bound.
+type boundedStore struct {
+	store.Store
+	bound time.Duration
+}
+
+func (s boundedStore) CallTimeout() time.Duration { return s.bound }
+
+// TestCallTimeoutIsTheRemotes: the tiered store bounds its calls as its
+// remote does (the local tier never waits), and cannot say so over a
+// remote that does not.
+func TestCallTimeoutIsTheRemotes(t *testing.T) {
+	t.Parallel()
+	s, remote, _ := setup(t, nil)
+	require.Zero(t, s.CallTimeout(), "a remote that is not store.Bounded")
+	bounded, err := tieredstore.New(boundedStore{Store: remote, bound: 3 * time.Second}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Second, bounded.CallTimeout())
+}
