@@ -37,8 +37,8 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 	keys := make([]string, len(msgs))
 	fps := make([]string, len(msgs))         // each message's fingerprint, computed once
 	first := make(map[string]int, len(msgs)) // key -> index of its first message
-	var todo []int                           // indexes that go to the store
-	var reqs []store.AcquireRequest
+	todo := make([]int, 0, len(msgs))        // indexes that go to the store
+	reqs := make([]store.AcquireRequest, 0, len(msgs))
 	for i, m := range msgs {
 		id, err := r.idOf(m)
 		if err != nil {
@@ -114,6 +114,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, 
 	// One heartbeat extends every claim still waiting, running or being
 	// completed, in one round trip per beat.
 	hb := r.newHeartbeat(ctx)
+	hb.entries = make([]heartbeatEntry, 0, len(reqs))
 	defer hb.stop()
 	hbIndex := make([]int, len(reqs))
 	for k, c := range claims {
@@ -123,10 +124,16 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, 
 	}
 	hb.start()
 
-	// Phase 2: run the handlers in order, collecting completions.
-	var done []store.CompleteRequest
-	var doneAt []int // index into todo of each completion
-	var encErrs []error
+	// Phase 2: run the handlers in order, collecting completions. The
+	// claims the handlers hold and their contexts are one allocation for
+	// the batch.
+	done := make([]store.CompleteRequest, 0, len(todo))
+	doneAt := make([]int, 0, len(todo)) // index into todo of each completion
+	encErrs := make([]error, 0, len(todo))
+	running := make([]struct {
+		held store.HeldClaim
+		hctx handlerContext
+	}, len(todo))
 	for k, i := range todo {
 		c := claims[k]
 		if c.Err != nil {
@@ -141,8 +148,10 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, 
 			continue
 		}
 		attempt := c.Claim.Record.Attempt
-		held := &store.HeldClaim{Key: keys[i], Token: c.Claim.Token, Attempt: attempt, Retention: r.cfg.Retention}
-		v, herr := r.runClaimed(ctx, held, msgs[i], hb, hbIndex[k], nil)
+		held, hctx := &running[k].held, &running[k].hctx
+		*held = store.HeldClaim{Key: keys[i], Token: c.Claim.Token, Attempt: attempt, Retention: r.cfg.Retention}
+		hctx.init(ctx, held)
+		v, herr := r.runClaimed(hctx, msgs[i], hb, hbIndex[k], nil)
 		if herr != nil {
 			hb.finish(hbIndex[k])
 			out[i].Result, out[i].Err = r.handlerFailed(ctx, keys[i], c.Claim.Token, attempt, herr)

@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dedup-go/dedup"
@@ -80,6 +81,42 @@ func BenchmarkHandle(b *testing.B) {
 				b.Fatal(res.Status)
 			}
 		}
+	})
+	// Eight goroutines on new keys, as an adapter's workers: the store's
+	// own Acquire and Complete beside Handle.
+	b.Run("baseline=store-acquire-complete/parallel", func(b *testing.B) {
+		st := newMemstore(b, clock.Real())
+		var n atomic.Int64
+		b.SetParallelism(4)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				key := "default:" + strconv.FormatInt(n.Add(1), 10)
+				c, err := st.Acquire(ctx, store.AcquireRequest{Key: key, Lease: dedup.DefaultLease})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := st.Complete(ctx, store.CompleteRequest{Key: key, Token: c.Token, Retention: dedup.DefaultRetention}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("new-key/parallel/empty-result", func(b *testing.B) {
+		rcv := newReceiver(b, newMemstore(b, clock.Real()), empty, nil)
+		var n atomic.Int64
+		b.SetParallelism(4)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := rcv.Handle(ctx, order{ID: strconv.FormatInt(n.Add(1), 10)}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	})
 	b.Run("duplicate/parallel/empty-result", func(b *testing.B) {
 		rcv := newReceiver(b, newMemstore(b, clock.Real()), empty, nil)

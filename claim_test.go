@@ -58,15 +58,21 @@ func TestClaimFromContext(t *testing.T) {
 	require.Equal(t, int64(1), st.completes.Load(), "an unmarked claim is completed by the receiver")
 }
 
-// countingStore counts the completions that reach the store.
+// countingStore counts the completions and extensions that reach the
+// store.
 type countingStore struct {
 	store.Store
-	completes atomic.Int64
+	completes, extends atomic.Int64
 }
 
 func (s *countingStore) Complete(ctx context.Context, req store.CompleteRequest) error {
 	s.completes.Add(1)
 	return s.Store.Complete(ctx, req)
+}
+
+func (s *countingStore) Extend(ctx context.Context, req store.ExtendRequest) error {
+	s.extends.Add(1)
+	return s.Store.Extend(ctx, req)
 }
 
 // TestReentrantHandleIsInFlight: a handler that calls Handle for the key it

@@ -87,7 +87,9 @@ type Config struct {
 
 	// StoreTimeout bounds each completion and release, which run detached
 	// from the caller's context so that a shutdown cannot lose a success.
-	// A store that never waits (store.InProcess: memstore) is not bounded.
+	// A store that never waits (store.InProcess: memstore), or that bounds
+	// its own calls within StoreTimeout (store.Bounded: redisstore and
+	// pgstore, and tieredstore over either), is not bounded again.
 	// Defaults to the Lease.
 	StoreTimeout time.Duration
 

@@ -145,15 +145,19 @@ func TestStoredResultUndecodable(t *testing.T) {
 	require.Equal(t, dedup.Ack, rcv.Decide(res, err).Action)
 }
 
-// deadlineStore records whether Complete's context had a deadline, and
-// says it is in process when inProcess is set.
+// deadlineStore records whether Complete's context had a deadline, says
+// it is in process when inProcess is set, and that it bounds its own calls
+// within bound.
 type deadlineStore struct {
 	store.Store
 	inProcess bool
+	bound     time.Duration
 	deadline  atomic.Bool
 }
 
 func (s *deadlineStore) InProcess() bool { return s.inProcess }
+
+func (s *deadlineStore) CallTimeout() time.Duration { return s.bound }
 
 func (s *deadlineStore) Complete(ctx context.Context, req store.CompleteRequest) error {
 	_, ok := ctx.Deadline()
@@ -162,17 +166,29 @@ func (s *deadlineStore) Complete(ctx context.Context, req store.CompleteRequest)
 }
 
 // TestStoreTimeoutOnlyForStoresThatWait: a completion is bounded by
-// StoreTimeout, unless the store says it never waits (store.InProcess).
+// StoreTimeout, unless the store says it never waits (store.InProcess) or
+// bounds its own calls within StoreTimeout (store.Bounded).
 func TestStoreTimeoutOnlyForStoresThatWait(t *testing.T) {
 	t.Parallel()
-	for _, inProcess := range []bool{false, true} {
+	for _, tc := range []struct {
+		inProcess    bool
+		bound        time.Duration
+		wantDeadline bool
+	}{
+		{wantDeadline: true}, // waits, and cannot say how long
+		{inProcess: true},
+		{bound: time.Second},                       // within StoreTimeout (the lease)
+		{bound: testLease},                         // exactly StoreTimeout
+		{bound: 2 * testLease, wantDeadline: true}, // longer than StoreTimeout
+		{bound: -time.Second, wantDeadline: true},  // nonsense: not trusted
+	} {
 		clk := clock.NewFake(epoch)
-		st := &deadlineStore{Store: plainStore{newMemstore(t, clk)}, inProcess: inProcess}
+		st := &deadlineStore{Store: plainStore{newMemstore(t, clk)}, inProcess: tc.inProcess, bound: tc.bound}
 		rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) { return "ok", nil },
 			&dedup.Config{Clock: clk, Lease: testLease})
 		res, err := rcv.Handle(context.Background(), order{ID: "o-1"})
 		require.NoError(t, err)
 		require.Equal(t, dedup.StatusProcessed, res.Status)
-		require.Equal(t, !inProcess, st.deadline.Load(), "in process %v", inProcess)
+		require.Equal(t, tc.wantDeadline, st.deadline.Load(), "%+v", tc)
 	}
 }

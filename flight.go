@@ -35,10 +35,12 @@ type flightCall[R any] struct {
 }
 
 // delivery is what handling a new message allocates, in one piece: its
-// flight, the claim its handler holds, and the heartbeat that extends it.
+// flight, the claim its handler holds, the handler's context, and the
+// heartbeat that extends the claim.
 type delivery[R any] struct {
 	call flightCall[R]
 	held store.HeldClaim
+	hctx handlerContext
 	hb   heartbeat
 }
 
@@ -48,6 +50,11 @@ type delivery[R any] struct {
 func (g *flightGroup[R]) publish(c *flightCall[R], res Result[R], err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.publishLocked(c, res, err)
+}
+
+// publishLocked is publish under g.mu.
+func (g *flightGroup[R]) publishLocked(c *flightCall[R], res Result[R], err error) {
 	if c.published {
 		return
 	}
@@ -72,7 +79,7 @@ func (g *flightGroup[R]) wait(c *flightCall[R]) <-chan struct{} {
 }
 
 // join makes c the key's call unless the key has one already, and returns
-// the key's call and whether the caller leads it: a leader must call leave
+// the key's call and whether the caller leads it: a leader must call end
 // when done.
 func (g *flightGroup[R]) join(key string, c *flightCall[R]) (*flightCall[R], bool) {
 	g.mu.Lock()
@@ -87,13 +94,13 @@ func (g *flightGroup[R]) join(key string, c *flightCall[R]) (*flightCall[R], boo
 	return c, true
 }
 
-// leave ends the leader's call, which must have published its outcome:
-// later deliveries of the key start their own.
-func (g *flightGroup[R]) leave(key string, c *flightCall[R]) {
+// end ends the leader's call with its outcome, unless one was published
+// already: later deliveries of the key start their own.
+func (g *flightGroup[R]) end(key string, c *flightCall[R], res Result[R], err error) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	delete(g.calls, key)
-	g.mu.Unlock()
-	g.publish(c, Result[R]{Key: key}, errFlightAbandoned) // only if the leader panicked
+	g.publishLocked(c, res, err)
 }
 
 // waiting returns how many deliveries wait on key's call.

@@ -13,10 +13,13 @@ import (
 )
 
 // heartbeat extends the leases of claims whose handlers (or completions)
-// are still working. It arms one timer for a third of the lease, so a
-// handler that finishes sooner costs a timer and nothing else: no goroutine
-// per message. When the timer fires, it extends every unfinished claim,
-// tells the broker (the message's Heartbeater) and arms itself again.
+// are still working. Its first beat comes a third of the lease after the
+// claim: a single delivery's heartbeat waits for it in the receiver's
+// beatQueue, under one timer shared by all deliveries, so a handler that
+// finishes sooner costs no timer and no goroutine; a batch's arms a timer
+// of its own. When a beat runs, it extends every unfinished claim, tells
+// the broker (the message's Heartbeater) and arms a timer of the
+// heartbeat's own for the next.
 //
 // It also keeps, on the local clock, when each lease ends as far as the
 // store has confirmed: the time before the claim (or the last successful
@@ -27,14 +30,14 @@ import (
 // handler's context cancelled with ErrLeaseLost as the cause, and its
 // message's Heartbeater is no longer called.
 type heartbeat struct {
-	store    store.Store
-	batcher  store.BatchStore // extends many claims in one round trip, when the store can
-	clock    clock.Clock
-	lease    time.Duration
-	interval time.Duration
-	margin   time.Duration // how long before a lease's local end it is given up
-	logger   *slog.Logger
-	parent   context.Context // the caller's context, for its values
+	*beatConfig
+	parent context.Context // the caller's context, for its values
+
+	// queue holds a single delivery's heartbeat until its first beat is
+	// due (nil for a batch's, which arms a timer of its own at once).
+	queue        *beatQueue
+	qprev, qnext *heartbeat // queue links; under queue.mu
+	queued       bool       // in queue; under queue.mu
 
 	mu      sync.Mutex
 	stopped bool
@@ -45,13 +48,25 @@ type heartbeat struct {
 }
 
 type heartbeatEntry struct {
-	key    string
-	token  store.Token
-	beat   func(context.Context) error
-	cancel context.CancelCauseFunc // set while the handler runs
-	until  time.Time               // the lease's end as confirmed, on the local clock
-	done   bool                    // finished: no more extensions
-	lost   bool                    // the store said ErrLeaseLost, or until passed unconfirmed
+	key   string
+	token store.Token
+	beat  func(context.Context) error
+	hctx  *handlerContext // set while the handler runs
+	until time.Time       // the lease's end as confirmed, on the local clock
+	done  bool            // finished: no more extensions
+	lost  bool            // the store said ErrLeaseLost, or until passed unconfirmed
+}
+
+// beatConfig is what every heartbeat of a receiver shares, kept once in
+// the receiver so that each delivery's block stays small.
+type beatConfig struct {
+	store    store.Store
+	batcher  store.BatchStore // extends many claims in one round trip, when the store can
+	clock    clock.Clock
+	lease    time.Duration
+	interval time.Duration
+	margin   time.Duration // how long before a lease's local end it is given up
+	logger   *slog.Logger
 }
 
 func (r *Receiver[M, R]) newHeartbeat(ctx context.Context) *heartbeat {
@@ -60,18 +75,15 @@ func (r *Receiver[M, R]) newHeartbeat(ctx context.Context) *heartbeat {
 
 // initHeartbeat sets up h, which is zero, and returns it.
 func (r *Receiver[M, R]) initHeartbeat(ctx context.Context, h *heartbeat) *heartbeat {
-	*h = heartbeat{
-		store:    r.store,
-		batcher:  r.batcher,
-		clock:    r.cfg.Clock,
-		lease:    r.cfg.Lease,
-		interval: r.cfg.Lease / 3,
-		margin:   r.cfg.Lease / 10,
-		logger:   r.cfg.Logger,
-		parent:   ctx,
-	}
+	h.beatConfig, h.parent = &r.beatCfg, ctx
 	h.entries = h.one[:0]
 	return h
+}
+
+// firstBeat is when a queued heartbeat of one claim is due for its first
+// beat: an interval after the claim was sent.
+func (h *heartbeat) firstBeat() time.Time {
+	return h.entries[0].until.Add(h.interval - h.lease)
 }
 
 // add registers a claim before start and returns its index. claimed is
@@ -81,19 +93,31 @@ func (h *heartbeat) add(key string, token store.Token, beat func(context.Context
 	return len(h.entries) - 1
 }
 
-// start arms the first beat.
-func (h *heartbeat) start() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.timer = h.clock.AfterFunc(h.interval, h.beat)
+// start arms the first beat on a timer of h's own.
+func (h *heartbeat) start() { h.arm(h.interval) }
+
+// startQueued queues h, which holds one claim, in q for its first beat: a
+// handler that finishes sooner costs no timer.
+func (h *heartbeat) startQueued(q *beatQueue) {
+	h.queue = q
+	q.add(h)
 }
 
-// running records that claim i's handler starts, with the cancel function
-// of its context. It reports false when the claim was already lost.
-func (h *heartbeat) running(i int, cancel context.CancelCauseFunc) bool {
+// arm arms the next beat in d, unless h was stopped.
+func (h *heartbeat) arm(d time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.entries[i].cancel = cancel
+	if !h.stopped {
+		h.timer = h.clock.AfterFunc(d, h.beat)
+	}
+}
+
+// running records that claim i's handler starts under hctx, which a lost
+// lease cancels. It reports false when the claim was already lost.
+func (h *heartbeat) running(i int, hctx *handlerContext) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.entries[i].hctx = hctx
 	return !h.entries[i].lost
 }
 
@@ -103,7 +127,7 @@ func (h *heartbeat) running(i int, cancel context.CancelCauseFunc) bool {
 func (h *heartbeat) handled(i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.entries[i].cancel = nil
+	h.entries[i].hctx = nil
 }
 
 // finish stops extending claim i.
@@ -111,7 +135,7 @@ func (h *heartbeat) finish(i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.entries[i].done = true
-	h.entries[i].cancel = nil
+	h.entries[i].hctx = nil
 }
 
 // holds reports whether claim i still holds its lease as far as this
@@ -127,6 +151,9 @@ func (h *heartbeat) holds(i int) (time.Time, bool) {
 // stop stops the timer and waits for a beat in progress, so that no
 // extension runs after the caller completes or releases its claims.
 func (h *heartbeat) stop() {
+	if h.queue != nil && h.queue.remove(h) {
+		return // it never beat, and now never will
+	}
 	h.mu.Lock()
 	h.stopped = true
 	if h.timer != nil {
@@ -189,11 +216,11 @@ func (h *heartbeat) lose(i int, why string) {
 	h.mu.Lock()
 	e := &h.entries[i]
 	e.lost, e.done = true, true
-	stop := e.cancel
+	hctx := e.hctx
 	h.mu.Unlock()
 	h.logger.Warn(why, slog.String("key", e.key))
-	if stop != nil {
-		stop(ErrLeaseLost)
+	if hctx != nil {
+		hctx.end(ErrLeaseLost)
 	}
 }
 

@@ -2,6 +2,7 @@ package dedup_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,38 +135,115 @@ func TestHeartbeatKeepsSlowHandlerLease(t *testing.T) {
 // over, the handler's context is cancelled with ErrLeaseLost as its cause.
 func TestLostLeaseCancelsHandler(t *testing.T) {
 	t.Parallel()
-	storeClock := clock.NewFake(epoch)
-	workerClock := clock.NewFake(epoch)
-	st := newMemstore(t, storeClock)
+	// How the handler meets its context: waiting on Done, never asking for
+	// Done (the receiver's context then makes its cancellable part only
+	// for the cause), or through a context derived from it.
+	for _, mode := range []string{"done", "never-waits", "derived"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			storeClock := clock.NewFake(epoch)
+			workerClock := clock.NewFake(epoch)
+			st := newMemstore(t, storeClock)
 
-	entered := make(chan struct{})
-	var cause error
-	stale := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
-		close(entered)
-		<-ctx.Done()
-		cause = context.Cause(ctx)
-		return "", ctx.Err()
-	}, &dedup.Config{Clock: workerClock, Lease: testLease})
-	next := newReceiver(t, st, func(ctx context.Context, o order) (string, error) { return "fresh", nil },
-		&dedup.Config{Clock: storeClock, Lease: testLease})
+			entered := make(chan struct{})
+			proceed := make(chan struct{})
+			var cause, ctxErr error
+			stale := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
+				if mode == "derived" {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, time.Hour)
+					defer cancel()
+				}
+				close(entered)
+				if mode == "never-waits" {
+					<-proceed
+				} else {
+					<-ctx.Done()
+				}
+				ctxErr, cause = ctx.Err(), context.Cause(ctx)
+				return "", ctxErr
+			}, &dedup.Config{Clock: workerClock, Lease: testLease})
+			next := newReceiver(t, st, func(ctx context.Context, o order) (string, error) { return "fresh", nil },
+				&dedup.Config{Clock: storeClock, Lease: testLease})
+
+			var wg sync.WaitGroup
+			var staleErr error
+			wg.Go(func() { _, staleErr = stale.Handle(context.Background(), order{ID: "o-1"}) })
+			testenv.Recv(t, entered, "the handler to start")
+			storeClock.Advance(testLease + time.Second)
+			res, err := next.Handle(t.Context(), order{ID: "o-1"})
+			require.NoError(t, err)
+			require.Equal(t, dedup.StatusProcessed, res.Status)
+
+			workerClock.Advance(testLease / 3) // the stale worker's heartbeat runs
+			close(proceed)
+			testenv.Wait(t, &wg, "the deliveries to return")
+			require.ErrorIs(t, ctxErr, context.Canceled)
+			require.ErrorIs(t, cause, dedup.ErrLeaseLost)
+			require.ErrorIs(t, staleErr, dedup.ErrLeaseLost, "Handle says why the handler failed")
+			require.Equal(t, dedup.ReasonInFlight, stale.Decide(dedup.Result[string]{}, staleErr).Reason, "never dead-lettered: the new holder decides")
+
+			res, err = next.Handle(t.Context(), order{ID: "o-1"})
+			require.NoError(t, err)
+			require.Equal(t, dedup.StatusDuplicate, res.Status)
+			require.Equal(t, "fresh", res.Value)
+		})
+	}
+}
+
+// TestHeartbeatOneTimerPerReceiver: deliveries running at once share one
+// timer until their first beat, which comes a third of a lease after each
+// one's own claim; a delivery that finishes sooner is never extended, and
+// the shared timer does not outlive the deliveries by more than one firing.
+func TestHeartbeatOneTimerPerReceiver(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	st := &countingStore{Store: newMemstore(t, clk)}
+	started := make(chan string, 8)
+	release := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{})}
+	rcv, err := dedup.NewReceiver(st, func(o beatingOrder) (string, error) { return o.ID, nil },
+		func(ctx context.Context, o beatingOrder) (string, error) {
+			started <- o.ID
+			if ch, ok := release[o.ID]; ok {
+				<-ch
+			}
+			return o.ID, nil
+		}, &dedup.Config{Clock: clk, Lease: testLease})
+	require.NoError(t, err)
+
+	// Quick deliveries: no extension, no beat, one pending timer at most.
+	var quickBeats atomic.Int64
+	for i := range 20 {
+		res, err := rcv.Handle(t.Context(), beatingOrder{ID: "quick-" + strconv.Itoa(i), beats: &quickBeats})
+		require.NoError(t, err)
+		require.Equal(t, dedup.StatusProcessed, res.Status)
+		<-started
+	}
+	require.LessOrEqual(t, clk.Pending(), 1, "finished deliveries leave one shared timer at most")
 
 	var wg sync.WaitGroup
-	var staleErr error
-	wg.Go(func() { _, staleErr = stale.Handle(context.Background(), order{ID: "o-1"}) })
-	testenv.Recv(t, entered, "the handler to start")
-	storeClock.Advance(testLease + time.Second)
-	res, err := next.Handle(t.Context(), order{ID: "o-1"})
-	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	var aBeats, bBeats atomic.Int64
+	wg.Go(func() { _, _ = rcv.Handle(context.Background(), beatingOrder{ID: "a", beats: &aBeats}) })
+	testenv.Recv(t, started, "a's handler to start")
+	clk.Advance(testLease / 6)
+	wg.Go(func() { _, _ = rcv.Handle(context.Background(), beatingOrder{ID: "b", beats: &bBeats}) })
+	testenv.Recv(t, started, "b's handler to start")
+	require.Equal(t, 1, clk.Pending(), "two running deliveries, one timer")
 
-	workerClock.Advance(testLease / 3) // the stale worker's heartbeat runs
-	testenv.Wait(t, &wg, "the deliveries to return")
-	require.ErrorIs(t, cause, dedup.ErrLeaseLost)
-	require.ErrorIs(t, staleErr, dedup.ErrLeaseLost, "Handle says why the handler failed")
-	require.Equal(t, dedup.ReasonInFlight, stale.Decide(dedup.Result[string]{}, staleErr).Reason, "never dead-lettered: the new holder decides")
+	clk.Advance(testLease / 6) // a third of a lease after a's claim
+	require.Equal(t, int64(1), aBeats.Load(), "a beats a third of a lease after its claim")
+	require.Zero(t, bBeats.Load(), "b's first beat is not due yet")
+	clk.Advance(testLease / 6)
+	require.Equal(t, int64(1), bBeats.Load(), "b beats a third of a lease after its own claim")
+	clk.Advance(testLease / 6)
+	require.Equal(t, int64(2), aBeats.Load(), "a beats on its own timer from then on")
+	require.Equal(t, int64(3), st.extends.Load())
 
-	res, err = next.Handle(t.Context(), order{ID: "o-1"})
-	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
-	require.Equal(t, "fresh", res.Value)
+	close(release["a"])
+	close(release["b"])
+	testenv.Wait(t, &wg, "the slow deliveries to return")
+	clk.Advance(2 * testLease)
+	require.Zero(t, quickBeats.Load(), "the quick deliveries never beat")
+	require.Equal(t, int64(3), st.extends.Load(), "no extension after the deliveries ended")
+	require.Zero(t, clk.Pending(), "no timer is left once the shared one fired with nothing due")
 }

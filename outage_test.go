@@ -105,6 +105,34 @@ func TestCompletionRetriedWhileLeaseHolds(t *testing.T) {
 	require.Zero(t, rcv.Stats().ResultsNotStored)
 }
 
+// TestCompletionRetriedUnderNoWait: with NoWait the first delivery joins
+// no in-process flight, and a completion retried while the store is down
+// still records the success once it is back.
+func TestCompletionRetriedUnderNoWait(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	st := &faultyStore{Store: newMemstore(t, clk)}
+	var effects atomic.Int64
+	rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
+		effects.Add(1)
+		st.down.Store(true) // the store goes away while the handler runs
+		return "charged", nil
+	}, &dedup.Config{Clock: clk, Lease: testLease, NoWait: true})
+
+	first := handleAsync(t.Context(), rcv, order{ID: "o-1"})
+	waitFor(t, "the completion to be retried", func() bool { return clk.Pending() >= 2 }) // the heartbeat and a retry's wait
+	clk.Advance(testLease / 2)
+	st.down.Store(false)
+	o := advanceUntil(t, clk, 100*time.Millisecond, first)
+	require.NoError(t, o.err)
+	require.Equal(t, dedup.StatusProcessed, o.res.Status)
+	require.NoError(t, o.res.Problem, "the completion was recorded once the store came back")
+	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, int64(1), effects.Load())
+}
+
 // TestCompletionGivesUpWhenLeaseEnds: a store that stays down past the
 // lease: the receiver stops retrying before the lease ends, acks (the
 // effect happened) and reports the result as not stored.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/store"
 )
 
 // panicky panics in MarshalJSON (after the effect) or UnmarshalJSON (on
@@ -196,4 +198,43 @@ func TestHandlerOwnDeadlineIsHandlerError(t *testing.T) {
 	require.ErrorIs(t, err, dedup.ErrCanceled)
 	require.Equal(t, dedup.ReasonCanceled, shut.Decide(res, err).Reason)
 	require.True(t, errors.Is(err, context.Canceled))
+}
+
+// panickingStore is a user's store that panics in Acquire once released:
+// a panic no recover of the receiver's covers.
+type panickingStore struct {
+	store.Store
+	entered, release chan struct{}
+}
+
+func (s *panickingStore) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
+	close(s.entered)
+	<-s.release
+	panic("store bug")
+}
+
+// TestPanickingStoreFreesWaiters: when the first delivery of a key panics
+// past the receiver (in the store, whose panics are the caller's to see),
+// the deliveries waiting for it get an error instead of waiting forever,
+// and the key is free for the next delivery.
+func TestPanickingStoreFreesWaiters(t *testing.T) {
+	t.Parallel()
+	st := &panickingStore{Store: newMemstore(t, clock.NewFake(epoch)), entered: make(chan struct{}), release: make(chan struct{})}
+	rcv := newReceiver(t, st, func(ctx context.Context, o order) (struct{}, error) { return struct{}{}, nil }, nil)
+
+	leaderPanic := make(chan any, 1)
+	go func() {
+		defer func() { leaderPanic <- recover() }()
+		_, _ = rcv.Handle(context.Background(), order{ID: "o-1"})
+	}()
+	testenv.Recv(t, st.entered, "the first delivery to reach the store")
+	var wg sync.WaitGroup
+	var followerErr error
+	wg.Go(func() { _, followerErr = rcv.Handle(context.Background(), order{ID: "o-1"}) })
+	waitFor(t, "the duplicate to wait on the first delivery", func() bool { return dedup.Waiting(rcv, "default:o-1") == 1 })
+	close(st.release)
+	require.Equal(t, "store bug", testenv.Recv(t, leaderPanic, "the leader's panic"), "the store's panic reaches the caller")
+	testenv.Wait(t, &wg, "the waiting delivery to return")
+	require.Error(t, followerErr, "the waiter is told the first delivery ended without an outcome")
+	require.Zero(t, dedup.Waiting(rcv, "default:o-1"), "the key is no longer in flight")
 }

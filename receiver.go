@@ -18,8 +18,9 @@ import (
 // retried, or Permanent(err) to have it dead-lettered.
 //
 // The claim the handler runs under is in its context ([ClaimFromContext]).
-// The context is cancelled when the caller's is, and with ErrLeaseLost as
-// its cause when the claim's lease is lost.
+// The context is cancelled when the caller's is, with ErrLeaseLost as its
+// cause when the claim's lease is lost, and once the handler returns (a
+// goroutine the handler started must not outlive it on that context).
 type Handler[M, R any] func(ctx context.Context, msg M) (R, error)
 
 // Receiver runs a Handler once per message key, in the sense of the package
@@ -31,14 +32,15 @@ type Handler[M, R any] func(ctx context.Context, msg M) (R, error)
 type Receiver[M, R any] struct {
 	store  store.Store
 	peeker store.Peeker
-	// inProcess: the store never waits (store.InProcess), so its calls
-	// need no StoreTimeout of their own.
-	inProcess bool
-	batcher   store.BatchStore
-	key       KeyFunc[M]
-	handler   Handler[M, R]
-	cfg       Config
-	prefix    string // Namespace + ":"
+	// selfBounded: the store never waits (store.InProcess), or bounds its
+	// own calls within StoreTimeout (store.Bounded), so its completions
+	// and releases need no timer of the receiver's.
+	selfBounded bool
+	batcher     store.BatchStore
+	key         KeyFunc[M]
+	handler     Handler[M, R]
+	cfg         Config
+	prefix      string // Namespace + ":"
 	// fingerprints: whether M implements Fingerprinter, decided once so that
 	// the hot path does not box every message into an interface.
 	fingerprints fingerprintMode
@@ -46,6 +48,8 @@ type Receiver[M, R any] struct {
 	zeroSize     bool // R carries no data: nothing to encode or decode
 	nillable     bool // M can be nil (pointer, interface, map...)
 	flight       flightGroup[R]
+	beatCfg      beatConfig
+	beats        beatQueue // the heartbeats of single deliveries, until their first beat
 	stats        stats
 }
 
@@ -83,10 +87,18 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 		zeroSize: reflect.TypeFor[R]().Size() == 0,
 	}
 	r.peeker, _ = s.(store.Peeker)
-	if ip, ok := s.(store.InProcess); ok {
-		r.inProcess = ip.InProcess()
-	}
+	r.selfBounded = boundsItself(s, c.StoreTimeout)
 	r.batcher, _ = s.(store.BatchStore)
+	r.beatCfg = beatConfig{
+		store:    s,
+		batcher:  r.batcher,
+		clock:    c.Clock,
+		lease:    c.Lease,
+		interval: c.Lease / 3,
+		margin:   c.Lease / 10,
+		logger:   c.Logger,
+	}
+	r.beats.init(&r.beatCfg)
 	mt := reflect.TypeFor[M]()
 	switch mt.Kind() {
 	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
@@ -100,6 +112,21 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 	}
 	r.heartbeats = mt.Kind() == reflect.Interface || mt.Implements(reflect.TypeFor[Heartbeater]())
 	return r, nil
+}
+
+// boundsItself reports whether every completion and release of s returns
+// within limit without a deadline of the receiver's: s never waits, or
+// bounds its calls within limit itself.
+func boundsItself(s store.Store, limit time.Duration) bool {
+	if ip, ok := s.(store.InProcess); ok && ip.InProcess() {
+		return true
+	}
+	b, ok := s.(store.Bounded)
+	if !ok {
+		return false
+	}
+	d := b.CallTimeout()
+	return d > 0 && d <= limit
 }
 
 // Namespace returns the namespace of the receiver's keys.
@@ -186,9 +213,15 @@ func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[
 		return r.follow(ctx, key, fp, msg, call, tm)
 	}
 	call.fingerprint = fp
-	defer r.flight.leave(key, call)
+	ended := false
+	defer func() {
+		if !ended { // the handling panicked past every recover
+			r.flight.end(key, call, Result[R]{Key: key}, errFlightAbandoned)
+		}
+	}()
 	res, err := r.claimAndRun(ctx, key, fp, msg, tm, d)
-	r.flight.publish(call, res, err)
+	r.flight.end(key, call, res, err)
+	ended = true
 	return res, err
 }
 
@@ -412,10 +445,11 @@ func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, clai
 	}
 	hb := r.initHeartbeat(ctx, &d.hb)
 	idx := hb.add(key, claim.Token, r.beaterOf(msg), sent)
-	hb.start()
+	hb.startQueued(&r.beats)
 	defer hb.stop()
 	d.held = store.HeldClaim{Key: key, Token: claim.Token, Attempt: claim.Record.Attempt, Retention: r.cfg.Retention}
-	return r.runHeld(ctx, key, msg, claim, &d.held, hb, idx, tm, &d.call)
+	d.hctx.init(ctx, &d.held)
+	return r.runHeld(ctx, key, msg, claim, d, hb, idx, tm)
 }
 
 // notClaimed answers a claim the caller cannot run the handler under: the
@@ -445,10 +479,10 @@ func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, clai
 // extends, and records the outcome: a failure is released, a success
 // completed (retried while the lease holds). hb stops extending the claim
 // before this returns.
-func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim store.Claim, held *store.HeldClaim, hb *heartbeat, idx int, tm *timing, call *flightCall[R]) (Result[R], error) {
+func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim store.Claim, d *delivery[R], hb *heartbeat, idx int, tm *timing) (Result[R], error) {
 	defer hb.finish(idx)
 	attempt := claim.Record.Attempt
-	v, herr := r.runClaimed(ctx, held, msg, hb, idx, tm)
+	v, herr := r.runClaimed(&d.hctx, msg, hb, idx, tm)
 	if herr != nil {
 		hb.finish(idx) // no extension of a released claim
 		return r.handlerFailed(ctx, key, claim.Token, attempt, herr)
@@ -456,9 +490,9 @@ func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim s
 	res := Result[R]{Status: StatusProcessed, Key: key, Attempt: attempt, Value: v}
 	data, encErr := r.encode(v)
 	var storeErr error
-	if !held.Completed() {
+	if !d.held.Completed() {
 		t := tm.start()
-		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: claim.Token, Result: data, Retention: r.cfg.Retention}, hb, idx, call, res)
+		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: claim.Token, Result: data, Retention: r.cfg.Retention}, hb, idx, &d.call, res)
 		tm.addStore(t)
 	}
 	return r.completed(ctx, res, encErr, storeErr), nil
@@ -508,7 +542,7 @@ func sleep(clk clock.Clock, d time.Duration) {
 // cancellation (a shutdown must not lose a success whose redelivery would
 // repeat the effect), bounded by StoreTimeout.
 func (r *Receiver[M, R]) complete(ctx context.Context, req store.CompleteRequest) error {
-	if r.inProcess {
+	if r.selfBounded {
 		return r.store.Complete(detached(ctx), req)
 	}
 	cctx, cancel := context.WithTimeout(detached(ctx), r.cfg.StoreTimeout)
@@ -592,7 +626,7 @@ func (r *Receiver[M, R]) encode(v R) (data []byte, err error) {
 // that could not be released simply expires with its lease.
 func (r *Receiver[M, R]) release(ctx context.Context, key string, token store.Token, why string) {
 	rctx := detached(ctx)
-	if !r.inProcess {
+	if !r.selfBounded {
 		var cancel context.CancelFunc
 		rctx, cancel = context.WithTimeout(rctx, r.cfg.StoreTimeout)
 		defer cancel()
@@ -603,15 +637,15 @@ func (r *Receiver[M, R]) release(ctx context.Context, key string, token store.To
 	}
 }
 
-// runClaimed runs the handler while hb extends the claim (entry idx). When
-// the lease is lost, the handler's context is cancelled with ErrLeaseLost
-// as its cause, and its error then matches ErrLeaseLost too.
-func (r *Receiver[M, R]) runClaimed(ctx context.Context, held *store.HeldClaim, msg M, hb *heartbeat, idx int, tm *timing) (R, error) {
-	hctx, cancel := context.WithCancelCause(store.ContextWithClaim(ctx, held))
-	defer cancel(nil)
-	if !hb.running(idx, cancel) {
+// runClaimed runs the handler under hctx while hb extends its claim
+// (entry idx). When the lease is lost, hctx is cancelled with ErrLeaseLost
+// as its cause, and the handler's error then matches ErrLeaseLost too.
+// hctx ends when the handler returns.
+func (r *Receiver[M, R]) runClaimed(hctx *handlerContext, msg M, hb *heartbeat, idx int, tm *timing) (R, error) {
+	defer hctx.end(nil)
+	if !hb.running(idx, hctx) {
 		var zero R
-		return zero, fmt.Errorf("dedup: %q: %w before the handler started", held.Key, ErrLeaseLost)
+		return zero, fmt.Errorf("dedup: %q: %w before the handler started", hctx.held.Key, ErrLeaseLost)
 	}
 	defer hb.handled(idx)
 	t := tm.start()
