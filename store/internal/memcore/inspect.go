@@ -23,7 +23,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	if c, ok := sh.claims[key]; ok {
 		return c.record(key), nil
 	}
-	if e, ok := sh.settled.Peek(split(key)); ok && !expired(&e.rec, now) {
+	if e, ok := sh.settled.peek(split(key)); ok && !expired(&e.rec, now) {
 		return e.rec, nil
 	}
 	return store.Record{}, fmt.Errorf("memstore: get %q: %w", key, store.ErrNotFound)
@@ -39,7 +39,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	delete(sh.claims, key)
-	sh.settled.Remove(split(key))
+	sh.settled.remove(split(key))
 	return nil
 }
 
@@ -79,7 +79,7 @@ func (s *Store) snapshot(prefix string) []store.Record {
 				recs = append(recs, c.record(key))
 			}
 		}
-		for _, e := range sh.settled.Values() {
+		for _, e := range sh.settled.items {
 			if strings.HasPrefix(e.rec.Key, prefix) && !expired(&e.rec, now) {
 				recs = append(recs, e.rec)
 			}

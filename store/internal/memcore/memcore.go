@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/store"
@@ -67,7 +66,7 @@ type shard struct {
 	// settled holds completed and failed records, bounded by capacity,
 	// under their keys cut in two (see store.SplitKey) so that Peek finds
 	// them without joining namespace and id.
-	settled *simplelru.LRU[splitKey, *entry]
+	settled lru
 	// claims holds processing records. They live outside the LRU because
 	// evicting one would let a second delivery run while the first still
 	// works: the one thing this library exists to prevent. A key is in
@@ -104,6 +103,9 @@ type entry struct {
 	// token completed rec; zero for a failed or remembered record, which
 	// no token completes again.
 	token store.Token
+	// prev and next link the entry into its shard's LRU list (lru.go),
+	// under the shard's mutex; rec is never modified once settled.
+	prev, next *entry
 }
 
 // claim is a processing record without the fields a processing record
@@ -154,13 +156,7 @@ func New(opts *Options) (*Store, error) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.capacity = (o.Capacity + n - 1) / n
-		// Eviction is done by hand in settle, which must count it, so the
-		// LRU gets no callback (simplelru would also call it on every
-		// Remove).
-		var err error
-		if sh.settled, err = simplelru.NewLRU[splitKey, *entry](sh.capacity, nil); err != nil {
-			return nil, fmt.Errorf("memstore: %w", err)
-		}
+		sh.settled.init()
 		sh.claims = make(map[string]claim)
 	}
 	return s, nil
@@ -238,14 +234,14 @@ func (s *shard) acquire(req store.AcquireRequest, now time.Time) (store.Claim, e
 
 	var prev store.Record // the failed record being retried, if any
 	sk := split(key)
-	if e, ok := s.settled.Peek(sk); ok {
+	if e, ok := s.settled.peek(sk); ok {
 		switch {
 		case expired(&e.rec, now):
-			s.settled.Remove(sk)
+			s.settled.remove(sk)
 		case reused(e.rec.Fingerprint, req.Fingerprint):
 			return store.Claim{}, errReused(key, e.rec.State)
 		case e.rec.State == store.StateCompleted:
-			s.settled.Get(sk) // a replayed record is in use: keep it longest
+			s.settled.get(sk) // a replayed record is in use: keep it longest
 			return store.Claim{Record: e.rec}, nil
 		default:
 			prev = e.rec
@@ -255,7 +251,7 @@ func (s *shard) acquire(req store.AcquireRequest, now time.Time) (store.Claim, e
 		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w: %d records of its shard are processing, the shard's share of Options.Capacity", key, store.ErrUnavailable, len(s.claims))
 	}
 	if prev.State == store.StateFailed {
-		s.settled.Remove(sk)
+		s.settled.remove(sk)
 	}
 	c := claim{
 		token:       store.NewToken(),
@@ -351,7 +347,7 @@ func (s *shard) complete(req store.CompleteRequest, e *entry, now time.Time) err
 	if _, ok := s.claims[req.Key]; !ok {
 		// A record completed in the handler's own transaction may be
 		// completed again by its receiver: the first result stays.
-		if e, ok := s.settled.Peek(split(req.Key)); ok && e.token == req.Token &&
+		if e, ok := s.settled.peek(split(req.Key)); ok && e.token == req.Token &&
 			e.rec.State == store.StateCompleted && !expired(&e.rec, now) {
 			return nil
 		}
@@ -398,15 +394,15 @@ func (s *shard) finish(op, key string, token store.Token, now time.Time, e *entr
 // least recently used one when full. The key is never in the LRU already:
 // Acquire removed it when it made the claim.
 func (s *shard) settle(e *entry, now time.Time) {
-	if s.settled.Len() >= s.capacity {
-		_, old, _ := s.settled.RemoveOldest()
+	if s.settled.len() >= s.capacity {
+		old := s.settled.removeOldest()
 		if old.rec.State == store.StateCompleted && !expired(&old.rec, now) {
 			s.evictions++
 		}
 	}
 	// Settled entries are never modified in place (Acquire removes a failed
 	// one before retrying it), which is what lets Peek share them.
-	s.settled.Add(split(e.rec.Key), e)
+	s.settled.add(split(e.rec.Key), e)
 }
 
 // Extend sets the lease of the key held by req.Token to req.Lease from now,
@@ -457,7 +453,7 @@ func (s *shard) extend(req store.ExtendRequest, now time.Time) error {
 func (s *Store) Peek(prefix, id string) *store.Record {
 	sh := s.shardOfID(id)
 	sh.mu.Lock()
-	e, ok := sh.settled.Get(splitKey{prefix, id})
+	e, ok := sh.settled.get(splitKey{prefix, id})
 	sh.mu.Unlock()
 	// until reads only the monotonic clock: half the price of Now.
 	if !ok || e.rec.State != store.StateCompleted || until(s.clock, e.rec.ExpiresAt) <= 0 {

@@ -37,7 +37,7 @@ func (s *Store) Remember(rec store.Record) (bool, error) {
 	if _, ok := sh.claims[rec.Key]; ok {
 		return false, nil
 	}
-	sh.settled.Remove(split(rec.Key)) // settle adds a key that is not there
+	sh.settled.remove(split(rec.Key)) // settle adds a key that is not there
 	sh.settle(&entry{rec: rec}, now)
 	return true, nil
 }

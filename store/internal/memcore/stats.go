@@ -27,7 +27,7 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Len += sh.settled.Len()
+		st.Len += sh.settled.len()
 		st.InFlight += len(sh.claims)
 		st.Evictions += sh.evictions
 		sh.mu.Unlock()
