@@ -3,7 +3,6 @@ module github.com/dedup-go/dedup
 go 1.26.0
 
 require (
-	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0

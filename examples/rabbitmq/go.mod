@@ -10,10 +10,7 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require (
-	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-)
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
 
 // The example runs against the code in this repository.
 replace (
