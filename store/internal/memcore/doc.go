@@ -1,8 +1,9 @@
 // Package memcore is the in-memory store behind store/memstore and the
 // local tier of store/tieredstore: a bounded LRU of completed and failed
-// records beside a map of processing claims, under one mutex per shard of
-// the keys (a large store is cut in up to 16 by a hash of the key), on an
-// injected clock, with no goroutine of its own.
+// records (its own, a list linked through the records: lru.go) beside a
+// map of processing claims, under one mutex per shard of the keys (a large
+// store is cut in up to 16 by a hash of the key), on an injected clock,
+// with no goroutine of its own.
 //
 // It is internal so that what only a tier needs ([Store.Remember], which
 // caches a record another store confirmed) stays out of memstore's public

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/store"
 )
