@@ -25,9 +25,9 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 			out[i].Err = err
 			continue
 		}
-		sh := s.shardOf(req.Key)
+		sh, k := s.locate(req.Key)
 		sh.mu.Lock()
-		out[i].Claim, out[i].Err = sh.acquire(req, now)
+		out[i].Claim, out[i].Err = sh.acquire(req, k, now)
 		sh.mu.Unlock()
 	}
 	return out
@@ -47,9 +47,9 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest)
 	now := s.clock.Now()
 	for i, req := range reqs {
 		if errs[i] == nil {
-			sh := s.shardOf(req.Key)
+			sh, k := s.locate(req.Key)
 			sh.mu.Lock()
-			errs[i] = sh.complete(req, entries[i], now)
+			errs[i] = sh.complete(req, k, entries[i], now)
 			sh.mu.Unlock()
 		}
 	}
@@ -66,7 +66,7 @@ func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []e
 	now := s.clock.Now()
 	for i, req := range reqs {
 		if errs[i] == nil {
-			sh := s.shardOf(req.Key)
+			sh, _ := s.locate(req.Key)
 			sh.mu.Lock()
 			errs[i] = sh.extend(req, now)
 			sh.mu.Unlock()

@@ -17,13 +17,13 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 		return store.Record{}, fmt.Errorf("memstore: get %q: %w", key, err)
 	}
 	now := s.clock.Now()
-	sh := s.shardOf(key)
+	sh, k := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if c, ok := sh.claims[key]; ok {
 		return c.record(key), nil
 	}
-	if e, ok := sh.settled.peek(split(key)); ok && !expired(&e.rec, now) {
+	if e, ok := sh.settled.peek(k); ok && !expired(&e.rec, now) {
 		return e.rec, nil
 	}
 	return store.Record{}, fmt.Errorf("memstore: get %q: %w", key, store.ErrNotFound)
@@ -35,11 +35,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: delete %q: %w", key, err)
 	}
-	sh := s.shardOf(key)
+	sh, k := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	delete(sh.claims, key)
-	sh.settled.remove(split(key))
+	sh.settled.remove(k)
 	return nil
 }
 
@@ -79,7 +79,7 @@ func (s *Store) snapshot(prefix string) []store.Record {
 				recs = append(recs, c.record(key))
 			}
 		}
-		for _, e := range sh.settled.items {
+		for e := range sh.settled.all {
 			if strings.HasPrefix(e.rec.Key, prefix) && !expired(&e.rec, now) {
 				recs = append(recs, e.rec)
 			}

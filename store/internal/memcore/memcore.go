@@ -86,14 +86,6 @@ var (
 	_ store.Inspector  = (*Store)(nil)
 )
 
-// splitKey is a key cut by store.SplitKey; its parts share the key's memory.
-type splitKey struct{ prefix, id string }
-
-func split(key string) splitKey {
-	prefix, id := store.SplitKey(key)
-	return splitKey{prefix, id}
-}
-
 // entry is a settled record with what the contract needs beyond it: the
 // token that completed it, so that Complete with that token again succeeds
 // without a change. It stays out of store.Record, which callers see.
@@ -102,8 +94,12 @@ type entry struct {
 	// token completed rec; zero for a failed or remembered record, which
 	// no token completes again.
 	token store.Token
-	// prev and next link the entry into its shard's LRU list (lru.go),
-	// under the shard's mutex; rec is never modified once settled.
+	// hash is the hash of the id of rec.Key (lkey.h). hnext chains the
+	// entries under one hash, and prev and next link the entry into its
+	// shard's LRU list (lru.go), under the shard's mutex; rec is never
+	// modified once settled.
+	hash       uint64
+	hnext      *entry
 	prev, next *entry
 }
 
@@ -161,23 +157,19 @@ func New(opts *Options) (*Store, error) {
 	return s, nil
 }
 
-// shardOf returns the shard of key: the one of its id (store.SplitKey),
-// so that Peek, which has the key cut in two, finds it without joining
-// or hashing the namespace.
-func (s *Store) shardOf(key string) *shard {
-	if s.mask == 0 {
-		return &s.shards[0]
-	}
-	_, id := store.SplitKey(key)
-	return s.shardOfID(id)
+// locate returns the shard of key and the key as the shard's LRU finds
+// it. Both go by the hash of its id (store.SplitKey) alone, so that Peek,
+// which has the key cut in two, finds it without joining or hashing the
+// namespace.
+func (s *Store) locate(key string) (*shard, lkey) {
+	prefix, id := store.SplitKey(key)
+	return s.locateID(prefix, id)
 }
 
-// shardOfID returns the shard of the keys whose id is id.
-func (s *Store) shardOfID(id string) *shard {
-	if s.mask == 0 {
-		return &s.shards[0]
-	}
-	return &s.shards[maphash.String(s.seed, id)&s.mask]
+// locateID is locate of the key cut into prefix and id.
+func (s *Store) locateID(prefix, id string) (*shard, lkey) {
+	h := maphash.String(s.seed, id)
+	return &s.shards[h&s.mask], lkey{prefix: prefix, id: id, h: h}
 }
 
 // Acquire claims req.Key if it is absent, failed, or processing under an
@@ -192,10 +184,10 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Cl
 		return store.Claim{}, err
 	}
 	now := s.clock.Now()
-	sh := s.shardOf(req.Key)
+	sh, k := s.locate(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.acquire(req, now)
+	return sh.acquire(req, k, now)
 }
 
 func checkAcquire(req store.AcquireRequest) error {
@@ -208,8 +200,9 @@ func checkAcquire(req store.AcquireRequest) error {
 	return nil
 }
 
-// acquire is Acquire on checked arguments, under s.mu.
-func (s *shard) acquire(req store.AcquireRequest, now time.Time) (store.Claim, error) {
+// acquire is Acquire on checked arguments, req.Key located as k, under
+// s.mu.
+func (s *shard) acquire(req store.AcquireRequest, k lkey, now time.Time) (store.Claim, error) {
 	key := req.Key
 	if c, ok := s.claims[key]; ok {
 		// The fingerprint is checked first: a reused key is refused even
@@ -232,15 +225,14 @@ func (s *shard) acquire(req store.AcquireRequest, now time.Time) (store.Claim, e
 	}
 
 	var prev store.Record // the failed record being retried, if any
-	sk := split(key)
-	if e, ok := s.settled.peek(sk); ok {
+	if e, ok := s.settled.peek(k); ok {
 		switch {
 		case expired(&e.rec, now):
-			s.settled.remove(sk)
+			s.settled.remove(k)
 		case reused(e.rec.Fingerprint, req.Fingerprint):
 			return store.Claim{}, errReused(key, e.rec.State)
 		case e.rec.State == store.StateCompleted:
-			s.settled.get(sk) // a replayed record is in use: keep it longest
+			s.settled.get(k) // a replayed record is in use: keep it longest
 			return store.Claim{Record: e.rec}, nil
 		default:
 			prev = e.rec
@@ -250,7 +242,7 @@ func (s *shard) acquire(req store.AcquireRequest, now time.Time) (store.Claim, e
 		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w: %d records of its shard are processing, the shard's share of Options.Capacity", key, store.ErrUnavailable, len(s.claims))
 	}
 	if prev.State == store.StateFailed {
-		s.settled.remove(sk)
+		s.settled.remove(k)
 	}
 	c := claim{
 		token:       store.NewToken(),
@@ -307,10 +299,10 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
 	// allocation under the lock makes every other delivery wait for it.
 	e := completedEntry(req)
 	now := s.clock.Now()
-	sh := s.shardOf(req.Key)
+	sh, k := s.locate(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.complete(req, e, now)
+	return sh.complete(req, k, e, now)
 }
 
 // completedEntry returns the entry req would settle, with a copy of its
@@ -340,19 +332,19 @@ func checkSettle(ctx context.Context, op, key string, token store.Token, retenti
 	return nil
 }
 
-// complete is Complete on checked arguments and the entry made for them by
-// completedEntry, under s.mu.
-func (s *shard) complete(req store.CompleteRequest, e *entry, now time.Time) error {
+// complete is Complete on checked arguments, req.Key located as k, and the
+// entry made for them by completedEntry, under s.mu.
+func (s *shard) complete(req store.CompleteRequest, k lkey, e *entry, now time.Time) error {
 	if _, ok := s.claims[req.Key]; !ok {
 		// A record completed in the handler's own transaction may be
 		// completed again by its receiver: the first result stays.
-		if e, ok := s.settled.peek(split(req.Key)); ok && e.token == req.Token &&
+		if e, ok := s.settled.peek(k); ok && e.token == req.Token &&
 			e.rec.State == store.StateCompleted && !expired(&e.rec, now) {
 			return nil
 		}
 	}
 	e.rec.ExpiresAt = now.Add(req.Retention)
-	return s.finish("complete", req.Key, req.Token, now, e)
+	return s.finish("complete", req.Key, k, req.Token, now, e)
 }
 
 // Release records the failure of the key held by req.Token and frees the
@@ -365,17 +357,17 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 	}
 	e := &entry{rec: store.Record{State: store.StateFailed, LastError: req.Error}}
 	now := s.clock.Now()
-	sh := s.shardOf(req.Key)
+	sh, k := s.locate(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e.rec.ExpiresAt = now.Add(req.Retention)
-	return sh.finish("release", req.Key, req.Token, now, e)
+	return sh.finish("release", req.Key, k, req.Token, now, e)
 }
 
-// finish ends the claim token holds on key with the settled entry e, which
-// takes the claim's key, attempt and fingerprint, and, when completed, the
-// claim's last error. Under s.mu.
-func (s *shard) finish(op, key string, token store.Token, now time.Time, e *entry) error {
+// finish ends the claim token holds on key, located as k, with the settled
+// entry e, which takes the claim's key, attempt and fingerprint, and, when
+// completed, the claim's last error. Under s.mu.
+func (s *shard) finish(op, key string, k lkey, token store.Token, now time.Time, e *entry) error {
 	c, ok := s.claims[key]
 	if !ok || c.token != token {
 		return errLeaseLost(op, key)
@@ -385,13 +377,14 @@ func (s *shard) finish(op, key string, token store.Token, now time.Time, e *entr
 		e.rec.LastError = c.lastError
 	}
 	e.rec.Key, e.rec.Attempt, e.rec.Fingerprint = key, c.attempt, c.fingerprint
+	e.hash = k.h
 	s.settle(e, now)
 	return nil
 }
 
 // settle moves a record that left processing into the LRU, evicting the
 // least recently used one when full. The key is never in the LRU already:
-// Acquire removed it when it made the claim.
+// Acquire removed it when it made the claim. e.hash is set.
 func (s *shard) settle(e *entry, now time.Time) {
 	if s.settled.len() >= s.capacity {
 		old := s.settled.removeOldest()
@@ -401,7 +394,7 @@ func (s *shard) settle(e *entry, now time.Time) {
 	}
 	// Settled entries are never modified in place (Acquire removes a failed
 	// one before retrying it), which is what lets Peek share them.
-	s.settled.add(split(e.rec.Key), e)
+	s.settled.add(e)
 }
 
 // Extend sets the lease of the key held by req.Token to req.Lease from now,
@@ -412,7 +405,7 @@ func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
 		return err
 	}
 	now := s.clock.Now()
-	sh := s.shardOf(req.Key)
+	sh, _ := s.locate(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.extend(req, now)
@@ -450,9 +443,9 @@ func (s *shard) extend(req store.ExtendRequest, now time.Time) error {
 // store.SplitKey cuts it, or nil. It allocates and copies nothing: the
 // record is the store's own and must not be modified.
 func (s *Store) Peek(prefix, id string) *store.Record {
-	sh := s.shardOfID(id)
+	sh, k := s.locateID(prefix, id)
 	sh.mu.Lock()
-	e, ok := sh.settled.get(splitKey{prefix, id})
+	e, ok := sh.settled.get(k)
 	sh.mu.Unlock()
 	// until reads only the monotonic clock: half the price of Now.
 	if !ok || e.rec.State != store.StateCompleted || until(s.clock, e.rec.ExpiresAt) <= 0 {

@@ -31,13 +31,13 @@ func (s *Store) Remember(rec store.Record) (bool, error) {
 	if expired(&rec, now) {
 		return false, fmt.Errorf("memstore: remember %q: %w: the record expired at %v", rec.Key, store.ErrInvalidConfig, rec.ExpiresAt)
 	}
-	sh := s.shardOf(rec.Key)
+	sh, k := s.locate(rec.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if _, ok := sh.claims[rec.Key]; ok {
 		return false, nil
 	}
-	sh.settled.remove(split(rec.Key)) // settle adds a key that is not there
-	sh.settle(&entry{rec: rec}, now)
+	sh.settled.remove(k) // settle adds a key that is not there
+	sh.settle(&entry{rec: rec, hash: k.h}, now)
 	return true, nil
 }

@@ -75,3 +75,56 @@ func claimAndComplete(t *testing.T, s *memcore.Store, key string) {
 	require.True(t, c.Acquired, "%s was not claimed", key)
 	require.NoError(t, s.Complete(t.Context(), store.CompleteRequest{Key: key, Token: c.Token, Result: []byte(key), Retention: time.Hour}))
 }
+
+// TestOneIDInManyNamespaces: the records of one id in several namespaces
+// share the hash that finds them; each is answered as itself, by Peek,
+// Get and Scan, and deleting or evicting one leaves the others.
+func TestOneIDInManyNamespaces(t *testing.T) {
+	t.Parallel()
+	for _, capacity := range []int{3, memcore.DefaultCapacity} {
+		s, err := memcore.New(&memcore.Options{Capacity: capacity, Clock: clock.NewFake(epoch)})
+		require.NoError(t, err)
+		ctx := t.Context()
+		for _, ns := range []string{"a:", "b:", "c:"} {
+			claimAndComplete(t, s, ns+"o-1")
+		}
+		for _, ns := range []string{"a:", "b:", "c:"} {
+			rec := s.Peek(ns, "o-1")
+			require.NotNil(t, rec, "Peek of %so-1", ns)
+			require.Equal(t, ns+"o-1", string(rec.Result))
+		}
+		require.NoError(t, s.Delete(ctx, "b:o-1"))
+		require.Nil(t, s.Peek("b:", "o-1"))
+		_, err = s.Get(ctx, "b:o-1")
+		require.ErrorIs(t, err, store.ErrNotFound)
+		for _, ns := range []string{"a:", "c:"} {
+			got, err := s.Get(ctx, ns+"o-1")
+			require.NoError(t, err)
+			require.Equal(t, ns+"o-1", string(got.Result))
+		}
+		if capacity == 3 {
+			// More records push out the least recently used: a:o-1, then
+			// c:o-1 (Get, unlike Peek, does not mark a record used).
+			claimAndComplete(t, s, "d:o-1")
+			claimAndComplete(t, s, "e:o-1")
+			_, err = s.Get(ctx, "a:o-1")
+			require.ErrorIs(t, err, store.ErrNotFound)
+			_, err = s.Get(ctx, "c:o-1")
+			require.NoError(t, err)
+			claimAndComplete(t, s, "f:o-1")
+			_, err = s.Get(ctx, "c:o-1")
+			require.ErrorIs(t, err, store.ErrNotFound)
+			require.Equal(t, uint64(2), s.Stats().Evictions)
+		}
+		var keys []string
+		for rec, err := range s.Scan(ctx, "") {
+			require.NoError(t, err)
+			keys = append(keys, rec.Key)
+		}
+		if capacity == 3 {
+			require.Equal(t, []string{"d:o-1", "e:o-1", "f:o-1"}, keys)
+		} else {
+			require.Equal(t, []string{"a:o-1", "c:o-1"}, keys)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package memcore
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup/store"
+)
+
+// testEntry is the entry of key under hash h, as a shard settles it.
+func testEntry(key string, h uint64) (*entry, lkey) {
+	prefix, id := store.SplitKey(key)
+	return &entry{rec: store.Record{Key: key}, hash: h}, lkey{prefix: prefix, id: id, h: h}
+}
+
+// TestLRUChains: keys whose ids share a hash (one id in several
+// namespaces, or a collision) are chained under it; each is found as
+// itself, never as another key of its chain, and leaves its chain and the
+// list alone, whether it heads the chain or not, by remove or as the
+// oldest.
+func TestLRUChains(t *testing.T) {
+	t.Parallel()
+	var l lru
+	l.init()
+	a, ka := testEntry("billing:o-1", 7)
+	b, kb := testEntry("shipping:o-1", 7) // the same id, another namespace
+	c, kc := testEntry("billing:o-2", 7)  // a collision
+	d, kd := testEntry("billing:o-3", 9)
+	for _, e := range []*entry{a, b, c, d} {
+		l.add(e)
+	}
+	require.Equal(t, 4, l.len())
+	for _, tc := range []struct {
+		k lkey
+		e *entry
+	}{{ka, a}, {kb, b}, {kc, c}, {kd, d}} {
+		got, ok := l.peek(tc.k)
+		require.True(t, ok, tc.e.rec.Key)
+		require.Same(t, tc.e, got)
+	}
+	_, ok := l.peek(lkey{prefix: "billing:", id: "o-9", h: 7})
+	require.False(t, ok, "a key absent from a chain")
+	_, ok = l.peek(lkey{prefix: "billing:o", id: "-1", h: 7})
+	require.True(t, ok, "the same key cut elsewhere is the same key")
+	_, ok = l.peek(lkey{prefix: "billing", id: ":o-1", h: 7})
+	require.True(t, ok)
+
+	require.Equal(t, []*entry{d, c, b, a}, collect(&l), "most recently used first")
+	_, _ = l.get(ka) // a, the tail of its chain, becomes the most recent
+	require.Equal(t, []*entry{a, d, c, b}, collect(&l))
+
+	l.remove(kb) // the middle of its chain
+	require.Equal(t, 3, l.len())
+	_, ok = l.peek(kb)
+	require.False(t, ok)
+	for _, k := range []lkey{ka, kc} {
+		_, ok := l.peek(k)
+		require.True(t, ok, "the rest of the chain stays")
+	}
+
+	require.Same(t, c, l.removeOldest(), "c, the head of its chain, is the oldest")
+	_, ok = l.peek(kc)
+	require.False(t, ok)
+	got, ok := l.peek(ka)
+	require.True(t, ok)
+	require.Same(t, a, got)
+
+	require.Same(t, d, l.removeOldest())
+	require.Same(t, a, l.removeOldest())
+	require.Nil(t, l.removeOldest())
+	require.Zero(t, l.len())
+	require.Empty(t, l.items, "no chain is left behind")
+	require.Nil(t, a.prev, "an entry out of the list holds no other entry")
+	require.Nil(t, a.next)
+	require.Nil(t, a.hnext)
+}
+
+func collect(l *lru) []*entry {
+	var out []*entry
+	for e := range l.all {
+		out = append(out, e)
+	}
+	return out
+}
