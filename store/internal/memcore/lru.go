@@ -1,8 +1,8 @@
 package memcore
 
-// lkey is a key as a shard finds it: cut in two as store.SplitKey cuts
-// it (the parts share the key's memory), with the hash of its id, which
-// also chose the shard.
+// lkey is a key as a shard's LRU finds it: cut in two as store.SplitKey
+// cuts it (the parts share the key's memory), with its hash (see
+// Store.locate).
 type lkey struct {
 	prefix, id string
 	h          uint64
@@ -15,10 +15,9 @@ func (k lkey) matches(e *entry) bool {
 }
 
 // lru holds a shard's settled entries in least recently used order. Its
-// map goes from the hash of an id to the entries of that id's keys, chained
-// through the entries (the keys of one id in several namespaces, and ids
-// whose hashes collide), and a doubly linked list threads through the
-// entries themselves. So settling a record allocates its entry and
+// map goes from the hash of a key to the entries under it, chained through
+// the entries (keys whose hashes collide), and a doubly linked list
+// threads through the entries themselves. So settling a record allocates its entry and
 // nothing beside it, and evicting the oldest one deletes a number from the
 // map without reading its key. It is not safe for concurrent use: the
 // shard's mutex guards it. It does not bound itself: settle evicts by

@@ -1,7 +1,9 @@
 package memcore
 
 import (
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -82,4 +84,32 @@ func collect(l *lru) []*entry {
 		out = append(out, e)
 	}
 	return out
+}
+
+// TestOneIDInManyNamespacesMakesNoChain: one id in a thousand namespaces
+// (a namespace per tenant, ids that repeat across tenants) is a thousand
+// keys under a thousand hashes, not one chain that every lookup of the id
+// would walk.
+func TestOneIDInManyNamespacesMakesNoChain(t *testing.T) {
+	t.Parallel()
+	s, err := New(nil)
+	require.NoError(t, err)
+	const tenants = 1000
+	for i := range tenants {
+		key := "tenant-" + strconv.Itoa(i) + ":o-1"
+		c, err := s.Acquire(t.Context(), store.AcquireRequest{Key: key, Lease: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, s.Complete(t.Context(), store.CompleteRequest{Key: key, Token: c.Token, Retention: time.Hour}))
+	}
+	sh, _ := s.locate("tenant-0:o-1")
+	require.Equal(t, tenants, sh.settled.len(), "one id: one shard")
+	longest := 0
+	for _, head := range sh.settled.items {
+		n := 0
+		for e := head; e != nil; e = e.hnext {
+			n++
+		}
+		longest = max(longest, n)
+	}
+	require.LessOrEqual(t, longest, 2, "the longest chain")
 }

@@ -46,8 +46,9 @@ type Options struct {
 type Store struct {
 	clock    clock.Clock
 	capacity int
-	seed     maphash.Seed
-	mask     uint64 // len(shards) - 1
+	seed     maphash.Seed // of ids: chooses the shard
+	pseed    maphash.Seed // of prefixes: mixed in for the shard's LRU
+	mask     uint64       // len(shards) - 1
 	shards   []shard
 }
 
@@ -94,10 +95,10 @@ type entry struct {
 	// token completed rec; zero for a failed or remembered record, which
 	// no token completes again.
 	token store.Token
-	// hash is the hash of the id of rec.Key (lkey.h). hnext chains the
-	// entries under one hash, and prev and next link the entry into its
-	// shard's LRU list (lru.go), under the shard's mutex; rec is never
-	// modified once settled.
+	// hash is the hash of rec.Key as the LRU finds it (lkey.h). hnext
+	// chains the entries under one hash, and prev and next link the entry
+	// into its shard's LRU list (lru.go), under the shard's mutex; rec is
+	// never modified once settled.
 	hash       uint64
 	hnext      *entry
 	prev, next *entry
@@ -145,6 +146,7 @@ func New(opts *Options) (*Store, error) {
 		clock:    o.Clock,
 		capacity: o.Capacity,
 		seed:     maphash.MakeSeed(),
+		pseed:    maphash.MakeSeed(),
 		mask:     uint64(n - 1),
 		shards:   make([]shard, n),
 	}
@@ -158,9 +160,10 @@ func New(opts *Options) (*Store, error) {
 }
 
 // locate returns the shard of key and the key as the shard's LRU finds
-// it. Both go by the hash of its id (store.SplitKey) alone, so that Peek,
-// which has the key cut in two, finds it without joining or hashing the
-// namespace.
+// it. The shard goes by the hash of its id (store.SplitKey) alone, the LRU
+// by that hash mixed with one of the prefix (the namespace), so that Peek,
+// which has the key cut in two, finds it without joining its parts, and
+// one id in many namespaces (a namespace per tenant) makes no long chain.
 func (s *Store) locate(key string) (*shard, lkey) {
 	prefix, id := store.SplitKey(key)
 	return s.locateID(prefix, id)
@@ -169,7 +172,7 @@ func (s *Store) locate(key string) (*shard, lkey) {
 // locateID is locate of the key cut into prefix and id.
 func (s *Store) locateID(prefix, id string) (*shard, lkey) {
 	h := maphash.String(s.seed, id)
-	return &s.shards[h&s.mask], lkey{prefix: prefix, id: id, h: h}
+	return &s.shards[h&s.mask], lkey{prefix: prefix, id: id, h: h ^ maphash.String(s.pseed, prefix)}
 }
 
 // Acquire claims req.Key if it is absent, failed, or processing under an
