@@ -37,7 +37,8 @@
 // watch the count.
 //
 // A store of Capacity 8,192 or more (the default is 100,000) is cut into
-// shards, up to 16, by a hash of the key: each has its own mutex, so that
+// shards, up to 16, by a hash of the key's id (the part after its
+// namespace): each has its own mutex, so that
 // deliveries of different keys rarely wait for one another, and its share
 // of Capacity (rounded up). Eviction then takes the least recently used
 // record of the key's shard, and the bound of claims below is per shard

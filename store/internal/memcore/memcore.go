@@ -34,7 +34,7 @@ type Options struct {
 // use; every method on a key takes the mutex of the key's shard once.
 //
 // A store of Capacity 2*shardMin (8,192) or more is cut into shards (up to
-// maxShards, a power of two) by a hash of the key, each with its own
+// maxShards, a power of two) by a hash of the key's id, each with its own
 // mutex, LRU and claims, and its share of Capacity, so that deliveries of
 // different keys rarely wait for one another (a new message under eight
 // concurrent workers cost 1.8 to 2.5 µs through the receiver, where one
