@@ -108,7 +108,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, 
 	}
 	for k := range claims {
 		if claims[k].Err == nil {
-			claims[k].Err = r.checkClaim(reqs[k].Key, claims[k].Claim)
+			claims[k].Err = r.checkClaim(reqs[k].Key, claims[k].Claim, sent)
 		}
 	}
 	// One heartbeat extends every claim still waiting, running or being

@@ -53,3 +53,66 @@ func TestMisbehavingStore(t *testing.T) {
 		})
 	}
 }
+
+// lateStore refuses every claim by a lease that is live when asked and
+// ends while its answer travels: it moves the clock past the lease before
+// it answers.
+type lateStore struct {
+	store.Store
+	clk *clock.Fake
+}
+
+func (s *lateStore) refusal() store.Claim {
+	c := store.Claim{Record: store.Record{State: store.StateProcessing, Attempt: 1, LeaseUntil: s.clk.Now().Add(10 * time.Millisecond)}}
+	s.clk.Advance(20 * time.Millisecond)
+	return c
+}
+
+func (s *lateStore) Acquire(context.Context, store.AcquireRequest) (store.Claim, error) {
+	return s.refusal(), nil
+}
+
+func (s *lateStore) AcquireBatch(_ context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {
+	out := make([]store.AcquireOutcome, len(reqs))
+	c := s.refusal()
+	for i := range out {
+		out[i].Claim = c
+	}
+	return out
+}
+
+func (s *lateStore) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
+	return make([]error, len(reqs))
+}
+
+func (s *lateStore) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []error {
+	return make([]error, len(reqs))
+}
+
+// TestLeaseEndingDuringAcquire: a lease that was live when the claim was
+// asked for and ended before the answer arrived is a delivery in flight,
+// retried at once, not a store breaking the contract (which would be
+// refused as unavailable, and under fail-open run the handler beside the
+// holder's), in Handle and HandleBatch alike.
+func TestLeaseEndingDuringAcquire(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	var calls atomic.Int64
+	rcv := newReceiver(t, &lateStore{Store: newMemstore(t, clk), clk: clk}, func(ctx context.Context, o order) (string, error) {
+		calls.Add(1)
+		return "", nil
+	}, &dedup.Config{Clock: clk, FailOpen: true})
+	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusInFlight, res.Status)
+	require.Zero(t, res.RetryAfter)
+	d := rcv.Decide(res, err)
+	require.Equal(t, dedup.Retry, d.Action)
+	require.Equal(t, dedup.ReasonInFlight, d.Reason)
+
+	for _, o := range rcv.HandleBatch(t.Context(), []order{{ID: "o-2"}, {ID: "o-3"}}) {
+		require.NoError(t, o.Err)
+		require.Equal(t, dedup.StatusInFlight, o.Result.Status)
+	}
+	require.Zero(t, calls.Load(), "no handler ran beside the holder's")
+}

@@ -372,7 +372,7 @@ func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M,
 	claim, err := r.store.Acquire(ctx, store.AcquireRequest{Key: key, Lease: r.cfg.Lease, Fingerprint: fp})
 	tm.addStore(t)
 	if err == nil {
-		err = r.checkClaim(key, claim)
+		err = r.checkClaim(key, claim, sent)
 	}
 	if err != nil {
 		return r.acquireFailed(ctx, key, msg, err, tm)
@@ -380,10 +380,14 @@ func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M,
 	return r.afterClaim(ctx, key, msg, claim, sent, tm, d)
 }
 
-// checkClaim refuses an answer of Acquire that breaks the contract, so that
-// a misbehaving store is retried after StoreRetryDelay rather than in a
-// hot loop.
-func (r *Receiver[M, R]) checkClaim(key string, c store.Claim) error {
+// checkClaim refuses an answer of Acquire, sent at sent (local clock), that
+// breaks the contract, so that a misbehaving store is retried after
+// StoreRetryDelay rather than in a hot loop. A refusal by a lease that was
+// live when the Acquire was sent is in flight, even when the lease has ended
+// by the time the answer arrives: the store judged it at its own moment, and
+// a lease ends while the answer travels (the delivery is then retried after
+// the adapter's shortest delay).
+func (r *Receiver[M, R]) checkClaim(key string, c store.Claim, sent time.Time) error {
 	var why string
 	switch {
 	case c.Acquired && c.Token.IsZero():
@@ -394,8 +398,8 @@ func (r *Receiver[M, R]) checkClaim(key string, c store.Claim) error {
 		return nil
 	case c.Record.State != store.StateProcessing:
 		why = fmt.Sprintf("a refused claim on a record in state %d", c.Record.State)
-	case !c.Record.LeaseUntil.After(r.cfg.Clock.Now()):
-		why = fmt.Sprintf("a refused claim whose lease ended at %v", c.Record.LeaseUntil)
+	case !c.Record.LeaseUntil.After(sent):
+		why = fmt.Sprintf("a refused claim whose lease ended at %v, before it was asked", c.Record.LeaseUntil)
 	default:
 		return nil
 	}
