@@ -271,7 +271,7 @@ func TestRetryTopicStopWhileWaiting(t *testing.T) {
 	retry := startConsumer(t, newReader(t, brokers, retryGroup, retry1), rcv,
 		&dedupkafka.Options{DropPoison: true, RetryTopics: []time.Duration{tier}, CommitInterval: 10 * time.Millisecond})
 	eventually(t, 30*time.Second, func() bool {
-		return committed(t, brokers, retryGroup, retry1, 1)[0] == 1
+		return committedTo(t, brokers, retryGroup, retry1, 1)
 	}, "the due message handled and committed")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -387,7 +387,7 @@ func TestRetryTopicWriteBeforeCommit(t *testing.T) {
 	require.NoError(t, del.Errors[retry1])
 	produceIDs(t, brokers, topic, ids...)
 
-	eventually(t, 30*time.Second, func() bool { return committed(t, brokers, group, topic, 1)[0] == 1 }, "the order before the failed one committed")
+	eventually(t, 30*time.Second, func() bool { return committedTo(t, brokers, group, topic, 1) }, "the order before the failed one committed")
 	time.Sleep(300 * time.Millisecond) // retry writes fail, commit ticks pass
 	require.Equal(t, map[int]int64{0: 1}, committed(t, brokers, group, topic, 1), "committed past an unwritten retry message")
 	require.Len(t, cl.of(orderID(1)), 1, "the handler ran again instead of the write")

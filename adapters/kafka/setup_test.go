@@ -211,20 +211,41 @@ func endOffsets(t testing.TB, brokers []string, topic string, partitions int) ma
 // for none).
 func committed(t testing.TB, brokers []string, group, topic string, partitions int) map[int]int64 {
 	t.Helper()
+	out, err := fetchCommitted(t, brokers, group, topic, partitions)
+	require.NoError(t, err)
+	return out
+}
+
+// committedTo reports whether the group has committed offset in partition
+// 0 of topic. It never fails the test, so a condition polled on another
+// goroutine can call it: a group the broker does not know yet (before the
+// consumer joined) has committed nothing.
+func committedTo(t testing.TB, brokers []string, group, topic string, offset int64) bool {
+	out, err := fetchCommitted(t, brokers, group, topic, 1)
+	return err == nil && out[0] == offset
+}
+
+func fetchCommitted(t testing.TB, brokers []string, group, topic string, partitions int) (map[int]int64, error) {
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: closedAtCleanup(t)}
 	var ps []int
 	for p := range partitions {
 		ps = append(ps, p)
 	}
 	resp, err := client.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
-	require.NoError(t, err)
-	require.NoError(t, resp.Error)
+	if err != nil {
+		return nil, err
+	}
+	if resp.Error != nil {
+		return nil, resp.Error
+	}
 	out := map[int]int64{}
 	for _, p := range resp.Topics[topic] {
-		require.NoError(t, p.Error)
+		if p.Error != nil {
+			return nil, fmt.Errorf("partition %d: %w", p.Partition, p.Error)
+		}
 		out[p.Partition] = p.CommittedOffset
 	}
-	return out
+	return out, nil
 }
 
 func closedAtCleanup(t testing.TB) *kafka.Transport {
