@@ -2,7 +2,7 @@
 // local tier of store/tieredstore: a bounded LRU of completed and failed
 // records (its own, a list linked through the records: lru.go) beside a
 // map of processing claims, under one mutex per shard of the keys (a large
-// store is cut in up to 16 by a hash of the key), on an injected clock,
+// store is cut in up to 16 by a hash of the key's id), on an injected clock,
 // with no goroutine of its own.
 //
 // It is internal so that what only a tier needs ([Store.Remember], which

@@ -17,9 +17,9 @@ func (k lkey) matches(e *entry) bool {
 // lru holds a shard's settled entries in least recently used order. Its
 // map goes from the hash of a key to the entries under it, chained through
 // the entries (keys whose hashes collide), and a doubly linked list
-// threads through the entries themselves. So settling a record allocates its entry and
-// nothing beside it, and evicting the oldest one deletes a number from the
-// map without reading its key. It is not safe for concurrent use: the
+// threads through the entries themselves. So settling a record allocates
+// its entry and nothing beside it, and evicting the oldest one deletes a
+// number from the map without reading its key. It is not safe for concurrent use: the
 // shard's mutex guards it. It does not bound itself: settle evicts by
 // hand, counting what it evicts.
 type lru struct {

@@ -16,10 +16,10 @@ func testEntry(key string, h uint64) (*entry, lkey) {
 	return &entry{rec: store.Record{Key: key}, hash: h}, lkey{prefix: prefix, id: id, h: h}
 }
 
-// TestLRUChains: keys whose ids share a hash (one id in several
-// namespaces, or a collision) are chained under it; each is found as
-// itself, never as another key of its chain, and leaves its chain and the
-// list alone, whether it heads the chain or not, by remove or as the
+// TestLRUChains: keys whose hashes collide (forced here: the same id in
+// two namespaces, and two ids) are chained under one hash; each is found
+// as itself, never as another key of its chain, and leaves its chain and
+// the list alone, whether it heads the chain or not, by remove or as the
 // oldest.
 func TestLRUChains(t *testing.T) {
 	t.Parallel()
@@ -27,7 +27,7 @@ func TestLRUChains(t *testing.T) {
 	l.init()
 	a, ka := testEntry("billing:o-1", 7)
 	b, kb := testEntry("shipping:o-1", 7) // the same id, another namespace
-	c, kc := testEntry("billing:o-2", 7)  // a collision
+	c, kc := testEntry("billing:o-2", 7)  // another id
 	d, kd := testEntry("billing:o-3", 9)
 	for _, e := range []*entry{a, b, c, d} {
 		l.add(e)
