@@ -85,12 +85,15 @@ type Config struct {
 	// because the store is unavailable. Defaults to 5s.
 	StoreRetryDelay time.Duration
 
-	// StoreTimeout bounds each completion and release, which run detached
-	// from the caller's context so that a shutdown cannot lose a success.
-	// A store that never waits (store.InProcess: memstore), or that bounds
-	// its own calls within StoreTimeout (store.Bounded: redisstore and
-	// pgstore, and tieredstore over either), is not bounded again.
-	// Defaults to the Lease.
+	// StoreTimeout bounds each completion attempt and each release, which
+	// run detached from the caller's context so that a shutdown cannot
+	// lose a success. It is at most a fifth of the Lease, so that several
+	// completion attempts fit within the lease whatever its length (a
+	// larger value is lowered to that): an outage shorter than the lease
+	// then costs retries, never the record. A store that never waits
+	// (store.InProcess: memstore), or that bounds its own calls within
+	// StoreTimeout (store.Bounded: redisstore and pgstore, and tieredstore
+	// over either), is not bounded again. Defaults to a fifth of the Lease.
 	StoreTimeout time.Duration
 
 	// Logger receives what a user must see: bypassed deliveries, lost
@@ -119,7 +122,7 @@ func (c *Config) withDefaults() Config {
 	out.MaxResultSize = cmp.Or(out.MaxResultSize, DefaultMaxResultSize)
 	out.MaxIDLength = cmp.Or(out.MaxIDLength, DefaultMaxIDLength)
 	out.StoreRetryDelay = cmp.Or(out.StoreRetryDelay, DefaultStoreRetryDelay)
-	out.StoreTimeout = cmp.Or(out.StoreTimeout, out.Lease)
+	out.StoreTimeout = min(cmp.Or(out.StoreTimeout, out.Lease/5), out.Lease/5)
 	if isNilInterface(out.Codec) {
 		out.Codec = JSONCodec{}
 	}

@@ -177,10 +177,11 @@ func TestStoreTimeoutOnlyForStoresThatWait(t *testing.T) {
 	}{
 		{wantDeadline: true}, // waits, and cannot say how long
 		{inProcess: true},
-		{bound: time.Second},                       // within StoreTimeout (the lease)
-		{bound: testLease},                         // exactly StoreTimeout
-		{bound: 2 * testLease, wantDeadline: true}, // longer than StoreTimeout
-		{bound: -time.Second, wantDeadline: true},  // nonsense: not trusted
+		{bound: time.Second},   // within StoreTimeout (a fifth of the lease)
+		{bound: testLease / 5}, // exactly StoreTimeout
+		{bound: testLease/5 + time.Millisecond, wantDeadline: true}, // longer than StoreTimeout
+		{bound: testLease, wantDeadline: true},                      // one call could take the whole lease
+		{bound: -time.Second, wantDeadline: true},                   // nonsense: not trusted
 	} {
 		clk := clock.NewFake(epoch)
 		st := &deadlineStore{Store: plainStore{newMemstore(t, clk)}, inProcess: tc.inProcess, bound: tc.bound}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/store"
 )
 
 // outcome is a Handle result sent from the goroutine that ran it.
@@ -196,4 +197,74 @@ func TestUnconfirmedLeaseEndsLocally(t *testing.T) {
 	require.ErrorIs(t, herr, dedup.ErrLeaseLost)
 	require.Less(t, time.Duration(cancelledAt.Load()), testLease, "cancelled before the store's lease could end")
 	require.Zero(t, beats.Load(), "no InProgress for a lease that was never confirmed")
+}
+
+// hangingStore is down from when down is set until hangs completions have
+// failed: every call then hangs as against a store whose client keeps
+// dialling, until its context ends or the store's own bound (like
+// redisstore's Timeout) passes, and fails.
+type hangingStore struct {
+	plainStore
+	bound     time.Duration
+	hangs     int64
+	down      atomic.Bool
+	completes atomic.Int64
+}
+
+func (s *hangingStore) CallTimeout() time.Duration { return s.bound }
+
+func (s *hangingStore) hang(ctx context.Context, op, key string) error {
+	select {
+	case <-ctx.Done():
+	case <-time.After(s.bound):
+	}
+	return &store.OpError{Op: op, Key: key, Err: errConnRefused}
+}
+
+func (s *hangingStore) Complete(ctx context.Context, req store.CompleteRequest) error {
+	if !s.down.Load() {
+		return s.plainStore.Complete(ctx, req)
+	}
+	err := s.hang(ctx, "complete", req.Key)
+	if s.completes.Add(1) == s.hangs {
+		s.down.Store(false)
+	}
+	return err
+}
+
+func (s *hangingStore) Extend(ctx context.Context, req store.ExtendRequest) error {
+	if !s.down.Load() {
+		return s.plainStore.Extend(ctx, req)
+	}
+	return s.hang(ctx, "extend", req.Key)
+}
+
+// TestCompletionRetriesFitInTheLease: each completion attempt is bounded by
+// a fifth of the lease, so an outage shorter than the lease (here two
+// attempts against a store that hangs up to its own bound, which equals
+// the lease) costs retries, never the record: the duplicate is answered
+// and the handler ran once.
+func TestCompletionRetriesFitInTheLease(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	st := &hangingStore{plainStore: plainStore{newMemstore(t, clock.Real())}, bound: lease, hangs: 2}
+	var runs atomic.Int64
+	rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
+		runs.Add(1)
+		st.down.Store(true) // the store goes down after the effect
+		return "charged " + o.ID, nil
+	}, &dedup.Config{Clock: clock.Real(), Lease: lease})
+
+	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.NoError(t, res.Problem, "the completion was retried within the lease")
+	require.Equal(t, int64(2), st.completes.Load(), "two attempts hung before the third stored the result")
+
+	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, "charged o-1", res.Value)
+	require.Equal(t, int64(1), runs.Load())
+	require.Zero(t, rcv.Stats().ResultsNotStored)
 }
