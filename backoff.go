@@ -17,10 +17,11 @@ type BackoffFunc func(attempt int) time.Duration
 // Delay calls f.
 func (f BackoffFunc) Delay(attempt int) time.Duration { return f(attempt) }
 
-// ExponentialBackoff waits Base after the first attempt, doubles with each
-// further attempt up to Max, and adds up to 20% random jitter so that a
-// burst of failures does not retry in lockstep. NewReceiver rejects a
-// non-positive Base or a Max below Base.
+// ExponentialBackoff waits Base after the first attempt and doubles with
+// each further attempt up to Max, less up to 20% at random (jitter), so
+// that a burst of failures does not retry in lockstep: a delay is between
+// 80% and 100% of Base times a power of two, and never more than Max.
+// NewReceiver rejects a non-positive Base or a Max below Base.
 type ExponentialBackoff struct {
 	Base, Max time.Duration
 }
@@ -35,7 +36,7 @@ func (b ExponentialBackoff) Delay(attempt int) time.Duration {
 		d *= 2
 	}
 	d = min(d, max(b.Max, b.Base))
-	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
 }
 
 func (b ExponentialBackoff) validate() error {
