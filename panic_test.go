@@ -89,7 +89,7 @@ func TestPanicOnReplay(t *testing.T) {
 		require.ErrorIs(t, res.Problem, dedup.ErrResultUndecodable)
 		require.Equal(t, dedup.Ack, rcv.Decide(res, err).Action)
 	}
-	require.Equal(t, uint64(2), rcv.Stats().Undecodable)
+	require.Equal(t, uint64(2), rcv.Stats().ResultsUndecodable)
 }
 
 // panickyCodec panics on every call.

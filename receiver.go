@@ -339,7 +339,7 @@ func (r *Receiver[M, R]) replay(msg M, rec *store.Record) (Result[R], error) {
 	if res.Value, err = r.decode(rec.Result); err != nil {
 		// The effect happened: the status stays Duplicate so the delivery is
 		// acknowledged, but the caller learns that the value is missing.
-		r.stats.undecodable.Add(1)
+		r.stats.resultsUndecodable.Add(1)
 		res.Problem = fmt.Errorf("%w: %q: %w", ErrResultUndecodable, rec.Key, err)
 		r.cfg.Logger.Warn("dedup: stored result cannot be decoded; the duplicate gets the zero value",
 			slog.String("key", rec.Key), slog.Any("error", err))

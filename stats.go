@@ -17,28 +17,31 @@ type Stats struct {
 	ResultsNotStored uint64
 	// LeaseLost counts successes whose claim had been taken over.
 	LeaseLost uint64
-	// Undecodable counts duplicates whose stored result did not decode.
-	Undecodable uint64
+	// ResultsUndecodable counts duplicates whose stored result did not
+	// decode (ErrResultUndecodable): they were acknowledged with the zero
+	// value. Undecodable message bodies (ErrUndecodable) are the adapters'
+	// to count.
+	ResultsUndecodable uint64
 }
 
 type stats struct {
 	processed, duplicates, inFlight, bypassed    atomic.Uint64
 	handlerErrors, storeErrors, resultsNotStored atomic.Uint64
-	leaseLost, undecodable                       atomic.Uint64
+	leaseLost, resultsUndecodable                atomic.Uint64
 }
 
 // Stats returns the receiver's counters.
 func (r *Receiver[M, R]) Stats() Stats {
 	s := &r.stats
 	return Stats{
-		Processed:        s.processed.Load(),
-		Duplicates:       s.duplicates.Load(),
-		InFlight:         s.inFlight.Load(),
-		Bypassed:         s.bypassed.Load(),
-		HandlerErrors:    s.handlerErrors.Load(),
-		StoreErrors:      s.storeErrors.Load(),
-		ResultsNotStored: s.resultsNotStored.Load(),
-		LeaseLost:        s.leaseLost.Load(),
-		Undecodable:      s.undecodable.Load(),
+		Processed:          s.processed.Load(),
+		Duplicates:         s.duplicates.Load(),
+		InFlight:           s.inFlight.Load(),
+		Bypassed:           s.bypassed.Load(),
+		HandlerErrors:      s.handlerErrors.Load(),
+		StoreErrors:        s.storeErrors.Load(),
+		ResultsNotStored:   s.resultsNotStored.Load(),
+		LeaseLost:          s.leaseLost.Load(),
+		ResultsUndecodable: s.resultsUndecodable.Load(),
 	}
 }
