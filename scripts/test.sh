@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every check of `make test` and every module's tests, whatever fails
+# on the way, then prints one line per step and exits non-zero if any
+# failed: one flaky module must not hide the results of the others.
+# Usage: scripts/test.sh MODULE_DIR... (GO and GOTESTFLAGS from the
+# environment).
+set -u
+cd "$(dirname "$0")/.."
+export GO=${GO:-go}
+read -r -a flags <<<"${GOTESTFLAGS:--race -count=1 -timeout 30m}"
+
+names=() results=() secs=()
+step() { # name command...
+	local name=$1 start status
+	shift
+	echo "== $name"
+	start=$SECONDS
+	"$@"
+	status=$?
+	names+=("$name")
+	secs+=($((SECONDS - start)))
+	if [ $status -eq 0 ]; then results+=(ok); else results+=(FAIL); fi
+}
+
+gotest() { (cd "$1" && "$GO" test "${flags[@]}" ./...); }
+
+step lint ./scripts/lint.sh "$@"
+step deps-check ./scripts/deps-check.sh
+for m in "$@"; do
+	step "go test $m" gotest "$m"
+done
+
+echo
+echo "== summary"
+passed=0 failed=0
+for i in "${!names[@]}"; do
+	printf '%-5s %-40s %5ss\n' "${results[$i]}" "${names[$i]}" "${secs[$i]}"
+	if [ "${results[$i]}" = ok ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+done
+echo "steps: $passed passed, $failed failed"
+[ $failed -eq 0 ]
