@@ -17,8 +17,8 @@ import (
 //
 // The conventions are the same on every broker:
 //   - DeliveryCount is 1 on a message's first delivery, 2 on its first
-//     redelivery, and 0 when the broker does not say (RabbitMQ classic
-//     queues, core NATS). Adapters convert the broker's own counter
+//     redelivery, and 0 when the broker does not say (Kafka, RabbitMQ
+//     classic queues, core NATS). Adapters convert the broker's own counter
 //     (RabbitMQ's x-delivery-count starts at 0, JetStream's NumDelivered at
 //     1).
 //   - Header names are matched exactly, case included, as the producer
@@ -61,7 +61,7 @@ type Message[T any] struct {
 	// set.
 	Offset int64
 	// DeliveryCount is 1 for a first delivery; 0 when the broker does not
-	// count deliveries.
+	// count deliveries (Kafka, RabbitMQ classic queues, core NATS).
 	DeliveryCount int
 	// Redelivered reports whether the broker says it delivered the message
 	// before (a delivery count above 1, AMQP's redelivered flag).

@@ -104,8 +104,8 @@ type BatchStore interface {
 }
 
 // Inspector is an optional ability of stores whose records can be listed
-// and removed by an operator (dedupctl, and Receiver.Forget, which redrives
-// a dead-lettered message).
+// and removed by an operator (Receiver.Forget, before a dead-lettered
+// message is redriven; and an operator's own tooling).
 type Inspector interface {
 	// Get returns the record for key, or an error matching ErrNotFound.
 	Get(ctx context.Context, key string) (Record, error)
