@@ -72,7 +72,7 @@ type Decision struct {
 // MaxAttempts, Backoff and StoreRetryDelay:
 //
 //	processed, duplicate, bypassed                       Ack (reason result-not-stored when Result.Problem is set)
-//	in flight elsewhere                                  Retry after the remaining lease
+//	in flight elsewhere                                  Retry after Result.RetryAfter (200 ms, doubling up to the remaining lease)
 //	handler error, attempts left                         Retry with backoff
 //	permanent error, attempts exhausted, no key,
 //	invalid key, undecodable body, key reused            DeadLetter with the reason

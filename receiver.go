@@ -48,6 +48,7 @@ type Receiver[M, R any] struct {
 	zeroSize     bool // R carries no data: nothing to encode or decode
 	nillable     bool // M can be nil (pointer, interface, map...)
 	flight       flightGroup[R]
+	waits        inFlightWaits
 	beatCfg      beatConfig
 	beats        beatQueue // the heartbeats of single deliveries, until their first beat
 	stats        stats
@@ -463,11 +464,13 @@ func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, clai
 	rec := claim.Record
 	switch {
 	case !claim.Acquired && rec.State == store.StateCompleted:
+		r.waits.forget(key)
 		res, err := r.replay(msg, &rec)
 		return res, err, true
 	case !claim.Acquired:
 		r.stats.inFlight.Add(1)
-		wait := max(rec.LeaseUntil.Sub(r.cfg.Clock.Now()), 0)
+		now := r.cfg.Clock.Now()
+		wait := r.waits.next(key, now, max(rec.LeaseUntil.Sub(now), 0))
 		return Result[R]{Status: StatusInFlight, Key: key, Attempt: rec.Attempt, RetryAfter: wait}, nil, true
 	case rec.Attempt > r.cfg.MaxAttempts:
 		// Workers crashed (or were dead-lettered and redriven) too often: do
@@ -476,6 +479,7 @@ func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, clai
 		return Result[R]{Key: key, Attempt: rec.Attempt},
 			fmt.Errorf("%w: %q claimed %d times, limit %d (last error: %s)", ErrAttemptsExhausted, key, rec.Attempt, r.cfg.MaxAttempts, rec.LastError), true
 	}
+	r.waits.forget(key)
 	return Result[R]{}, nil, false
 }
 
