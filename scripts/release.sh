@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Tags every library module at VERSION, after making them require VERSION
+# of each other (committed) and running make test. Pushes nothing: prints
+# the git push command. See tools/release/main.go for the details.
+# Usage: scripts/release.sh VERSION [--dry-run] [--skip-tests]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+exec env GOWORK=off "${GO:-go}" -C "$root/tools" run ./release -C "$root" "$@"

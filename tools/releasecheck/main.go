@@ -1,0 +1,368 @@
+// Command releasecheck checks that the library modules of a repository, as
+// tagged by scripts/release.sh, can be used the way a user uses them: from
+// a module proxy, at the released version, with no replace and no
+// workspace. scripts/release-check.sh runs it on a throwaway clone in which
+// release.sh has just made the tags:
+//
+//	releasecheck -repo CLONE [-version v0.1.0] [-work DIR]
+//
+// It writes every library module at its tag into a directory in the
+// GOPROXY file:// layout (list, .info, .mod, and a zip made by
+// golang.org/x/mod/zip from the tagged revision). Then, for each
+// integration module, in a fresh module outside the repository, with a
+// module cache of its own, it runs go get MODULE@VERSION through
+//
+//	GOPROXY=file://PROXY,file://$(go env GOMODCACHE)/cache/download,$(go env GOPROXY)
+//
+// (the module cache already on the machine serves the third-party modules
+// it holds, so the check runs offline when they are all there), builds a
+// small program that uses the module's API (testdata/users), prints the
+// program's go list -m all, and checks the packages it builds (go list
+// -deps): those of this repository come from the proxy at VERSION, the
+// module's own client is there, and no client of another integration is.
+// It prints one summary line per user and exits 1 if any check failed.
+package main
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/mod/modfile"
+
+	"github.com/dedup-go/dedup/tools/internal/modproxy"
+	"github.com/dedup-go/dedup/tools/internal/repo"
+)
+
+//go:embed testdata/users
+var users embed.FS
+
+// Families of client libraries, by import path root: a user of one
+// integration must build none of the others'.
+var (
+	kafkaPkgs = []string{"github.com/segmentio/kafka-go", "github.com/twmb/franz-go", "github.com/IBM/sarama"}
+	natsPkgs  = []string{"github.com/nats-io"}
+	amqpPkgs  = []string{"github.com/rabbitmq", "github.com/streadway/amqp"}
+	pgxPkgs   = []string{"github.com/jackc"}
+	grpcPkgs  = []string{"google.golang.org/grpc"}
+)
+
+// user is one integration's user program.
+type user struct {
+	name string // its directory in testdata/users
+	dir  string // the integration module's directory in the repository
+	// must lists import paths the program must build, besides the
+	// integration's package and the root package.
+	must []string
+	// forbid lists, by name, families of packages the program must not
+	// build.
+	forbid map[string][]string
+}
+
+var userSpecs = []user{
+	{name: "kafka", dir: "adapters/kafka", must: []string{"github.com/segmentio/kafka-go"},
+		forbid: map[string][]string{"nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "grpc": grpcPkgs}},
+	{name: "nats", dir: "adapters/nats", must: []string{"github.com/nats-io/nats.go"},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "grpc": grpcPkgs}},
+	{name: "rabbitmq", dir: "adapters/rabbitmq", must: []string{"github.com/rabbitmq/amqp091-go"},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "pgx": pgxPkgs, "grpc": grpcPkgs}},
+	{name: "pgstore", dir: "store/pgstore", must: []string{"github.com/jackc/pgx/v5"},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "grpc": grpcPkgs}},
+	{name: "http", dir: "middleware/http",
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "grpc": grpcPkgs}},
+	{name: "grpc", dir: "middleware/grpc", must: []string{"google.golang.org/grpc"},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs}},
+}
+
+func main() {
+	repoDir := flag.String("repo", "", "the repository `dir` whose tags to check (required)")
+	version := flag.String("version", "v0.1.0", "the released `version`")
+	work := flag.String("work", "", "a `dir` for the proxy, module cache and user modules (default: a temporary directory, removed at the end)")
+	flag.Parse()
+	if *repoDir == "" || flag.NArg() > 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, *repoDir, *version, *work); err != nil {
+		fmt.Fprintln(os.Stderr, "release-check: FAIL:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, repoDir, version, work string) (err error) {
+	repoDir, err = filepath.Abs(repoDir)
+	if err != nil {
+		return err
+	}
+	if work == "" {
+		if work, err = os.MkdirTemp("", "release-check-"); err != nil {
+			return err
+		}
+		defer func() {
+			if rerr := removeAll(work); rerr != nil && err == nil {
+				err = rerr
+			}
+		}()
+	}
+	mods, err := repo.Modules(repoDir)
+	if err != nil {
+		return err
+	}
+	libs := repo.Libraries(mods)
+	var versions []modproxy.Version
+	for _, m := range libs {
+		if err := checkTaggedMod(ctx, repoDir, m, mods, version); err != nil {
+			return err
+		}
+		versions = append(versions, modproxy.Version{Path: m.Path, Version: version, Subdir: m.Subdir(), Revision: m.Tag(version)})
+	}
+	proxy := filepath.Join(work, "proxy")
+	if err := modproxy.Add(ctx, proxy, repoDir, versions); err != nil {
+		return err
+	}
+	fmt.Printf("release-check: proxy of %d modules at %s in %s\n", len(versions), version, proxy)
+
+	upstream, err := goEnv(ctx, "GOPROXY")
+	if err != nil {
+		return err
+	}
+	cache, err := goEnv(ctx, "GOMODCACHE")
+	if err != nil {
+		return err
+	}
+	goproxy := "file://" + filepath.ToSlash(proxy)
+	if cache != "" {
+		goproxy += ",file://" + filepath.ToSlash(filepath.Join(cache, "cache", "download"))
+	}
+	if upstream != "" {
+		goproxy += "," + upstream
+	}
+	rootPath := libs[0].Path
+	env := append(os.Environ(),
+		"GOWORK=off",
+		"GOFLAGS=-mod=mod -modcacherw",
+		"GOPROXY="+goproxy,
+		"GOMODCACHE="+filepath.Join(work, "modcache"),
+		"GONOSUMDB="+parentOf(rootPath),
+		"GOPRIVATE=", "GONOPROXY=", "GOINSECURE=",
+		"GOTOOLCHAIN=local",
+	)
+	fmt.Printf("release-check: GOPROXY=%s\n", goproxy)
+
+	var failed []string
+	var summary []string
+	for _, u := range userSpecs {
+		m, ok := findModule(libs, u.dir)
+		if !ok {
+			failed = append(failed, u.name)
+			summary = append(summary, fmt.Sprintf("FAIL %-8s no library module in %s", u.name, u.dir))
+			continue
+		}
+		start := time.Now()
+		line, err := checkUser(ctx, env, filepath.Join(work, "users", u.name), u, m, rootPath, version)
+		took := time.Since(start).Round(100 * time.Millisecond)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "release-check: %s: %v\n", u.name, err)
+			failed = append(failed, u.name)
+			summary = append(summary, fmt.Sprintf("FAIL %-8s %s@%s: %v (%s)", u.name, m.Path, version, firstLine(err), took))
+			continue
+		}
+		summary = append(summary, fmt.Sprintf("ok   %-8s %s@%s: %s (%s)", u.name, m.Path, version, line, took))
+	}
+	fmt.Println("\n== release-check summary")
+	for _, s := range summary {
+		fmt.Println(s)
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d users failed: %s", len(failed), len(userSpecs), strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// checkTaggedMod fails unless module m is tagged at version and its go.mod
+// there requires every module of this repository at version: a user would
+// otherwise need a version that is not released.
+func checkTaggedMod(ctx context.Context, repoDir string, m repo.Module, mods []repo.Module, version string) error {
+	tag := m.Tag(version)
+	data, err := repo.GitRaw(ctx, repoDir, "show", tag+":"+m.ModFile())
+	if err != nil {
+		return fmt.Errorf("%s is not tagged %s (did release.sh run?): %w", m.Path, tag, err)
+	}
+	f, err := modfile.ParseLax(tag+":"+m.ModFile(), data, nil)
+	if err != nil {
+		return err
+	}
+	for _, r := range f.Require {
+		if repo.Own(mods, r.Mod.Path) && r.Mod.Version != version {
+			return fmt.Errorf("%s at %s requires %s %s, not %s: its users could not resolve it", m.ModFile(), tag, r.Mod.Path, r.Mod.Version, version)
+		}
+	}
+	return nil
+}
+
+// checkUser builds user u of module m in dir and checks its packages. It
+// returns the summary of what it saw.
+func checkUser(ctx context.Context, env []string, dir string, u user, m repo.Module, rootPath, version string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	src, err := fs.ReadFile(users, "testdata/users/"+u.name+"/main.go")
+	if err != nil {
+		return "", err
+	}
+	gomod := fmt.Sprintf("module example.com/releasecheck/%s\n\ngo 1.26.0\n", u.name)
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), src, 0o644); err != nil {
+		return "", err
+	}
+	gocmd := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = dir
+		cmd.Env = env
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout = &stdout
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("go %s: %w\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
+		return stdout.String(), nil
+	}
+	fmt.Printf("\n== %s: go get %s@%s\n", u.name, m.Path, version)
+	if _, err := gocmd("get", m.Path+"@"+version); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "user")
+	if _, err := gocmd("build", "-trimpath", "-o", bin, "."); err != nil {
+		return "", err
+	}
+	all, err := gocmd("list", "-m", "all")
+	if err != nil {
+		return "", err
+	}
+	fmt.Printf("%s: go list -m all\n%s", u.name, indent(all))
+	deps, err := gocmd("list", "-deps", "-f", "{{.ImportPath}}\t{{with .Module}}{{.Path}}\t{{.Version}}\t{{with .Replace}}{{.Path}}{{end}}{{end}}", ".")
+	if err != nil {
+		return "", err
+	}
+	var problems []string
+	pkgs := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(deps), "\n") {
+		f := strings.Split(l, "\t")
+		pkgs[f[0]] = true
+		if len(f) == 4 && under(f[1], parentOf(rootPath)) && (f[2] != version || f[3] != "") {
+			problems = append(problems, fmt.Sprintf("package %s comes from module %s %s%s, not %s from the proxy", f[0], f[1], f[2], replaced(f[3]), version))
+		}
+	}
+	must := append([]string{m.Path, rootPath}, u.must...)
+	for _, p := range must {
+		if !pkgs[p] {
+			problems = append(problems, "package "+p+" is not built")
+		}
+	}
+	var none []string
+	for _, fam := range sortedKeys(u.forbid) {
+		none = append(none, fam)
+		for p := range pkgs {
+			for _, root := range u.forbid[fam] {
+				if under(p, root) {
+					problems = append(problems, fmt.Sprintf("package %s (%s) is built", p, fam))
+				}
+			}
+		}
+	}
+	out, err := exec.CommandContext(ctx, bin).CombinedOutput()
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("the program failed: %v\n%s", err, out))
+	} else {
+		fmt.Printf("%s: the program prints:\n%s", u.name, indent(string(out)))
+	}
+	if len(problems) > 0 {
+		return "", errors.New(strings.Join(problems, "\n"))
+	}
+	return fmt.Sprintf("%d modules, %d packages; builds %s; no %s", strings.Count(all, "\n"), len(pkgs), strings.Join(must, ", "), strings.Join(none, ", ")), nil
+}
+
+func findModule(libs []repo.Module, dir string) (repo.Module, bool) {
+	for _, m := range libs {
+		if m.Dir == dir {
+			return m, true
+		}
+	}
+	return repo.Module{}, false
+}
+
+func goEnv(ctx context.Context, name string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", name).Output()
+	if err != nil {
+		return "", fmt.Errorf("go env %s: %w", name, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// under reports whether import or module path p is root or below it.
+func under(p, root string) bool { return p == root || strings.HasPrefix(p, root+"/") }
+
+// parentOf returns the path of the repository's owner:
+// github.com/dedup-go for github.com/dedup-go/dedup.
+func parentOf(rootPath string) string {
+	if i := strings.LastIndex(rootPath, "/"); i > 0 {
+		return rootPath[:i]
+	}
+	return rootPath
+}
+
+func replaced(p string) string {
+	if p == "" {
+		return ""
+	}
+	return " => " + p
+}
+
+func sortedKeys(m map[string][]string) []string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return ""
+	}
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ") + "\n"
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
+
+// removeAll removes dir, whose module cache may be read-only.
+func removeAll(dir string) error {
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o755)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
