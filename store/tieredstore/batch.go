@@ -53,8 +53,15 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 }
 
 // CompleteBatch completes the records in the remote store (one round trip
-// when it is a store.BatchStore) and caches those it confirmed.
+// when it is a store.BatchStore) and caches those that this Store knows
+// the batch wrote, as Complete does.
 func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
+	first := make([]bool, len(reqs))
+	for i, req := range reqs {
+		// A token repeated in the batch is sent twice at once: neither
+		// request is known to be the one that wrote.
+		first[i] = s.claims.begin(req.Key, req.Token)
+	}
 	start := s.clock.Now()
 	var errs []error
 	if b, ok := s.remote.(store.BatchStore); ok {
@@ -66,7 +73,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest)
 		}
 	}
 	for i, req := range reqs {
-		s.completed(ctx, req, start, errs[i])
+		s.completed(ctx, req, start, errs[i], first[i])
 	}
 	return errs
 }

@@ -12,6 +12,13 @@ import (
 // what Complete needs to cache the completed record: the remote keeps it,
 // but answers Complete with no record. A noted claim is a hint, never a
 // decision: forgetting one only costs its record a round trip later.
+//
+// A noted claim is also the evidence that a Complete wrote the record:
+// the first Complete sent with its token takes it (begin) and, once the
+// remote store answered, gives it back (finish); the record may be cached
+// only if that call succeeded and no other Complete with the token was
+// sent meanwhile. A later Complete finds no note; a concurrent one marks
+// the note contended, since the remote store may have applied either.
 type claims struct {
 	clock    clock.Clock
 	capacity int
@@ -32,6 +39,9 @@ type held struct {
 	fingerprint string
 	lastError   string
 	leaseUntil  time.Time // on the local clock
+	// completing: a Complete with token is in flight (begin took the
+	// note); contended: another Complete with token was sent meanwhile.
+	completing, contended bool
 }
 
 // hold notes a claim. When capacity claims are noted, those whose lease
@@ -85,6 +95,41 @@ func (c *claims) unhold(key string, token store.Token) (held, bool) {
 	}
 	delete(c.held, key)
 	return h, true
+}
+
+// begin notes that a Complete with token on key is about to be sent, and
+// reports whether it is the first: the claim is noted and no other
+// Complete with token was sent through this Store. Only the first may
+// cache the record, and only if no other is sent before it returns.
+func (c *claims) begin(key string, token store.Token) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.held[key]
+	if !ok || h.token != token {
+		return false
+	}
+	if h.completing {
+		h.contended = true
+	} else {
+		h.completing = true
+	}
+	c.held[key] = h
+	return !h.contended
+}
+
+// finish forgets the claim of token on key once the first Complete with
+// it (begin reported true) was answered, and returns it with ok true when
+// that call is the only Complete with token sent through this Store while
+// it was in flight: had the remote store accepted it, it wrote the record.
+func (c *claims) finish(key string, token store.Token) (held, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.held[key]
+	if !ok || h.token != token || !h.completing {
+		return held{}, false // forgotten meanwhile (Release, Delete, a takeover noted, the sweep)
+	}
+	delete(c.held, key)
+	return h, !h.contended
 }
 
 // forget forgets the claim on key, whatever its token: the record was

@@ -11,13 +11,15 @@
 //
 // Exactly what the remote store guarantees, across every process that
 // shares it: every rule of package store holds through a tiered store
-// when it holds for its remote. The local tier is only a copy, and it
-// copies only what cannot change:
+// when it holds for its remote, as long as a token is completed through
+// the Store that granted it (see "Which completion is cached"). The local
+// tier is only a copy, and it copies only what cannot change:
 //
-//   - Only completed records are cached, and only once the remote store
-//     confirmed them: after Complete succeeded, or when Acquire reported a
-//     completed record. A completed record is immutable until it expires,
-//     so its copy cannot go stale.
+//   - Only completed records are cached, and only the remote's: when
+//     Acquire reported a completed record, or after a Complete that this
+//     Store knows wrote the record (see "Which completion is cached"). A
+//     completed record is immutable until it expires, so its copy cannot
+//     go stale.
 //   - A copy is the remote's record but for its expiry: result,
 //     fingerprint, attempt count, and the last failure before the success
 //     (for a record completed here, as the claim's record held them when
@@ -32,15 +34,50 @@
 //     learned from the remote store expires Options.ClockSkew before the
 //     remote's expiry; neither is kept past Options.MaxLocalTTL. The
 //     ExpiresAt of a record answered from memory is the copy's.
-//   - A record the handler completed in its own transaction (its
-//     store.HeldClaim marked completed, found in Complete's context) is not
-//     cached from a second Complete, whose result the remote store did not
-//     keep: the next Acquire learns the first one.
 //
-// The one thing a copy can outlive is an operator's Delete on another
-// process (or straight in Redis): that process keeps answering the message
-// as a duplicate until its copy expires, at most MaxLocalTTL (5 minutes by
-// default). Delete through this Store clears its own copy. Get and Scan
+// # Which completion is cached
+//
+// Complete with the token that already completed the record succeeds and
+// changes nothing: the remote store keeps the first result and its expiry.
+// Its answer is the same whether the call wrote the record or found it
+// written, and carries no record, so a result that a Complete carries is
+// cached only when this Store knows that the call wrote it:
+//
+//   - the claim was granted by this Store's Acquire (and noted, see Costs);
+//   - the call is the first Complete with its token through this Store,
+//     and no other one (a concurrent call, a request of a batch) was sent
+//     before it returned, since the remote store may have applied either
+//     first;
+//   - the remote store accepted it. A call that failed otherwise (a
+//     timeout) may still have written its result, so no later Complete
+//     with the token caches anything: a retry whose first answer was lost
+//     would cache a result, and an expiry, that the remote store does not
+//     hold;
+//   - the handler did not complete the record in its own transaction (its
+//     store.HeldClaim marked completed, found in Complete's context).
+//
+// Any other accepted Complete caches nothing and leaves the local tier as
+// it was; the next duplicate goes to the remote store once and caches its
+// record, as a duplicate of a record completed by another process does. A
+// copy of a record this Store wrote costs no round trip; reading the
+// record back after every Complete would cost one per message, to save
+// one on the first duplicate of some.
+//
+// The one completion a Store cannot see is another Store's: a token that
+// this Store granted, completed first through another Store (another
+// process, another tiered store over the same remote) and then through
+// this one with another result, is cached here with this Store's result
+// and retention, which the remote store does not hold. The receiver never
+// hands a token to another Store (a handler that completes its record in
+// its own transaction is seen through its context, and the receiver then
+// sends no Complete), so this takes a caller of the store that does; such
+// a caller should complete a token only through the Store that granted
+// it.
+//
+// Otherwise, the one thing a copy can outlive is an operator's Delete on
+// another process (or straight in Redis): that process keeps answering the
+// message as a duplicate until its copy expires, at most MaxLocalTTL (5
+// minutes by default). Delete through this Store clears its own copy. Get and Scan
 // read the remote store.
 //
 // # Costs
@@ -49,6 +86,7 @@
 // an evicted copy costs one round trip on the next duplicate, never a
 // duplicate run. To cache a record it completes, the Store notes each
 // claim it holds (bounded by Capacity too); a claim past that bound is
-// completed all the same, only not cached. Everything else costs what the
-// remote store costs.
+// completed all the same, only not cached, and so is one whose
+// completion this Store cannot tell it wrote. Everything else costs what
+// the remote store costs.
 package tieredstore

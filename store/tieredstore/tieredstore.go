@@ -204,29 +204,39 @@ func (s *Store) remember(rec store.Record, start, expires time.Time) {
 }
 
 // Complete completes the record in the remote store, then caches it
-// locally until its retention ends as measured from before the call, so
-// the copy never outlives the remote record.
+// locally when this call is known to be the one that wrote it: see the
+// package documentation. The copy expires at its retention as measured
+// from before the call, so it never outlives the remote record.
 //
 // Whether the token holds the key, and whether the record it already
 // completed may be completed again, is the remote store's answer alone:
 // the local tier never answers Complete, Release or Extend.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
+	first := s.claims.begin(req.Key, req.Token)
 	start := s.clock.Now()
 	err := s.remote.Complete(ctx, req)
-	s.completed(ctx, req, start, err)
+	s.completed(ctx, req, start, err, first)
 	return err
 }
 
-// completed caches a record the remote store confirmed, and forgets the
-// claim unless the call failed in a way that leaves it held.
-func (s *Store) completed(ctx context.Context, req store.CompleteRequest, start time.Time, err error) {
-	if err != nil && !errors.Is(err, store.ErrLeaseLost) {
-		return // the claim may still hold: a retried Complete can cache
+// completed caches the record of a Complete the remote store accepted, if
+// that call wrote it: first (begin reported it the first Complete with its
+// token through this Store), the only one sent while it was in flight, and
+// not preceded by the handler's own completion in its transaction. A
+// Complete with a token that already completed the record succeeds and
+// changes nothing, so the remote store keeps the first result and expiry:
+// any other accepted Complete (a retry after a failure whose answer was
+// lost, a concurrent one, one with a token this Store did not grant)
+// caches nothing, and the next duplicate learns the remote's record.
+func (s *Store) completed(ctx context.Context, req store.CompleteRequest, start time.Time, err error, first bool) {
+	if !first {
+		return
 	}
-	h, ok := s.claims.unhold(req.Key, req.Token)
+	// Whatever the answer, the note goes: after an error the remote store
+	// may have written this call's result, so a retry cannot tell whether
+	// it wrote the record.
+	h, ok := s.claims.finish(req.Key, req.Token)
 	if !ok || err != nil {
-		// Not noted (over the bound, or already completed through this
-		// Store: the first completion cached the first result), or refused.
 		return
 	}
 	if hc, ok := store.ClaimFromContext(ctx); ok && hc.Key == req.Key && hc.Token == req.Token && hc.Completed() {
