@@ -3,6 +3,7 @@ module github.com/dedup-go/dedup
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
