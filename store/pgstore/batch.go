@@ -62,12 +62,7 @@ func (s *Store) acquireRound(ctx context.Context, reqs []store.AcquireRequest, p
 			out[i].Err = s.fail(ctx, "acquire", reqs[i].Key, err)
 		default:
 			r, found := rows[reqs[i].Key]
-			claim, ok, cerr := r.claim(reqs[i], tokens[i], found)
-			if !ok && cerr == nil {
-				// The statement's snapshot predates the record that
-				// refused the claim: this key alone, again.
-				claim, cerr = s.Acquire(ctx, reqs[i])
-			}
+			claim, cerr := r.claim(reqs[i], tokens[i], found)
 			out[i] = store.AcquireOutcome{Claim: claim, Err: cerr}
 		}
 	}
@@ -114,7 +109,9 @@ func later(first store.AcquireOutcome, req store.AcquireRequest) store.AcquireOu
 
 // acquireMany runs the acquireBatch statement for the requests at round,
 // which have distinct keys, and returns its rows by key. The statement
-// claims them in key order, whatever the order of round.
+// claims them in key order, whatever the order of round. A serialization
+// failure or a deadlock runs it again, within Options.Timeout, as Acquire
+// does.
 func (s *Store) acquireMany(ctx context.Context, reqs []store.AcquireRequest, round []int, tokens map[int]store.Token) (map[string]row, error) {
 	keys := make([]string, len(round))
 	toks := make([]pgtype.UUID, len(round))
@@ -125,11 +122,22 @@ func (s *Store) acquireMany(ctx context.Context, reqs []store.AcquireRequest, ro
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
-	rows, err := s.pool.Query(cctx, s.sql.acquireBatch, s.cfg.mode, keys, toks, fps, leases, micros(s.cfg.abandonedTTL))
+	for {
+		out, err := s.claimMany(cctx, keys, toks, fps, leases)
+		if again(cctx, err) {
+			continue
+		}
+		return out, err
+	}
+}
+
+// claimMany runs the acquireBatch statement once.
+func (s *Store) claimMany(ctx context.Context, keys []string, toks []pgtype.UUID, fps [][]byte, leases []int64) (map[string]row, error) {
+	rows, err := s.pool.Query(ctx, s.sql.acquireBatch, s.cfg.mode, keys, toks, fps, leases, micros(s.cfg.abandonedTTL))
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]row, len(round))
+	out := make(map[string]row, len(keys))
 	for rows.Next() {
 		var key string
 		r, _, err := s.scanRow(keyed{rows, &key}, true)
@@ -234,13 +242,16 @@ func (s *Store) settleMany(ctx context.Context, op string, valid []int, pairOf f
 	// Rows are updated in the arrays' order with the plans PostgreSQL
 	// picks for them (a nested loop over the arrays): key order, as for
 	// claims, so two batches seldom wait on each other crosswise. A
-	// deadlock PostgreSQL breaks fails the batch with ErrUnavailable; the
-	// receiver retries those completions one by one.
+	// deadlock PostgreSQL breaks, or a serialization failure, runs the
+	// statement again.
 	slices.SortFunc(sent, func(a, b int) int { return strings.Compare(pairOf(a).key, pairOf(b).key) })
 
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
 	done, err := run(cctx, sent)
+	for again(cctx, err) {
+		done, err = run(cctx, sent)
+	}
 	if err == nil && op == "complete" && len(done) < len(sent) {
 		var missed []pair
 		for _, i := range sent {

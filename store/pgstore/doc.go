@@ -27,11 +27,17 @@
 // needs, and keeps every rule of the contract:
 //
 //   - The claim is one autocommit statement, INSERT ... ON CONFLICT (key)
-//     DO UPDATE ... WHERE the record is gone, failed, or processing under
-//     an ended lease (and the fingerprints agree), RETURNING the record:
-//     never check-then-set, no advisory lock. Of any number of processes
-//     delivering a message at once, exactly one claims it; the others
-//     wait on its row lock for the moment it takes, then see its claim.
+//     DO UPDATE, which takes the record over when it is gone, failed, or
+//     processing under an ended lease (and the fingerprints agree), and
+//     otherwise writes it back unchanged, RETURNING the record as its row
+//     lock found it: never check-then-set, no advisory lock. Of any number
+//     of processes delivering a message at once, exactly one claims it;
+//     the others wait on its row lock for the moment it takes, then see
+//     its claim. Contention, however heavy and however short the leases,
+//     ends in a claim, a duplicate or an in-flight answer, never in an
+//     error: a serialization failure or a deadlock (40001, 40P01, on a
+//     server whose default isolation level is above READ COMMITTED) runs
+//     the store's statement again, within Options.Timeout.
 //   - A duplicate of a completed record, or a delivery of a key held under
 //     a live lease, is answered by the same statement without locking or
 //     writing anything (its snapshot shows the record settled, so the

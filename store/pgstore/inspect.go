@@ -79,7 +79,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
-	if _, err := s.pool.Exec(cctx, s.sql.del, s.cfg.mode, key); err != nil {
+	_, err := s.pool.Exec(cctx, s.sql.del, s.cfg.mode, key)
+	for again(cctx, err) {
+		_, err = s.pool.Exec(cctx, s.sql.del, s.cfg.mode, key)
+	}
+	if err != nil {
 		return s.fail(ctx, "delete", key, err)
 	}
 	return nil

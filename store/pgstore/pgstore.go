@@ -82,8 +82,15 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // Acquire claims req.Key if it is absent, failed, or processing under a
 // lease that has ended, and reports the record holding it otherwise, in
-// one INSERT ... ON CONFLICT DO UPDATE ... WHERE statement. A fingerprint
-// that differs from the record's is store.ErrKeyReused in every state.
+// one INSERT ... ON CONFLICT DO UPDATE statement. A fingerprint that
+// differs from the record's is store.ErrKeyReused in every state.
+//
+// Contention always ends in an answer: the statement returns the record
+// as the row lock found it, so a claim that lost the race to a concurrent
+// one reports that claim (in flight) rather than trying again. A
+// serialization failure or a deadlock (SQLSTATE 40001, 40P01: a server
+// whose default isolation level is above READ COMMITTED) runs the
+// statement again, within Options.Timeout.
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
 	if err := checkAcquire(req); err != nil {
 		return store.Claim{}, err
@@ -94,34 +101,18 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Cl
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
 	token := store.NewToken()
-	for range maxRounds {
+	for {
 		row, found, err := s.scanRow(s.pool.QueryRow(cctx, s.sql.acquire, s.cfg.mode,
 			req.Key, token, fingerprint(req.Fingerprint), micros(req.Lease), micros(s.cfg.abandonedTTL)), true)
+		if again(cctx, err) {
+			continue
+		}
 		if err != nil {
 			return store.Claim{}, s.fail(ctx, "acquire", req.Key, err)
 		}
-		if claim, ok, err := row.claim(req, token, found); ok || err != nil {
-			return claim, err
-		}
-		// The snapshot of the statement predates the record that refused
-		// the claim: read it afresh.
-		row, found, err = s.scanRow(s.pool.QueryRow(cctx, s.sql.read, s.cfg.mode, req.Key), false)
-		if err != nil {
-			return store.Claim{}, s.fail(ctx, "acquire", req.Key, err)
-		}
-		if claim, ok, err := row.claim(req, token, found); ok || err != nil {
-			return claim, err
-		}
-		// The record changed between the two statements (it was deleted,
-		// or its lease ended): claim again.
+		return row.claim(req, token, found)
 	}
-	return store.Claim{}, &store.OpError{Op: "acquire", Key: req.Key,
-		Err: fmt.Errorf("pgstore: the record changed under %d claims in a row", maxRounds)}
 }
-
-// maxRounds bounds the claims of one Acquire that find the record changing
-// under them.
-const maxRounds = 5
 
 // row is a record as a statement answers it, with the database's clock.
 type row struct {
@@ -169,27 +160,33 @@ func (s *Store) scanRow(r pgx.Row, withAcquired bool) (row, bool, error) {
 	return out, true, nil
 }
 
-// claim turns the answer of a claim into Acquire's, reporting false when
-// the answer cannot be the record that refused the claim (none, a gone
-// record, or one the claim would have taken): the caller reads or claims
-// again.
-func (r row) claim(req store.AcquireRequest, token store.Token, found bool) (store.Claim, bool, error) {
+// claim turns the answer of a claim statement into Acquire's. A row that
+// neither holds the claim nor refuses it (none; a gone record; failed or
+// processing under an ended lease, which the statement would have
+// claimed) is not an answer a sound table gives: an error.
+func (r row) claim(req store.AcquireRequest, token store.Token, found bool) (store.Claim, error) {
 	switch {
 	case !found:
-		return store.Claim{}, false, nil
+		return store.Claim{}, undecided(req.Key, "no record")
 	case r.acquired:
 		r.rec.Key = req.Key
-		return store.Claim{Acquired: true, Token: token, Record: r.rec}, true, nil
+		return store.Claim{Acquired: true, Token: token, Record: r.rec}, nil
 	case !r.now.Before(r.expires):
-		return store.Claim{}, false, nil
+		return store.Claim{}, undecided(req.Key, "a gone record")
 	case reused(r.rec.Fingerprint, req.Fingerprint):
-		return store.Claim{}, true, errReused(req.Key, r.rec.State)
+		return store.Claim{}, errReused(req.Key, r.rec.State)
 	case r.rec.State == store.StateCompleted,
 		r.rec.State == store.StateProcessing && r.now.Before(r.rec.LeaseUntil):
 		r.rec.Key = req.Key
-		return store.Claim{Record: r.rec}, true, nil
+		return store.Claim{Record: r.rec}, nil
 	}
-	return store.Claim{}, false, nil
+	return store.Claim{}, undecided(req.Key, fmt.Sprintf("a %s record it could have claimed", r.rec.State))
+}
+
+// undecided is the error of a claim statement whose answer decides
+// nothing.
+func undecided(key, what string) error {
+	return &store.OpError{Op: "acquire", Key: key, Err: fmt.Errorf("pgstore: the claim was refused by %s", what)}
 }
 
 func errReused(key string, state store.State) error {
@@ -315,14 +312,20 @@ type querier interface {
 
 // settle runs one fenced update of key (sql, with key and token first) on
 // db, within Options.Timeout. No row updated is ErrLeaseLost, except for
-// a Complete whose token completed the record already.
+// a Complete whose token completed the record already. On the pool, a
+// serialization failure or a deadlock runs the update again; in a user's
+// transaction it is the transaction's to handle.
 func (s *Store) settle(ctx context.Context, op, key string, token store.Token, db querier, sql string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return errContext(op, key, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
-	tag, err := db.Exec(cctx, sql, append([]any{s.cfg.mode, key, token}, args...)...)
+	args = append([]any{s.cfg.mode, key, token}, args...)
+	tag, err := db.Exec(cctx, sql, args...)
+	for db == querier(s.pool) && again(cctx, err) {
+		tag, err = db.Exec(cctx, sql, args...)
+	}
 	if err != nil {
 		return s.fail(ctx, op, key, err)
 	}
@@ -339,6 +342,14 @@ func (s *Store) settle(ctx context.Context, op, key string, token store.Token, d
 		}
 	}
 	return errLeaseLost(op, key)
+}
+
+// again reports whether a statement of the store's own that failed with
+// err runs again: a serialization failure or a deadlock (contention, on
+// a server whose default isolation level is above READ COMMITTED), while
+// ctx lasts.
+func again(ctx context.Context, err error) bool {
+	return err != nil && retryable(err) && ctx.Err() == nil
 }
 
 // pair is a key and the token of a claim on it.

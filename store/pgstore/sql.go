@@ -1,6 +1,9 @@
 package pgstore
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // A record is one row, keyed by the receiver's key (namespace, colon, id).
 // Its columns:
@@ -45,22 +48,36 @@ CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (expires_at);
 // us turns a bigint of microseconds into an interval.
 const us = `* interval '1 microsecond'`
 
-// The ON CONFLICT part of a claim: a row that is gone is claimed afresh
-// (attempt 1, no past); a failed row, or a processing one whose lease
-// ended, is taken over (attempt plus one) unless the fingerprints differ.
-// Anything else is left alone, and the statement reports it.
-const claimConflict = `ON CONFLICT (key) DO UPDATE SET
-		state = 'processing',
-		token = excluded.token,
-		attempt = CASE WHEN r.expires_at <= (SELECT t FROM now) THEN 1 ELSE r.attempt + 1 END,
-		fingerprint = CASE WHEN r.expires_at <= (SELECT t FROM now) OR r.fingerprint = '' THEN excluded.fingerprint ELSE r.fingerprint END,
-		result = NULL,
-		last_error = CASE WHEN r.expires_at <= (SELECT t FROM now) THEN '' ELSE r.last_error END,
-		lease_until = excluded.lease_until,
-		expires_at = excluded.expires_at
-	WHERE r.expires_at <= (SELECT t FROM now)
+// claimable is true of the record r that a claim at now conflicts with,
+// as it is once the claim holds its row lock: gone, or failed, or
+// processing under an ended lease, and the fingerprints agree (a gone
+// record is claimed afresh, whatever its fingerprint).
+const claimable = `(r.expires_at <= (SELECT t FROM now)
 		OR ((r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint)
-			AND (r.state = 'failed' OR (r.state = 'processing' AND r.lease_until <= (SELECT t FROM now))))`
+			AND (r.state = 'failed' OR (r.state = 'processing' AND r.lease_until <= (SELECT t FROM now)))))`
+
+// gone is true of a record r past its expiry at now.
+const gone = `r.expires_at <= (SELECT t FROM now)`
+
+// The ON CONFLICT part of a claim. A claimable row is taken over: afresh
+// when it is gone (attempt 1, no past), else with attempt plus one. Any
+// other row is written back as it is, so that the statement returns it,
+// read under the row lock: a claim that waited for the lock of a
+// concurrent claim always answers with the record that refused it, never
+// with an older version that its snapshot saw. Such a row is updated only
+// when the claim found it locked or changed after its snapshot (the
+// settled check below answers every other refusal without writing), so
+// the rewrite costs one row version, under contention only. The claim
+// acquired the record when the row's token is its own.
+const claimConflict = `ON CONFLICT (key) DO UPDATE SET
+		state = CASE WHEN ` + claimable + ` THEN 'processing' ELSE r.state END,
+		token = CASE WHEN ` + claimable + ` THEN excluded.token ELSE r.token END,
+		attempt = CASE WHEN ` + gone + ` THEN 1 WHEN ` + claimable + ` THEN r.attempt + 1 ELSE r.attempt END,
+		fingerprint = CASE WHEN ` + gone + ` OR (r.fingerprint = '' AND ` + claimable + `) THEN excluded.fingerprint ELSE r.fingerprint END,
+		result = CASE WHEN ` + claimable + ` THEN NULL ELSE r.result END,
+		last_error = CASE WHEN ` + gone + ` THEN '' ELSE r.last_error END,
+		lease_until = CASE WHEN ` + claimable + ` THEN excluded.lease_until ELSE r.lease_until END,
+		expires_at = CASE WHEN ` + claimable + ` THEN excluded.expires_at ELSE r.expires_at END`
 
 // settled is true of a record h, as the statement's snapshot sees it at
 // n.t, that a claim need not even try: completed and not gone (completed
@@ -73,12 +90,16 @@ const settled = `h.expires_at > n.t AND (h.state = 'completed' OR (h.state = 'pr
 // recordCols are the columns a statement answers a record with.
 const recordCols = `state, attempt, fingerprint, result, last_error, lease_until, expires_at`
 
+// qualified is recordCols of the table aliased alias.
+func qualified(alias string) string {
+	return alias + "." + strings.ReplaceAll(recordCols, ", ", ", "+alias+".")
+}
+
 // statements are the store's SQL for one table.
 type statements struct {
 	schema       string
 	acquire      string
 	acquireBatch string
-	read         string
 	complete     string
 	completeMany string
 	completed    string
@@ -98,20 +119,19 @@ func newStatements(t tableName) statements {
 		schema: fmt.Sprintf(schemaSQL, t.sql, t.index),
 
 		// acquire: $1 key, $2 token, $3 fingerprint, $4 lease (µs), $5
-		// abandoned (µs). One row: acquired, the record, now. When the
-		// claim is refused, the row is the record as the statement's
-		// snapshot saw it, or none when the snapshot predates it (a
-		// concurrent claim that committed while this one waited for its
-		// lock): the caller reads it again.
+		// abandoned (µs). One row: acquired, the record, now. A claim
+		// refused by a record its snapshot saw settled answers with that
+		// record; one refused under the row lock, with the record as the
+		// lock found it (claimConflict).
 		acquire: q(`WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 claimed AS (
 	INSERT INTO %[1]s AS r (key, state, token, attempt, fingerprint, last_error, lease_until, expires_at)
 	SELECT $1::text, 'processing', $2::uuid, 1, $3::bytea, '', n.t + $4::bigint ` + us + `, n.t + ($4::bigint + $5::bigint) ` + us + ` FROM now n
 	WHERE NOT EXISTS (SELECT FROM %[1]s h WHERE h.key = $1::text AND ` + settled + `)
 	` + claimConflict + `
-	RETURNING ` + recordCols + `
+	RETURNING token = $2::uuid AS acquired, ` + recordCols + `
 )
-SELECT true, ` + recordCols + `, (SELECT t FROM now) FROM claimed
+SELECT acquired, ` + recordCols + `, (SELECT t FROM now) FROM claimed
 UNION ALL
 SELECT false, ` + recordCols + `, (SELECT t FROM now) FROM %[1]s
 WHERE key = $1::text AND NOT EXISTS (SELECT FROM claimed)`),
@@ -129,15 +149,12 @@ claimed AS (
 	FROM req q, now n WHERE NOT EXISTS (SELECT FROM %[1]s h WHERE h.key = q.key AND ` + settled + `)
 	ORDER BY q.key
 	` + claimConflict + `
-	RETURNING key, ` + recordCols + `
+	RETURNING key, token, ` + recordCols + `
 )
-SELECT key, true, ` + recordCols + `, (SELECT t FROM now) FROM claimed
+SELECT c.key, c.token = q.token, ` + qualified("c") + `, (SELECT t FROM now) FROM claimed c JOIN req q ON q.key = c.key
 UNION ALL
 SELECT r.key, false, ` + recordCols + `, (SELECT t FROM now) FROM %[1]s r
 WHERE r.key IN (SELECT key FROM req) AND r.key NOT IN (SELECT key FROM claimed)`),
-
-		// read: $1 key. The record and now, in a fresh snapshot.
-		read: q(`SELECT ` + recordCols + `, clock_timestamp() FROM %[1]s WHERE key = $1::text`),
 
 		// complete: $1 key, $2 token, $3 result, $4 retention (µs). Rows
 		// affected: 1 when the token held the key.
