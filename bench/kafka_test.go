@@ -196,7 +196,9 @@ func dedupKafka(tb testing.TB, brokers []string, topic string, opts *dedupkafka.
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c, err := dedupkafka.NewConsumer(kafka.NewReader(kafkaReaderConfig(brokers, topic)), rcv, opts)
+	r := kafka.NewReader(kafkaReaderConfig(brokers, topic))
+	defer func() { _ = r.Close() }() // after Stop: the Consumer leaves the reader to its maker
+	c, err := dedupkafka.NewConsumer(r, rcv, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}

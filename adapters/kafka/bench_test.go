@@ -139,7 +139,9 @@ func dedupLoop(newStore func(b *testing.B, count int) store.Store, opts *dedupka
 				return struct{}{}, nil
 			}, &dedup.Config{Retention: 7 * 24 * time.Hour})
 		require.NoError(b, err)
-		c, err := dedupkafka.NewConsumer(kafka.NewReader(readerConfig(brokers, topic, topic)), rcv, opts)
+		r := kafka.NewReader(readerConfig(brokers, topic, topic))
+		defer r.Close() // after Stop: the Consumer leaves the reader to its maker
+		c, err := dedupkafka.NewConsumer(r, rcv, opts)
 		require.NoError(b, err)
 		require.NoError(b, c.Start(context.Background()))
 		<-done

@@ -106,6 +106,7 @@ func runChild() error {
 		return err
 	}
 	r := kafka.NewReader(readerConfig(strings.Split(os.Getenv(childBrokers), ","), os.Getenv(childGroup), os.Getenv(childTopic)))
+	defer r.Close() // after the Consumer's Stop: leaves the group
 	// One handler at a time, one message at a time: when the test kills the
 	// process in the hanging handler, no other handler is between its
 	// effect and its completion. (A kill there repeats that effect: the one

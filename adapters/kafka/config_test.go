@@ -52,8 +52,12 @@ func TestOptionsRefused(t *testing.T) {
 	_, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{})
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig, "no DeadLetterTopic and no DropPoison")
 	require.ErrorContains(t, err, "DropPoison")
+	// nil means all defaults, and where poison goes has none: refused, with
+	// an error naming both choices.
 	_, err = dedupkafka.NewConsumer(r, rcv, nil)
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig, "nil options: no DeadLetterTopic")
+	require.ErrorContains(t, err, "Options.DeadLetterTopic")
+	require.ErrorContains(t, err, "Options.DropPoison")
 	_, err = dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{DeadLetterTopic: "dlq", DropPoison: true})
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig, "both")
 	_, err = dedupkafka.NewConsumer[Order, Receipt](nil, rcv, nil)

@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -60,7 +59,7 @@ type Consumer[T, R any] struct {
 	cancelWork  context.CancelFunc // cancels handlers: the hard stop
 	workers     sync.WaitGroup
 	stopped     chan struct{}
-	err         error // what ended fetching, if not a stop
+	err         error // why the consumer stopped when nobody asked it to (matches ErrStoppedUnasked)
 	committer   *committer
 }
 
@@ -71,8 +70,16 @@ type partitionID struct {
 
 // NewConsumer returns a Consumer that feeds the messages of r to rcv. r
 // must have a GroupID and a CommitInterval of 0 (synchronous commits), which
-// Start checks. opts may be nil for the defaults. The Consumer closes r
-// when it stops.
+// Start checks.
+//
+// A nil opts means all defaults, but the choice between
+// Options.DeadLetterTopic and Options.DropPoison has no default: NewConsumer
+// refuses options that make neither (nil among them) with an error matching
+// dedup.ErrInvalidConfig that names both.
+//
+// r stays the caller's: the Consumer never closes it. Close it after Stop
+// returns (or after Stopped is closed): closing it leaves the consumer
+// group, handing its partitions to the other members.
 func NewConsumer[T, R any](r *kafka.Reader, rcv *dedup.Receiver[*dedup.Message[T], R], opts *Options) (*Consumer[T, R], error) {
 	switch {
 	case r == nil:
@@ -96,11 +103,18 @@ func NewConsumer[T, R any](r *kafka.Reader, rcv *dedup.Receiver[*dedup.Message[T
 	}, nil
 }
 
-// Start checks the reader (a GroupID, CommitInterval 0) and the topics'
-// redelivery horizon against the receiver's retention (see
-// Options.StrictHorizon), and starts fetching and handling messages. It
-// returns once fetching runs. Cancelling ctx later is a hard stop: fetching
-// stops and the handlers' contexts are cancelled. A Consumer starts once.
+// Start checks the reader (a GroupID, CommitInterval 0), the dead-letter
+// topic (it must exist: ErrDeadLetterTopic), the retry topics
+// (ErrRetryTopics) and the topics' redelivery horizon against the
+// receiver's retention (see Options.StrictHorizon), and starts fetching and
+// handling messages. It returns once fetching runs. A Consumer starts once.
+//
+// ctx is the consumer's life, not Start's: when it ends without Stop (a
+// context.WithTimeout given to Start, say), that is a hard stop nobody
+// asked for: fetching stops, the handlers' contexts are cancelled, the
+// watermarks are committed, the stop is logged at error level, and Err
+// returns an error matching ErrStoppedUnasked that wraps context.Cause(ctx).
+// To stop, call Stop, with a context of its own.
 func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -141,15 +155,18 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	go func() { // the fetch loop, owned by the consumer: ends with fetchCtx
 		defer close(fetched)
 		c.fetch(workCtx, fetchCtx)
+		if fetchCtx.Err() != nil && !c.stoppingNow() {
+			// Only ctx ends fetchCtx before beginStop: a hard stop.
+			c.stoppedUnasked(ctx, fmt.Errorf("the context given to Start ended: %w", context.Cause(ctx)))
+		}
 	}()
 	go func() { // the shutdown, owned by the consumer: ends after fetching does
 		<-fetched
 		c.beginStop()
 		c.workers.Wait()
 		c.committer.stop()
-		if err := c.reader.Close(); err != nil {
-			c.opts.Logger.WarnContext(ctx, "dedupkafka: closing the reader failed", slog.Any("error", err))
-		}
+		// The reader is the caller's: it is left open (the caller closes it,
+		// leaving the group), and nothing fetches from it any more.
 		if c.ownDLW {
 			_ = c.dlw.Close()
 			c.dlw.Transport.(*kafka.Transport).CloseIdleConnections()
@@ -165,7 +182,7 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 }
 
 // checkTopics compares the topics' retention with the receiver's, and
-// checks the retry topics.
+// checks the retry topics and the dead-letter topic.
 func (c *Consumer[T, R]) checkTopics(ctx context.Context, cfg kafka.ReaderConfig) error {
 	topics := cfg.GroupTopics
 	if cfg.Topic != "" {
@@ -184,7 +201,29 @@ func (c *Consumer[T, R]) checkTopics(ctx context.Context, cfg kafka.ReaderConfig
 			return &configError{ErrRetryTopics, "dedupkafka: " + problem}
 		}
 	}
+	if c.opts.DeadLetterTopic != "" {
+		if problem := c.checkDeadLetterTopic(cctx, cfg, client); problem != "" {
+			return &configError{ErrDeadLetterTopic, "dedupkafka: " + problem}
+		}
+	}
 	return c.checkHorizon(cctx, client, cfg.StartOffset, topics)
+}
+
+// checkDeadLetterTopic checks that the dead-letter topic exists where dead
+// letters are written: the DeadLetterWriter's cluster when one is given
+// (through its Transport), else the reader's (through client). It returns a
+// description of the problem, or "".
+func (c *Consumer[T, R]) checkDeadLetterTopic(ctx context.Context, cfg kafka.ReaderConfig, client *kafka.Client) string {
+	if w := c.opts.DeadLetterWriter; w != nil {
+		client = &kafka.Client{Addr: w.Addr, Transport: w.Transport}
+		if w.Transport == nil {
+			tr := transport(cfg)
+			defer tr.CloseIdleConnections()
+			client.Transport = tr
+		}
+	}
+	_, problem := describeTopics(ctx, client, "dead-letter topic", []string{c.opts.DeadLetterTopic})
+	return problem
 }
 
 // checkHorizon compares the topics' retention with the receiver's.
@@ -232,11 +271,13 @@ func transport(cfg kafka.ReaderConfig) *kafka.Transport {
 // Stop stops fetching, lets the partitions finish the messages they are
 // handling (messages fetched but not started are left for the next owner,
 // and a message waiting to be retried stops waiting), commits every
-// partition's watermark, closes the reader, and returns. When ctx ends
-// first, the handlers' contexts are cancelled and Stop returns ctx's error;
-// Stopped tells when the consumer is gone. A failed final commit is
-// returned, matching ErrCommit: the next owner re-reads from the previous
-// commit.
+// partition's watermark, and returns. It does not close the reader: the
+// caller closes it after Stop, which leaves the group (until then the
+// member keeps its partitions; the Consumer takes nothing more from the
+// reader). When ctx ends first, the handlers' contexts are cancelled and
+// Stop returns ctx's error; Stopped tells when the consumer is gone. A
+// failed final commit is returned, matching ErrCommit: the next owner
+// re-reads from the previous commit.
 func (c *Consumer[T, R]) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	if !c.started {
@@ -265,16 +306,31 @@ func (c *Consumer[T, R]) beginStop() {
 // readerClosed stops the consumer whose reader was closed under it, and
 // says so in Err.
 func (c *Consumer[T, R]) readerClosed() {
-	c.mu.Lock()
-	if c.err == nil {
-		c.err = errors.New("dedupkafka: the reader was closed under the consumer: " + io.ErrClosedPipe.Error())
-	}
-	c.mu.Unlock()
+	c.stoppedUnasked(context.Background(), fmt.Errorf("the reader was closed under the consumer: %w", io.ErrClosedPipe))
 	c.beginStop()
 }
 
-// Stopped is closed when the consumer has stopped: after Stop, a hard stop,
-// or a fetch error. Err says why, in the last case.
+// stoppedUnasked records why the consumer stops when nobody asked it to
+// (Err), and logs it at error level, unless Stop was called first or an
+// earlier cause was recorded.
+func (c *Consumer[T, R]) stoppedUnasked(ctx context.Context, cause error) {
+	if c.stoppingNow() {
+		return
+	}
+	c.mu.Lock()
+	first := c.err == nil
+	if first {
+		c.err = fmt.Errorf("%w: %w", ErrStoppedUnasked, cause)
+	}
+	c.mu.Unlock()
+	if first {
+		c.opts.Logger.ErrorContext(ctx, "dedupkafka: the consumer stopped without Stop", slog.Any("error", cause))
+	}
+}
+
+// Stopped is closed when the consumer has stopped: after Stop, or a stop
+// nobody asked for (Start's context ended, fetching failed, the reader was
+// closed under it), which Err then reports.
 func (c *Consumer[T, R]) Stopped() <-chan struct{} { return c.stopped }
 
 // Stats returns the Consumer's counters.
@@ -282,9 +338,12 @@ func (c *Consumer[T, R]) Stats() Stats {
 	return Stats{PoisonDropped: c.poisonDropped.Load()}
 }
 
-// Err returns the error that stopped fetching when it was not Stop or the
-// cancellation of Start's context (the reader closed elsewhere, say), or
-// nil.
+// Err returns why the consumer stopped when nobody asked it to (it was not
+// Stop): an error matching ErrStoppedUnasked that wraps the cause:
+// context.Cause of Start's context when it ended (a hard stop), the fetch
+// error (io.EOF when the reader was closed under the consumer), or
+// io.ErrClosedPipe when a commit found the reader closed.
+// It returns nil otherwise.
 func (c *Consumer[T, R]) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -299,13 +358,8 @@ func (c *Consumer[T, R]) fetch(workCtx, fetchCtx context.Context) {
 		m, err := c.reader.FetchMessage(fetchCtx)
 		if err != nil {
 			if fetchCtx.Err() == nil {
-				c.mu.Lock()
-				if c.err == nil {
-					c.err = fmt.Errorf("dedupkafka: fetch: %w", err)
-				}
-				c.mu.Unlock()
-				c.committer.readerGone(c.err)
-				c.opts.Logger.ErrorContext(workCtx, "dedupkafka: fetching failed; the consumer stops", slog.Any("error", err))
+				c.stoppedUnasked(workCtx, fmt.Errorf("fetch: %w", err))
+				c.committer.readerGone(c.Err())
 			}
 			return
 		}

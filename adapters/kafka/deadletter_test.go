@@ -18,7 +18,8 @@ import (
 )
 
 // TestDeadLetterBeforeCommit: while the dead-letter topic cannot be
-// written (it does not exist yet), the poison message is retried in place,
+// written (it was deleted after Start checked it), the poison message is
+// retried in place,
 // the partition does not go past it and nothing is committed past it; once
 // the topic exists, the dead letter is written once and the partition
 // goes on to its end. In batches too, where the message after the poison
@@ -35,12 +36,7 @@ func TestDeadLetterBeforeCommit(t *testing.T) {
 
 func testDeadLetterBeforeCommit(t *testing.T, batch int) {
 	const topic, dlq, group = "orders", "orders.dlq", "billing"
-	brokers := startKafka(t, 1, topic)
-	produce(t, newWriter(t, brokers), topic, []kafka.Message{
-		{Value: orderJSON(t, Order{ID: orderID(0)})},
-		{Value: []byte("not json")},
-		{Value: orderJSON(t, Order{ID: orderID(2)})},
-	})
+	brokers := startKafka(t, 1, topic, dlq) // Start checks that it exists
 
 	fx := newEffects()
 	var mu sync.Mutex
@@ -75,6 +71,15 @@ func testDeadLetterBeforeCommit(t *testing.T, batch int) {
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))
 	stopAtCleanup(t, c)
+	admin := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: closedAtCleanup(t)}
+	deleted, err := admin.DeleteTopics(t.Context(), &kafka.DeleteTopicsRequest{Topics: []string{dlq}})
+	require.NoError(t, err)
+	require.NoError(t, deleted.Errors[dlq])
+	produce(t, newWriter(t, brokers), topic, []kafka.Message{
+		{Value: orderJSON(t, Order{ID: orderID(0)})},
+		{Value: []byte("not json")},
+		{Value: orderJSON(t, Order{ID: orderID(2)})},
+	})
 
 	eventually(t, 30*time.Second, func() bool {
 		mu.Lock()
@@ -90,8 +95,7 @@ func testDeadLetterBeforeCommit(t *testing.T, batch int) {
 	time.Sleep(50 * time.Millisecond) // commit ticks pass
 	require.Equal(t, map[int]int64{0: 1}, committed(t, brokers, group, topic, 1), "committed past an unwritten dead letter")
 
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr}
-	resp, err := client.CreateTopics(t.Context(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: dlq, NumPartitions: 1, ReplicationFactor: 1}}})
+	resp, err := admin.CreateTopics(t.Context(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: dlq, NumPartitions: 1, ReplicationFactor: 1}}})
 	require.NoError(t, err)
 	require.NoError(t, resp.Errors[dlq])
 	eventually(t, 30*time.Second, func() bool {

@@ -14,9 +14,19 @@
 //	rcv, err := dedup.NewReceiver(store, idstrategy.MessageHeader[Order](dedupkafka.HeaderMessageID), charge,
 //		&dedup.Config{Namespace: "billing"})
 //	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "billing", Topic: "orders"}) // CommitInterval 0
+//	defer r.Close() // yours: closed after Stop, it leaves the group
 //	c, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{DeadLetterTopic: "orders.dlq"})
-//	err = c.Start(ctx)
-//	defer c.Stop(ctx)
+//	err = c.Start(context.Background()) // the consumer's life: a context that ends without Stop is a hard stop
+//
+//	<-sigCtx.Done() // signal.NotifyContext(ctx, syscall.SIGTERM)
+//	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+//	defer cancel()
+//	err = c.Stop(stopCtx) // stops fetching, finishes what is in flight, commits
+//
+// Options may be nil for all defaults, except that where poison goes has
+// none: NewConsumer refuses options (nil among them) that set neither
+// Options.DeadLetterTopic nor Options.DropPoison, with an error naming
+// both.
 //
 // Consumer-side deduplication is not optional with kafka-go: it has no
 // idempotent producer (a write retried after a timeout is stored twice, at
@@ -111,7 +121,11 @@
 // recognisable downstream; the original's Message-Id moves to
 // Dedup-Message-Id. It is written with RequiredAcks all, and the original
 // is committed only after the write is acknowledged; a write that fails is
-// retried in place after the receiver's StoreRetryDelay.
+// retried in place after the receiver's StoreRetryDelay. The Consumer
+// creates no topic: Start fails with [ErrDeadLetterTopic], naming it, when
+// the dead-letter topic does not exist (asked of the DeadLetterWriter's
+// cluster when one is given, else of the reader's), rather than stall a
+// partition at the first poison message.
 //
 // # Retry topics
 //
@@ -200,12 +214,27 @@
 //
 // # Lifecycle
 //
-// Start checks the reader and the horizon, and starts one goroutine
-// fetching and one per partition handling. Stop stops fetching, lets the
-// partitions finish the messages they are handling (fetched messages not
-// started are left for the next owner, a retry wait ends), commits the
-// watermarks and closes the reader; at ctx's deadline it cancels the
-// handlers and returns ctx's error. Stopped is closed once everything is
-// gone, also when fetching fails (Err says why). Cancelling Start's context
-// is a hard stop.
+// Start checks the reader, the dead-letter and retry topics and the
+// horizon, and starts one goroutine fetching and one per partition
+// handling. Stop stops fetching, lets the partitions finish the messages
+// they are handling (fetched messages not started are left for the next
+// owner, a retry wait ends), and commits the watermarks; at ctx's deadline
+// it cancels the handlers and returns ctx's error. Give Stop a context of
+// its own, not Start's.
+//
+// What the caller passes in stays the caller's: the Consumer never closes
+// the reader, nor a DeadLetterWriter, RetryWriter or Client given in
+// Options; it closes only the writers it made. Close the reader after Stop
+// returns: kafka-go's Close leaves the consumer group, so its partitions go
+// to the other members at once (until then the member keeps them, fetching
+// nothing for the Consumer).
+//
+// Stopped is closed once everything is gone. A stop nobody asked for (the
+// context given to Start ended without Stop, fetching failed, the reader
+// was closed under the Consumer) is logged at error level, and Err returns
+// it, matching [ErrStoppedUnasked] and wrapping its cause: context.Cause of
+// Start's context, the fetch error (io.EOF when the reader was closed under
+// the Consumer), or io.ErrClosedPipe when a commit found the reader closed.
+// The end of Start's context is a hard stop: the handlers' contexts are
+// cancelled, and the watermarks committed.
 package kafka

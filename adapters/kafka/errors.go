@@ -37,6 +37,17 @@ var (
 	// receiver whose retention is shorter than the longest tier. It
 	// matches dedup.ErrInvalidConfig too.
 	ErrRetryTopics = errors.New("dedupkafka: retry topics not usable")
+	// ErrDeadLetterTopic: Options.DeadLetterTopic is set, and Start could
+	// not find it (the Consumer creates no topic: a missing one would stall
+	// its partition at the first poison message). It matches
+	// dedup.ErrInvalidConfig too.
+	ErrDeadLetterTopic = errors.New("dedupkafka: dead-letter topic not usable")
+	// ErrStoppedUnasked: the consumer stopped without Stop: Start's context
+	// ended (a hard stop), fetching failed, or the reader was closed under
+	// it. Err returns it, wrapping the cause (context.Cause of Start's
+	// context, the fetch error, io.ErrClosedPipe when a commit found the
+	// reader closed), and it is logged at error level.
+	ErrStoppedUnasked = errors.New("dedupkafka: stopped without Stop")
 )
 
 // configError matches its sentinel and dedup.ErrInvalidConfig.

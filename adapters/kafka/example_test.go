@@ -60,17 +60,23 @@ func ExampleNewConsumer() {
 		// The reader starts a group without offsets at the first offset, so the
 		// records must outlive the topic's retention (kfake's: 7 days).
 		&dedup.Config{Namespace: "billing", Retention: 7 * 24 * time.Hour, Observer: settled})
-	// CommitInterval 0 (the default): the Consumer commits itself.
+	// CommitInterval 0 (the default): the Consumer commits itself. The
+	// reader stays ours: we close it, after Stop (defers run last first).
 	reader := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "billing", Topic: "orders", MaxWait: 100 * time.Millisecond})
+	defer reader.Close()
 	c, err := dedupkafka.NewConsumer(reader, rcv, &dedupkafka.Options{DeadLetterTopic: "orders.dlq"})
 	if err != nil {
 		panic(err)
 	}
+	// Start's context is the consumer's life (its end without Stop is a
+	// hard stop, logged at error level); Stop gets a context of its own.
 	if err := c.Start(ctx); err != nil {
 		panic(err)
 	}
 	wg.Wait()
-	if err := c.Stop(ctx); err != nil {
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Stop(stopCtx); err != nil {
 		panic(err)
 	}
 	fmt.Println(charged)

@@ -27,7 +27,10 @@ const (
 // to its next message (or batch).
 const CommitEveryOutcome time.Duration = -1
 
-// Options configure a Consumer. A nil *Options means all defaults.
+// Options configure a Consumer. A nil *Options means all defaults; but
+// where poison goes has no default (DeadLetterTopic, or DropPoison to drop
+// it on purpose), so NewConsumer refuses a nil *Options, as it refuses
+// options that choose neither, with an error naming both.
 //
 // There is no callback among them: what each delivery came to is reported
 // to the receiver's dedup.Config.Observer, as a dedup.EventSettled event
@@ -81,7 +84,10 @@ type Options struct {
 	// value and headers, plus Dedup-* headers saying why (see the package
 	// documentation). The original is committed only after the write was
 	// acknowledged by all in-sync replicas. One of DeadLetterTopic and
-	// DropPoison is required: NewConsumer refuses neither and both.
+	// DropPoison is required: NewConsumer refuses neither and both. The
+	// Consumer does not create the topic: Start fails with
+	// ErrDeadLetterTopic when it does not exist (on the DeadLetterWriter's
+	// cluster when one is given, else on the reader's).
 	DeadLetterTopic string
 
 	// DropPoison commits past poison messages instead of writing them to a
@@ -92,9 +98,9 @@ type Options struct {
 
 	// DeadLetterWriter writes dead letters. Its Topic must be empty (the
 	// topic is DeadLetterTopic), its RequiredAcks RequireAll and it must not
-	// be Async: Start refuses any other. The Consumer does not close it.
-	// Defaults to a writer of the reader's brokers (and Dialer's TLS and
-	// SASL), closed by Stop.
+	// be Async: NewConsumer refuses any other. The Consumer does not close
+	// it. Defaults to a writer of the reader's brokers (and Dialer's TLS and
+	// SASL), which the Consumer makes and closes when it stops.
 	DeadLetterWriter *kafka.Writer
 
 	// RetryTopics are the delays of the retry topics, shortest first. With
@@ -117,8 +123,8 @@ type Options struct {
 	// RetryWriter writes to the retry topics, under the same rules as
 	// DeadLetterWriter (no Topic, RequiredAcks RequireAll, not Async). The
 	// Consumer does not close it. Defaults to the DeadLetterWriter (the one
-	// given, or the one Start makes), else a writer of the reader's brokers
-	// closed by Stop.
+	// given, or the one Start makes), else a writer of the reader's brokers,
+	// which the Consumer makes and closes when it stops.
 	RetryWriter *kafka.Writer
 
 	// Decoder decodes the message value into the handler's type. Defaults
@@ -147,7 +153,9 @@ type Options struct {
 	// [Horizon]). Defaults to false: a warning is logged.
 	StrictHorizon bool
 
-	// Client answers the horizon check's DescribeConfigs. Defaults to a
+	// Client answers Start's DescribeConfigs: the horizon check, the retry
+	// topics, and the dead-letter topic when there is no DeadLetterWriter
+	// (with one, the writer's Addr and Transport are asked). Defaults to a
 	// client of the reader's brokers (and Dialer's TLS and SASL).
 	Client *kafka.Client
 
@@ -195,7 +203,7 @@ func (o *Options) validate() error {
 	case o.SettleTimeout < 0:
 		return wrapConfig("SettleTimeout is %v; it must be positive", o.SettleTimeout)
 	case o.DeadLetterTopic == "" && !o.DropPoison:
-		return wrapConfig("no DeadLetterTopic: poison messages would be lost; set one, or DropPoison to drop them on purpose (logged and counted)")
+		return wrapConfig("neither Options.DeadLetterTopic nor Options.DropPoison is set (nil Options set neither): poison messages would be lost; set a DeadLetterTopic, or DropPoison to drop them on purpose (logged and counted)")
 	case o.DeadLetterTopic != "" && o.DropPoison:
 		return wrapConfig("DropPoison is set with DeadLetterTopic %q; choose one", o.DeadLetterTopic)
 	case o.DeadLetterWriter != nil && o.DeadLetterTopic == "":

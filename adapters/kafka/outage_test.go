@@ -64,6 +64,7 @@ func TestStoreDownFailClosed(t *testing.T) {
 	rc := readerConfig(brokers, group, topic)
 	rc.QueueCapacity = queue
 	r := kafka.NewReader(rc)
+	t.Cleanup(func() { _ = r.Close() }) // after the consumer's stop, registered below
 	c, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{DropPoison: true, PartitionBuffer: buffer, CommitInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))

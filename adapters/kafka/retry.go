@@ -206,18 +206,38 @@ func checkRetryTopics(ctx context.Context, client *kafka.Client, topics []string
 			}
 		}
 	}
-	retentions, err := topicRetentions(ctx, client, names)
-	if err != nil {
-		return fmt.Sprintf("the retry topics %s must exist (create them like the topic they retry; the Consumer does not create them): %v", strings.Join(names, ", "), err)
+	retentions, problem := describeTopics(ctx, client, "retry topic", names)
+	if problem != "" {
+		return problem
 	}
 	for _, name := range names {
-		r, ok := retentions[name]
-		switch {
-		case !ok:
-			return fmt.Sprintf("the retry topic %q did not answer with its retention.ms; create it", name)
-		case r >= 0 && r < tierOf[name]:
+		if r := retentions[name]; r >= 0 && r < tierOf[name] {
 			return fmt.Sprintf("the retry topic %q keeps messages for %v, less than its tier %v: a message could be deleted before it is due", name, r, tierOf[name])
 		}
 	}
 	return ""
+}
+
+// describeTopics returns the retention of each of the topics, which must
+// exist, of the given kind ("retry topic", "dead-letter topic"). It returns
+// a description of the problem, naming the topics, or "".
+func describeTopics(ctx context.Context, client *kafka.Client, kind string, names []string) (map[string]time.Duration, string) {
+	retentions, err := topicRetentions(ctx, client, names)
+	if err != nil {
+		quoted := make([]string, len(names))
+		for i, n := range names {
+			quoted[i] = strconv.Quote(n)
+		}
+		what := "the " + kind + " " + quoted[0] + " must exist (create it"
+		if len(names) > 1 {
+			what = "the " + kind + "s " + strings.Join(quoted, ", ") + " must exist (create them"
+		}
+		return nil, fmt.Sprintf("%s like the topics read; the Consumer creates no topic): %v", what, err)
+	}
+	for _, name := range names {
+		if _, ok := retentions[name]; !ok {
+			return nil, fmt.Sprintf("the %s %q did not answer with its retention.ms; create it", kind, name)
+		}
+	}
+	return retentions, ""
 }

@@ -51,8 +51,8 @@ func startCluster(t testing.TB, partitions int32, topics ...string) *kfake.Clust
 }
 
 // newReader returns a consumer-group reader with short timeouts, closed
-// at the end of the test (the Consumer closes it too: a second Close is
-// harmless).
+// at the end of the test (after the consumers stopped at cleanup: cleanups
+// run last first). The Consumer never closes it.
 func newReader(t testing.TB, brokers []string, group string, topics ...string) *kafka.Reader {
 	t.Helper()
 	r := kafka.NewReader(readerConfig(brokers, group, topics...))

@@ -125,25 +125,38 @@ func run(ctx context.Context, brokers []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The reader is ours: the Consumer never closes it. It is closed after
+	// Stop (this defer runs after the Stop calls below), which leaves the
+	// consumer group.
 	reader := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: brokers, GroupID: "billing-" + topic, Topic: topic, MaxWait: 250 * time.Millisecond,
 	})
+	defer reader.Close()
 	c, err := dedupkafka.NewConsumer(reader, rcv, &dedupkafka.Options{DeadLetterTopic: dlq})
 	if err != nil {
 		return err
 	}
-	if err := c.Start(ctx); err != nil {
+	// Start's context is the consumer's life: when it ends without Stop,
+	// the consumer hard-stops (logged at error level, Err set). ctx has a
+	// deadline, so the consumer gets a context of its own, ended only by
+	// Stop, and Stop a context of its own too.
+	if err := c.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
+	}
+	stop := func() error {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return c.Stop(stopCtx)
 	}
 	all := make(chan struct{})
 	go func() { settled.Wait(); close(all) }() // ends once every message settled
 	select {
 	case <-all:
 	case <-ctx.Done():
-		_ = c.Stop(context.Background())
+		_ = stop()
 		return fmt.Errorf("not every message was settled: %w", ctx.Err())
 	}
-	if err := c.Stop(ctx); err != nil {
+	if err := stop(); err != nil {
 		return err
 	}
 
