@@ -45,7 +45,7 @@ type Subscriber[T, R any] struct {
 
 	mu       sync.Mutex
 	started  bool
-	stopping bool // Stop or the cancellation of Start's ctx: a stop someone asked for
+	stopping bool // Stop was called, or the stop was already recorded in err
 	closing  bool // no more dispatches: the subscription is closed
 	err      error
 	sub      *natsgo.Subscription
@@ -59,7 +59,13 @@ type Subscriber[T, R any] struct {
 // NewSubscriber returns a Subscriber of subject (in queue group queue, when
 // not empty) that feeds rcv. Replies are encoded by DefaultReplyEncoder
 // unless the subscriber is given another with WithReplyEncoder. opts may be
-// nil for the defaults.
+// nil for the defaults, but DeadLetterSubject has none: without it (or
+// DropPoison), NewSubscriber fails with ErrNoDeadLetter. Bad input is an
+// error matching dedup.ErrInvalidConfig, never a panic.
+//
+// nc stays the caller's: the Subscriber never closes it, not even on Stop
+// or a hard stop; it closes only the subscription it made. Close nc after
+// Stop returns.
 func NewSubscriber[T, R any](nc *natsgo.Conn, subject, queue string, rcv *dedup.Receiver[*dedup.Message[T], R], opts *Options) (*Subscriber[T, R], error) {
 	switch {
 	case nc == nil:
@@ -102,24 +108,24 @@ func (s *Subscriber[T, R]) WithReplyEncoder(enc ReplyEncoder) *Subscriber[T, R] 
 
 // Start checks the dead-letter subject, subscribes and returns once the
 // server has the subscription. It fails, matching dedup.ErrInvalidConfig,
-// when there is no DeadLetterSubject and no DropPoison (ErrNoDeadLetter),
-// or when no stream captures the DeadLetterSubject and CoreDeadLetters is
-// not set (ErrDeadLetterStream). Cancelling ctx later is a hard stop: the
-// subscription is dropped and the handlers' contexts are cancelled. A
-// Subscriber starts once.
+// when no stream captures the DeadLetterSubject and CoreDeadLetters is not
+// set (ErrDeadLetterStream). A Subscriber starts once.
+//
+// ctx is the subscriber's lifetime. Its end before Stop is a hard stop
+// nobody asked for: the subscription is dropped, the handlers' contexts
+// are cancelled, and it is logged at error level and reported by Err
+// (ErrStoppedUnasked wrapping context.Cause(ctx)). Shut down with Stop, on
+// a context of its own.
 func (s *Subscriber[T, R]) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return ErrStarted
 	}
-	switch {
-	case s.dl != nil:
+	if s.dl != nil { // else DropPoison: NewSubscriber refuses neither
 		if err := s.dl.resolve(ctx, "", s.opts.CoreDeadLetters, s.opts.Logger); err != nil {
 			return err
 		}
-	case !s.opts.DropPoison:
-		return &configError{sentinel: ErrNoDeadLetter, msg: fmt.Sprintf("dedupnats: subscriber of %q has no DeadLetterSubject: a poison message would be lost; set one (captured by a stream), or set DropPoison", s.subject)}
 	}
 	workCtx, cancel := context.WithCancel(ctx)
 	sub, err := s.nc.QueueSubscribe(s.subject, s.queue, func(m *natsgo.Msg) { s.dispatch(workCtx, m) })
@@ -152,6 +158,13 @@ func (s *Subscriber[T, R]) Start(ctx context.Context) error {
 	s.started, s.sub, s.cancel = true, sub, cancel
 	stopWatch := context.AfterFunc(workCtx, func() {
 		s.mu.Lock()
+		if !s.stopping && s.err == nil && ctx.Err() != nil {
+			// Start's context ended and nobody called Stop: a hard stop
+			// the user did not ask for, which must not go unheard.
+			s.err = fmt.Errorf("%w: subscription to %q: Start's context ended: %w", ErrStoppedUnasked, s.subject, context.Cause(ctx))
+			s.opts.Logger.ErrorContext(ctx, "dedupnats: subscriber stopped without Stop",
+				slog.String("subject", s.subject), slog.Any("error", s.err))
+		}
 		s.stopping = true
 		s.mu.Unlock()
 		s.checkDropped(ctx, sub)
@@ -205,14 +218,14 @@ func (s *Subscriber[T, R]) Stop(ctx context.Context) error {
 }
 
 // Stopped is closed when the subscription is closed and every handler has
-// returned: after Stop, a hard stop, or the connection closing (which Err
-// then reports).
+// returned: after Stop, or a stop nobody asked for (Start's context ended,
+// the connection closed), which Err then reports.
 func (s *Subscriber[T, R]) Stopped() <-chan struct{} { return s.stopped }
 
-// Err returns why the subscription closed when nobody asked it to (neither
-// Stop nor the cancellation of Start's context): an error matching
-// ErrStoppedUnasked and its cause (nats.ErrConnectionClosed). It returns
-// nil otherwise.
+// Err returns why the subscription closed when nobody asked it to (before
+// Stop): an error matching ErrStoppedUnasked and its cause
+// (nats.ErrConnectionClosed, or context.Cause of Start's context when it
+// ended). It returns nil otherwise.
 func (s *Subscriber[T, R]) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

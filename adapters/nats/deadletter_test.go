@@ -33,8 +33,8 @@ func okReceiver(t testing.TB, fx *effects, cfg *dedup.Config) *dedup.Receiver[*d
 }
 
 // TestStartRefusesLostDeadLetters: a consumer or subscriber whose poison
-// would be lost does not start: no dead-letter subject (unless DropPoison),
-// a subject no stream captures (unless CoreDeadLetters, which warns), a
+// would be lost does not start: no dead-letter subject (unless DropPoison;
+// the constructor refuses it), a subject no stream captures (unless CoreDeadLetters, which warns), a
 // subject the consumer's own stream captures (it would read its dead
 // letters back), a subscriber whose subject matches its dead-letter
 // subject, and a subject with wildcards.

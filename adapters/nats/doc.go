@@ -15,9 +15,14 @@
 //		&dedup.Config{Namespace: "billing"})
 //	// A stream of its own must capture the dead-letter subject: Start checks.
 //	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DeadLetterSubject: "dlq.orders"})
-//	err = c.Start(ctx) // ctx: a signal context; its end is a hard stop
+//	// Start's context is the consumer's lifetime: its end without Stop is a
+//	// hard stop, logged and reported by Err as an error.
+//	err = c.Start(context.Background())
 //
-//	<-ctx.Done()
+//	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	<-sig.Done()
+//	// Stop with a context of its own, which bounds the drain.
 //	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 //	defer cancel()
 //	err = c.Stop(stopCtx) // drains: finishes what was fetched, cancels the handlers at the deadline
@@ -106,12 +111,14 @@
 // counted in Stats().DeadLettersTruncated, rather than a publish refused on
 // every delivery.
 //
-// Start refuses what would lose poison silently: no DeadLetterSubject
-// ([ErrNoDeadLetter]; Options.DropPoison allows it, each dropped message
-// logged at error level and counted in Stats().PoisonDropped), a subject no
-// stream captures ([ErrDeadLetterStream]; Options.CoreDeadLetters allows
-// core NATS dead letters, with a warning), and a subject the consumer's own
-// stream captures (it would read its dead letters back).
+// What would lose poison silently is refused: NewConsumer and
+// NewSubscriber refuse options without DeadLetterSubject, nil options
+// included ([ErrNoDeadLetter], naming the field; Options.DropPoison allows
+// it, each dropped message logged at error level and counted in
+// Stats().PoisonDropped), and Start refuses a subject no stream captures
+// ([ErrDeadLetterStream]; Options.CoreDeadLetters allows core NATS dead
+// letters, with a warning) and a subject the consumer's own stream captures
+// (it would read its dead letters back).
 //
 // # Core NATS
 //
@@ -151,15 +158,38 @@
 // dedup.Config.Observer, beside the receiver's own dedup.EventHandled. Its
 // warnings go to Options.Logger, by default the receiver's logger.
 //
+// # Options
+//
+// A nil *Options means all defaults. DeadLetterSubject has none: without
+// it (or DropPoison), NewConsumer and NewSubscriber refuse with an error
+// matching [ErrNoDeadLetter] and dedup.ErrInvalidConfig that names the
+// field. No constructor panics on bad input.
+//
+// # Ownership
+//
+// What the caller passes in stays the caller's: the adapter never closes
+// the connection, nor deletes the JetStream consumer, it was given, not
+// even on Stop or a hard stop. It closes only what it made itself: the
+// subscription of a Subscriber and the message iterator of a Consumer.
+// Close the connection after Stop returns.
+//
 // # Lifecycle
 //
 // Start starts Options.Concurrency workers pulling through one
 // MessagesContext (Prefetch messages ahead). Stop stops pulling, lets the
 // workers finish what was fetched, and returns; at ctx's deadline it
 // cancels the handlers (their messages are Nak'd) and returns ctx's error.
-// Stopped is closed once every worker is gone. A stop nobody asked for (the
-// consumer or its stream deleted, the connection closed) is logged at error
-// level, and Err returns it, matching [ErrStoppedUnasked] and its cause
-// (jetstream.ErrConsumerDeleted, nats.ErrConnectionClosed). Cancelling
-// Start's context is a hard stop.
+// Stopped is closed once every worker is gone.
+//
+// A stop nobody asked for is logged at error level, and Err returns it,
+// matching [ErrStoppedUnasked] and its cause: the consumer or its stream
+// deleted (jetstream.ErrConsumerDeleted), the connection closed
+// (nats.ErrConnectionClosed), or Start's context ending before Stop was
+// called (context.Cause of that context, context.DeadlineExceeded for a
+// context.WithTimeout). The latter is a hard stop: fetching stops, the
+// handlers' contexts are cancelled, nothing is drained. So give Start a
+// context that lives as long as the consumer should (not a signal context,
+// nor one with a timeout meant for something else), and shut down with
+// Stop, on a context of its own that bounds the drain, as in the example
+// at the top.
 package nats

@@ -19,9 +19,10 @@ var (
 	// consumer's AckWait, and Options.StrictHorizon is set. It matches
 	// dedup.ErrInvalidConfig too.
 	ErrHorizon = errors.New("dedupnats: retention shorter than the redelivery horizon")
-	// ErrNoDeadLetter: Start was called without Options.DeadLetterSubject
-	// and without Options.DropPoison, so a poison message would have
-	// nowhere to go. It matches dedup.ErrInvalidConfig too.
+	// ErrNoDeadLetter: NewConsumer or NewSubscriber was given options
+	// (nil ones included) without Options.DeadLetterSubject and without
+	// Options.DropPoison, so a poison message would have nowhere to go.
+	// It matches dedup.ErrInvalidConfig too.
 	ErrNoDeadLetter = errors.New("dedupnats: no dead-letter subject")
 	// ErrDeadLetterStream: no stream captures Options.DeadLetterSubject
 	// (and Options.CoreDeadLetters is not set), or the consumer's own
@@ -36,10 +37,11 @@ var (
 	// ErrDeadLetter: a dead letter could not be published. The message was
 	// not terminated: it is redelivered and dead-lettered again later.
 	ErrDeadLetter = errors.New("dedupnats: dead letter not published")
-	// ErrStoppedUnasked: fetching or the subscription ended without Stop
-	// or the cancellation of Start's context: the consumer or its stream
-	// was deleted, or the connection closed. Err returns it, wrapping the
-	// cause (jetstream.ErrConsumerDeleted, nats.ErrConnectionClosed...).
+	// ErrStoppedUnasked: fetching or the subscription ended without Stop:
+	// the consumer or its stream was deleted, the connection closed, or
+	// Start's context ended (a hard stop). Err returns it, wrapping the
+	// cause (jetstream.ErrConsumerDeleted, nats.ErrConnectionClosed, or
+	// context.Cause of Start's context), logged at error level.
 	ErrStoppedUnasked = errors.New("dedupnats: stopped without Stop")
 )
 

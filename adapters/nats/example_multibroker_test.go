@@ -106,7 +106,11 @@ func Example_multiBroker() {
 	if err := c.Start(ctx); err != nil {
 		panic(err)
 	}
-	defer func() { _ = c.Stop(ctx) }()
+	defer func() { // Stop on a context of its own, which bounds the drain
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Stop(stopCtx)
+	}()
 	fake := fakeConsumer[Order, string]{rcv: rcv}
 
 	body := []byte(`{"id":"o-1","cents":500}`)

@@ -80,11 +80,14 @@ func ExampleNewConsumer() {
 	if err != nil {
 		panic(err)
 	}
+	// Start's context is the consumer's lifetime: its end before Stop would
+	// be a hard stop, reported by Err.
 	if err := c.Start(ctx); err != nil {
 		panic(err)
 	}
 	wg.Wait()
-	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// Stop on a context of its own, which bounds the drain.
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = c.Stop(stopCtx) // finishes what was fetched; at the deadline, cancels the handlers
 	fmt.Println(charged)
@@ -117,7 +120,11 @@ func ExampleNewSubscriber() {
 	if err := sub.Start(ctx); err != nil {
 		panic(err)
 	}
-	defer func() { _ = sub.Stop(ctx) }()
+	defer func() { // Stop on a context of its own, which bounds the drain
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = sub.Stop(stopCtx)
+	}()
 
 	for range 2 {
 		req := natsgo.NewMsg("quotes")
@@ -178,7 +185,9 @@ func ExampleJetStreamMsg() {
 	case <-time.After(10 * time.Second):
 		panic("the message was not handled")
 	}
-	_ = c.Stop(ctx)
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // Stop's own
+	defer cancel()
+	_ = c.Stop(stopCtx)
 	// Output:
 	// jetstream events.signup EVENTS 1 1 evt-1 ada@example.com
 	// consumer audit

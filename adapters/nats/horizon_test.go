@@ -169,7 +169,7 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 		err := fn()
 		require.ErrorIs(t, err, dedup.ErrInvalidConfig, name)
 	}
-	c, err := dedupnats.NewConsumer(js, cons, rcv, nil)
+	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DropPoison: true})
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Stop(context.Background()), dedupnats.ErrNotStarted)
 	require.True(t, errors.Is(c.Stop(context.Background()), dedupnats.ErrNotStarted))

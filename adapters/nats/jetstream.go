@@ -33,7 +33,7 @@ type Consumer[T, R any] struct {
 
 	mu         sync.Mutex
 	started    bool
-	stopping   bool // Stop or the cancellation of Start's ctx: a stop someone asked for
+	stopping   bool // Stop was called, or the stop was already recorded in err
 	maxDeliver int
 	ackWait    time.Duration // the shortest of the consumer's AckWait and BackOff
 	iter       jetstream.MessagesContext
@@ -46,7 +46,14 @@ type Consumer[T, R any] struct {
 
 // NewConsumer returns a Consumer that feeds the messages of cons to rcv. js
 // is the JetStream context cons belongs to; it publishes dead letters.
-// opts may be nil for the defaults.
+// opts may be nil for the defaults, but DeadLetterSubject has none: without
+// it (or DropPoison), NewConsumer fails with ErrNoDeadLetter. Bad input is
+// an error matching dedup.ErrInvalidConfig, never a panic.
+//
+// js, its connection and cons stay the caller's: the Consumer never closes
+// the connection nor deletes the JetStream consumer, not even on Stop or a
+// hard stop; it stops only the message iterator it made. Close the
+// connection after Stop returns.
 func NewConsumer[T, R any](js jetstream.JetStream, cons jetstream.Consumer, rcv *dedup.Receiver[*dedup.Message[T], R], opts *Options) (*Consumer[T, R], error) {
 	switch {
 	case js == nil:
@@ -70,13 +77,16 @@ func NewConsumer[T, R any](js jetstream.JetStream, cons jetstream.Consumer, rcv 
 // Start checks the consumer and the dead-letter subject, then starts
 // fetching and handling messages, and returns once the workers run. It
 // fails, matching dedup.ErrInvalidConfig, when the consumer does not use
-// explicit acks (ErrAckPolicy), when there is no DeadLetterSubject and no
-// DropPoison (ErrNoDeadLetter), when no stream of its own captures the
+// explicit acks (ErrAckPolicy), when no stream of its own captures the
 // DeadLetterSubject (ErrDeadLetterStream), and, with StrictHorizon, when
 // the redelivery horizon or AckWait does not fit the receiver
-// (ErrHorizon; a warning otherwise). Cancelling ctx later is a hard stop:
-// fetching stops and the handlers' contexts are cancelled. A Consumer
-// starts once.
+// (ErrHorizon; a warning otherwise). A Consumer starts once.
+//
+// ctx is the consumer's lifetime. Its end before Stop is a hard stop
+// nobody asked for: fetching stops, the handlers' contexts are cancelled,
+// and it is logged at error level and reported by Err (ErrStoppedUnasked
+// wrapping context.Cause(ctx)). Shut down with Stop, on a context of its
+// own.
 func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -97,8 +107,7 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 		}
 		c.opts.Logger.WarnContext(ctx, "dedupnats: "+problem)
 	}
-	switch {
-	case c.dl != nil:
+	if c.dl != nil { // else DropPoison: NewConsumer refuses neither
 		s, err := c.js.Stream(ctx, info.Stream)
 		if err != nil {
 			return fmt.Errorf("dedupnats: stream %q: %w", info.Stream, err)
@@ -107,8 +116,6 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 		if err := c.dl.resolve(ctx, info.Stream, c.opts.CoreDeadLetters, c.opts.Logger); err != nil {
 			return err
 		}
-	case !c.opts.DropPoison:
-		return &configError{sentinel: ErrNoDeadLetter, msg: fmt.Sprintf("dedupnats: consumer %q has no DeadLetterSubject: a poison message would be lost; set one (captured by a stream), or set DropPoison", info.Name)}
 	}
 	iter, err := c.cons.Messages(
 		jetstream.PullMaxMessages(c.opts.Prefetch),
@@ -125,6 +132,14 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	c.cancel = cancel
 	c.stopWatch = context.AfterFunc(workCtx, func() {
 		c.mu.Lock()
+		if !c.stopping && c.err == nil && ctx.Err() != nil {
+			// Start's context ended and nobody called Stop: a hard stop
+			// the user did not ask for (a timeout meant for something
+			// else, a Stop forgotten), which must not go unheard.
+			c.err = fmt.Errorf("%w: Start's context ended: %w", ErrStoppedUnasked, context.Cause(ctx))
+			c.opts.Logger.ErrorContext(ctx, "dedupnats: consumer stopped without Stop",
+				slog.String("consumer", info.Name), slog.Any("error", c.err))
+		}
 		c.stopping = true
 		c.mu.Unlock()
 		iter.Stop()
@@ -165,15 +180,16 @@ func (c *Consumer[T, R]) Stop(ctx context.Context) error {
 	}
 }
 
-// Stopped is closed when the consumer has stopped: after Stop, a hard stop,
-// or a stop nobody asked for (the consumer or its stream deleted, the
-// connection closed), which Err then reports.
+// Stopped is closed when the consumer has stopped: after Stop, or a stop
+// nobody asked for (Start's context ended, the consumer or its stream
+// deleted, the connection closed), which Err then reports.
 func (c *Consumer[T, R]) Stopped() <-chan struct{} { return c.stopped }
 
-// Err returns why fetching ended when nobody asked it to (neither Stop nor
-// the cancellation of Start's context): an error matching ErrStoppedUnasked
-// and its cause (jetstream.ErrConsumerDeleted when the consumer or its
-// stream was deleted, nats.ErrConnectionClosed). It returns nil otherwise.
+// Err returns why fetching ended when nobody asked it to (before Stop): an
+// error matching ErrStoppedUnasked and its cause (jetstream.ErrConsumerDeleted
+// when the consumer or its stream was deleted, nats.ErrConnectionClosed,
+// or context.Cause of Start's context when it ended). It returns nil
+// otherwise.
 func (c *Consumer[T, R]) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -211,9 +227,9 @@ func (c *Consumer[T, R]) work(ctx context.Context) {
 	}
 }
 
-// ended records why the iterator ended, unless a stop was asked for. The
-// first worker to see the cause (the others see the iterator closed)
-// records it, logged once at error level.
+// ended records why the iterator ended, unless a stop was asked for or
+// already recorded. The first worker to see the cause (the others see the
+// iterator closed) records it, logged once at error level.
 func (c *Consumer[T, R]) ended(ctx context.Context, err error) {
 	c.iter.Stop() // a terminal error leaves the other workers waiting otherwise
 	c.mu.Lock()

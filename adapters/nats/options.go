@@ -28,7 +28,9 @@ const ReasonMaxDeliver dedup.Reason = "max-deliver"
 const ReasonNoRedelivery dedup.Reason = "no-redelivery"
 
 // Options configure a Consumer or a Subscriber. A nil *Options means all
-// defaults.
+// defaults. DeadLetterSubject has none: NewConsumer and NewSubscriber
+// refuse options without it (nil ones included), unless DropPoison is set,
+// with an error matching ErrNoDeadLetter that names the field.
 //
 // There is no callback among them: what each delivery came to is reported
 // to the receiver's dedup.Config.Observer, as a dedup.EventSettled event
@@ -56,8 +58,8 @@ type Options struct {
 	// NewSubscriber does for a subject its subscription matches. Each
 	// publish waits for that stream's acknowledgement before the message is
 	// terminated, so that nothing is lost. It must be a subject without
-	// wildcards. Defaults to "": Start fails with ErrNoDeadLetter, unless
-	// DropPoison is set.
+	// wildcards. It has no default: without it, NewConsumer and
+	// NewSubscriber fail with ErrNoDeadLetter, unless DropPoison is set.
 	DeadLetterSubject string
 
 	// DropPoison lets a consumer or subscriber run without
@@ -152,6 +154,8 @@ func (o *Options) validate() error {
 		return wrapConfig("DeadLetterSubject %q is not a subject one can publish to (no wildcards, spaces or empty tokens)", o.DeadLetterSubject)
 	case o.DeadLetterSubject != "" && o.DropPoison:
 		return wrapConfig("DropPoison and DeadLetterSubject are both set; choose one")
+	case o.DeadLetterSubject == "" && !o.DropPoison:
+		return &configError{sentinel: ErrNoDeadLetter, msg: "dedupnats: Options.DeadLetterSubject is missing (it has no default): a poison message would be lost; set it to a subject a stream of its own captures, or set DropPoison"}
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -126,7 +127,11 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Start(ctx); err != nil {
+	// Start's context is the consumer's lifetime: its end before Stop would
+	// be a hard stop (reported by Err), so it is not ctx, whose timeout
+	// bounds the waiting below. Stop gets a context of its own, which
+	// bounds the drain.
+	if err := c.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	all := make(chan struct{})
@@ -134,10 +139,10 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	select {
 	case <-all:
 	case <-ctx.Done():
-		_ = c.Stop(context.WithoutCancel(ctx))
+		_ = stop(c)
 		return fmt.Errorf("waiting for the stream to be consumed: %w", ctx.Err())
 	}
-	if err := c.Stop(ctx); err != nil {
+	if err := stop(c); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "JetStream: 21 messages, %d charges; decisions %v\n", charges.Load(), reasons)
@@ -158,10 +163,10 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := sub.Start(ctx); err != nil {
+	if err := sub.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	defer func() { _ = sub.Stop(context.WithoutCancel(ctx)) }()
+	defer func() { _ = stop(sub) }()
 	for range 2 {
 		req := natsgo.NewMsg("example." + suffix + ".quote")
 		req.Header.Set("Request-Id", "q-1")
@@ -174,4 +179,16 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "quote handler ran %d time(s)\n", quotes)
 	return nil
+}
+
+// stop stops a consumer or subscriber on a context of its own, which bounds
+// the drain, and returns why it stopped early if nobody had asked it to
+// (its consumer deleted, the connection closed).
+func stop(s interface {
+	Stop(context.Context) error
+	Err() error
+}) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return errors.Join(s.Stop(ctx), s.Err())
 }
