@@ -92,7 +92,7 @@ func TestJetStreamEnvelope(t *testing.T) {
 		events := make(chan dedup.Event, 10)
 		store, err := memstore.New(nil)
 		require.NoError(t, err)
-		rcv, err := dedup.NewReceiver(store, bodyID, handler, observed(fastConfig("env"), onSettled(func(e dedup.Event) { events <- e })))
+		rcv, err := dedup.NewReceiver(store, bodyID, handler, observed(fastConfig("env"), onSettled(func(e dedup.Event) { sendUntilDone(t, events, e) })))
 		require.NoError(t, err)
 		c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1, Fingerprint: true, DropPoison: true})
 		require.NoError(t, err)
@@ -157,13 +157,17 @@ func TestCoreEnvelope(t *testing.T) {
 		n := newNames()
 		got := make(chan seen, 2)
 		handler := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
-			got <- see(ctx, m)
+			select { // a surplus delivery must not block the worker
+			case got <- see(ctx, m):
+			case <-ctx.Done():
+				return Receipt{}, ctx.Err()
+			}
 			return Receipt{OrderID: m.Body.ID}, nil
 		}
 		events := make(chan dedup.Event, 2)
 		store, err := memstore.New(nil)
 		require.NoError(t, err)
-		rcv, err := dedup.NewReceiver(store, bodyID, handler, observed(fastConfig("env"), onSettled(func(e dedup.Event) { events <- e })))
+		rcv, err := dedup.NewReceiver(store, bodyID, handler, observed(fastConfig("env"), onSettled(func(e dedup.Event) { sendUntilDone(t, events, e) })))
 		require.NoError(t, err)
 		sub, err := dedupnats.NewSubscriber(nc, n.subject, "", rcv, &dedupnats.Options{DropPoison: true})
 		require.NoError(t, err)

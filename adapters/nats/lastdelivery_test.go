@@ -39,10 +39,18 @@ func TestLastDeliveryWaitsForHolder(t *testing.T) {
 				fx := newEffects()
 
 				// The other process: it claims o-1 and holds it until told.
+				// The handler honours its context, and release is closed at
+				// cleanup whatever happened, so a failure never hangs.
 				started, release := make(chan struct{}), make(chan struct{})
+				releaseHolder := sync.OnceFunc(func() { close(release) })
+				t.Cleanup(releaseHolder)
 				holder, err := dedup.NewReceiver(store, bodyID, func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
 					close(started)
-					<-release
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return Receipt{}, ctx.Err()
+					}
 					if holderFails {
 						return Receipt{}, errors.New("gateway down")
 					}
@@ -51,7 +59,7 @@ func TestLastDeliveryWaitsForHolder(t *testing.T) {
 				require.NoError(t, err)
 				held := make(chan error, 1)
 				go func() {
-					_, err := holder.Handle(context.Background(), &dedup.Message[Order]{Body: Order{ID: "o-1"}, Source: "elsewhere"})
+					_, err := holder.Handle(t.Context(), &dedup.Message[Order]{Body: Order{ID: "o-1"}, Source: "elsewhere"})
 					held <- err
 				}()
 				testenv.Recv(t, started, "the holder's handler to start")
@@ -82,7 +90,7 @@ func TestLastDeliveryWaitsForHolder(t *testing.T) {
 				}, 20*time.Second, 20*time.Millisecond, "the message was not redelivered")
 				// Past the last delivery's AckWait: InProgress keeps it.
 				time.Sleep(1500 * time.Millisecond)
-				close(release)
+				releaseHolder()
 				err = testenv.Recv(t, held, "the holder to finish")
 				require.Equal(t, holderFails, err != nil)
 

@@ -63,7 +63,7 @@ func TestInvalidUTF8Bodies(t *testing.T) {
 			reasons := make(chan dedup.Reason, 4)
 			rcv, err := dedup.NewReceiver(store, idstrategy.DataHash[[]byte](), func(_ context.Context, m *dedup.Message[[]byte]) (int64, error) {
 				return fx.add(string(m.Body)), nil
-			}, observed(fastConfig("utf8raw"), onSettled(func(e dedup.Event) { reasons <- e.Decision.Reason })))
+			}, observed(fastConfig("utf8raw"), onSettled(func(e dedup.Event) { sendUntilDone(t, reasons, e.Decision.Reason) })))
 			require.NoError(t, err)
 			c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DeadLetterSubject: n.dlq, Decoder: dedup.RawDecoder{}})
 			require.NoError(t, err)
