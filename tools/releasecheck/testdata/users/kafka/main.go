@@ -30,7 +30,7 @@ func main() {
 		}
 		return
 	}
-	fmt.Println(dedupkafka.BrokerKafka, dedupkafka.HeaderMessageID, dedupkafka.RetryTopic("orders", time.Minute))
+	fmt.Println(dedupkafka.HeaderMessageID, dedupkafka.RetryTopic("orders", time.Minute))
 }
 
 func run(ctx context.Context, brokers []string) error {

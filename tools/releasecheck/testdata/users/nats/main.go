@@ -31,7 +31,7 @@ func main() {
 		return
 	}
 	h, ok := dedupnats.Horizon(jetstream.ConsumerConfig{AckWait: 30 * time.Second, MaxDeliver: 5})
-	fmt.Println(dedupnats.BrokerJetStream, dedupnats.HeaderStatus, h, ok)
+	fmt.Println("redeliveries end within", h, ok)
 }
 
 func run(ctx context.Context, url string) error {

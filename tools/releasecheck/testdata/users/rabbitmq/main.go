@@ -29,7 +29,7 @@ func main() {
 		}
 		return
 	}
-	fmt.Println(dedupamqp.BrokerRabbitMQ, dedupamqp.RetryQueueName("orders", 5*time.Second), dedupamqp.Classic)
+	fmt.Println(dedupamqp.RetryQueueName("orders", 5*time.Second), dedupamqp.Classic)
 }
 
 func run(ctx context.Context, url string) error {
