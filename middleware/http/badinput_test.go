@@ -21,7 +21,8 @@ import (
 )
 
 // TestBadKeys: each unusable key is a 400 problem; the handler does not
-// run and nothing is stored.
+// run and nothing is stored. A key is printable ASCII, as an RFC 8941
+// sf-string is: a non-ASCII character is refused, raw or quoted.
 func TestBadKeys(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, s store.Store) {
@@ -35,6 +36,8 @@ func TestBadKeys(t *testing.T) {
 			"DEL":                 {"order\x7f"},
 			"C1 control":          {"order\u0085"},
 			"invalid UTF-8":       {"order\xff"},
+			"non-ASCII":           {"caf\u00e9-1"},
+			"non-ASCII quoted":    {"\"caf\u00e9-1\""},
 			"unterminated quote":  {`"order-1`},
 			"quote inside":        {`"or"der"`},
 			"bad escape":          {`"or\der"`},
@@ -50,7 +53,7 @@ func TestBadKeys(t *testing.T) {
 		require.Zero(t, records(t, s))
 
 		// The longest key is fine, and a quoted key is the key it quotes.
-		for _, values := range [][]string{{strings.Repeat("k", 255)}, {"caf\u00e9-1"}, {`"a \"quoted\" key"`}, {`a "quoted" key`}} {
+		for _, values := range [][]string{{strings.Repeat("k", 255)}, {"~ !#$%&'()*+,-./09:;<=>?@AZ[\\]^_`az{|}"}, {`"a \"quoted\" key"`}, {`a "quoted" key`}} {
 			r := record(t, h, req{tenant: "acme"}, map[string][]string{deduphttp.HeaderKey: values})
 			require.Equal(t, http.StatusCreated, r.Status, "%q: %s", values, r.Body)
 		}
@@ -168,27 +171,37 @@ func TestOptionsRefused(t *testing.T) {
 	t.Parallel()
 	s := newMemstore(t)
 	for name, o := range map[string]*deduphttp.Options{
-		"mismatch 400":        {MismatchStatus: 400},
-		"negative response":   {MaxResponseSize: -1},
-		"negative request":    {MaxRequestSize: -1},
-		"replays Set-Cookie":  {ReplayHeaders: []string{"set-cookie"}},
-		"replays Connection":  {ReplayHeaders: []string{"Connection"}},
-		"replays empty":       {ReplayHeaders: []string{" "}},
-		"bad method":          {Methods: []string{"PO ST"}},
-		"short MaxIDLength":   {Config: cfg(func(c *dedup.Config) { c.MaxIDLength = 100 })},
-		"codec set":           {Config: cfg(func(c *dedup.Config) { c.Codec = dedup.JSONCodec{} })},
-		"namespace has colon": {Config: cfg(func(c *dedup.Config) { c.Namespace = "a:b" })},
-		"negative retry":      {InFlightRetryAfter: -1},
+		"mismatch 400":         {MismatchStatus: 400},
+		"negative response":    {MaxResponseSize: -1},
+		"negative request":     {MaxRequestSize: -1},
+		"replays Set-Cookie":   {ReplayHeaders: []string{"set-cookie"}},
+		"replays Connection":   {ReplayHeaders: []string{"Connection"}},
+		"replays empty":        {ReplayHeaders: []string{" "}},
+		"bad method":           {Methods: []string{"PO ST"}},
+		"short MaxIDLength":    {Config: cfg(func(c *dedup.Config) { c.MaxIDLength = 100 })},
+		"codec set":            {Config: cfg(func(c *dedup.Config) { c.Codec = dedup.JSONCodec{} })},
+		"namespace has colon":  {Config: cfg(func(c *dedup.Config) { c.Namespace = "a:b" })},
+		"negative retry":       {InFlightRetryAfter: -1},
+		"no principal":         {Config: cfg(func(c *dedup.Config) {})},
+		"principal and shared": {Principal: tenant, SharedScope: true},
 	} {
+		if name != "no principal" && !o.SharedScope {
+			o.Principal = tenant // each case fails for its own reason
+		}
 		_, err := deduphttp.New(s, o)
 		require.Error(t, err, name)
 		require.ErrorIs(t, err, dedup.ErrInvalidConfig, name)
 	}
 	_, err := deduphttp.New(nil, nil)
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
-	m, err := deduphttp.New(s, nil)
-	require.NoError(t, err)
-	require.NotNil(t, m)
+	_, err = deduphttp.New(s, nil)
+	require.ErrorIs(t, err, dedup.ErrInvalidConfig, "nil options set no Principal")
+	require.ErrorContains(t, err, "SharedScope")
+	for _, o := range []*deduphttp.Options{{Principal: tenant}, {SharedScope: true}} {
+		m, err := deduphttp.New(s, o)
+		require.NoError(t, err)
+		require.NotNil(t, m)
+	}
 }
 
 func cfg(f func(*dedup.Config)) *dedup.Config {

@@ -26,12 +26,16 @@
 //
 //	method not in Options.Methods (POST, PATCH)      passes through untouched
 //	no Idempotency-Key                               passes through (400 idempotency-key-missing with RequireKey)
-//	bad key: empty, over 255 bytes, control          400 idempotency-key-invalid
-//	  characters, bad RFC 8941 quoting, two headers
+//	bad key: empty, over 255 bytes, a byte outside   400 idempotency-key-invalid
+//	  printable ASCII, bad RFC 8941 quoting,
+//	  two headers
 //	body over MaxRequestSize                         413 request-too-large; the handler does not run
 //	first request with the key                       the handler's response, once its outcome is recorded
+//	  outcome not recorded (store down for the       the handler's response, with Idempotency-Not-Stored: true
+//	  whole lease, or the key taken over)
 //	same key, same request, completed                the stored response, with Idempotency-Replayed: true
-//	same key, another method/path/query/body         422 idempotency-key-reused (409 with MismatchStatus)
+//	same key, another method/path/query/body         422 idempotency-key-reused (409 with MismatchStatus),
+//	  (another endpoint too)                         unless Options.Operation tells the two apart
 //	same key, in flight (any process, this one too)  409 request-in-flight with Retry-After, at once
 //	handler answered 5xx or 429 (StoreStatus)        that answer; the key is released, a retry runs again
 //	handler panicked                                 500 handler-panicked; the key is released; the server survives
@@ -46,19 +50,36 @@
 // Every refusal is an RFC 9457 problem (application/problem+json, type
 // about:blank) whose "code" member says which one it is ([Code]).
 //
+// # Keys
+//
+// A key is 1 to 255 bytes of printable ASCII (0x20 to 0x7E), the
+// characters of an RFC 8941 sf-string, which is what the IETF
+// Idempotency-Key draft makes the header: sent quoted ("...", with \" and
+// \\ escapes) or raw, as most clients send a UUID. A key holding any
+// other byte (a control character, DEL, a non-ASCII character in any
+// encoding) is refused with 400 idempotency-key-invalid, quoted or raw.
+//
 // # Scope and fingerprint
 //
 // A record's id is (principal, operation, key): the principal from
 // Options.Principal (tenant, user), the operation from Options.Operation
-// (by default the method and the path as received). The parts are
-// length-prefixed, so no two scopes can meet, whatever their bytes; a scope
-// too long for the receiver's MaxIDLength is hashed (SHA-256). One tenant
-// is never answered with another's response, and a key reused on another
-// endpoint is another record.
+// when it is set, else empty. The parts are length-prefixed, so no two
+// scopes can meet, whatever their bytes; a scope too long for the
+// receiver's MaxIDLength is hashed (SHA-256). One tenant is never answered
+// with another's response.
+//
+// New refuses Options without a Principal, unless SharedScope is set: then
+// every caller's keys are one scope, and a caller that sends another's key
+// with the same request gets the other's response. SharedScope is for a
+// single-tenant service only.
 //
 // The fingerprint stored with the record is the SHA-256 of the method,
-// path, query and body. The same key with any other request is refused,
-// never answered with the first request's response.
+// path (as received), query and body. The same key with any other request
+// is refused (422 idempotency-key-reused), never answered with the first
+// request's response: by default that includes the key sent to another
+// endpoint (another method or path), as Stripe does. Only an
+// Options.Operation of the user's puts the operation in the scope, so that
+// one key may serve once per operation.
 //
 // # What is replayed
 //
@@ -69,19 +90,50 @@
 // with its Content-Encoding. Trailers are not replayed.
 //
 // The handler writes to a writer that holds the response back until the
-// outcome is recorded: a client never receives a response that a retry
-// would not be answered with. A body over the cap, a Flush or a Hijack
-// stop the holding back and the response goes out as it is written.
+// outcome is recorded. A body over the cap, a Flush or a Hijack stop the
+// holding back and the response goes out as it is written.
+//
+// # When the outcome is not recorded
+//
+// The rule: a handler's response without Idempotency-Not-Stored is one
+// that every retry with the key is answered with (replayed; or 410
+// response-not-kept for a body over the cap). A response with
+// Idempotency-Not-Stored: true is one whose handler ran (its effect
+// happened) but whose completion could not be confirmed in the store: the
+// store failed for as long as the request held the key (the receiver
+// retries the completion until its lease ends), or the lease ended and
+// another request took the key over. A retry with the key may then run
+// the handler again, get another request's response, or, when the
+// completion reached the store after all, get this response replayed.
+// The receiver logs it and counts it in Stats (ResultsNotStored,
+// LeaseLost). A response that already went out before its outcome was
+// known (a body over MaxResponseSize) gets the flag as an HTTP trailer
+// instead, which net/http sends after a chunked HTTP/1.1 body and over
+// HTTP/2; a response that went out with a Content-Length cannot carry it. Responses that release the key (5xx, 429, streams, panics)
+// never carry it: a retry runs the handler again by design.
 //
 // # Server-issued keys
 //
 // With Options.Verifier (an *issuedkey.Issuer), only keys the server
 // issued are accepted. [IssueHandler] is the endpoint that issues them,
-// bound to the caller's principal and to one operation, with an expiry;
-// issuing writes nothing to the store. A key not issued here is 400
-// idempotency-key-not-issued, one issued to another principal 403
-// idempotency-key-principal, for another operation 422
-// idempotency-key-operation, expired 400 idempotency-key-expired.
+// bound to the caller's principal and to one operation (Options.Operation,
+// by default the method and path), with an expiry; issuing writes nothing
+// to the store. A key not issued here is 400 idempotency-key-not-issued,
+// one issued to another principal 403 idempotency-key-principal, for
+// another operation 422 idempotency-key-operation.
+//
+// An expired key never runs the handler, but its record is still served:
+// while the store keeps the record (Config.Retention), a key whose request
+// completed is answered with the replay, whatever the key's age, so that
+// a client whose response was lost near the expiry is not led to a new key
+// and a second effect. A key in flight is 409 as usual. An expired key
+// with no completed record (never used, or its requests failed) is 400
+// idempotency-key-expired. The middleware reads the record first when the
+// store is a store.Inspector (every store of this module is), so such a
+// key leaves no record; over another store it claims the key, finds it
+// expired and releases it (a failed attempt is recorded). When the record
+// cannot be read, the answer is 503 idempotency-store-unavailable, in
+// fail-open mode too: an expired key never runs unprotected.
 //
 // # Lifecycle
 //

@@ -24,15 +24,17 @@ var (
 	errKeyEmpty   = errors.New("the Idempotency-Key header is empty")
 	errKeyLong    = errors.New("the Idempotency-Key is over " + strconv.Itoa(MaxKeyLength) + " bytes")
 	errKeyControl = errors.New("the Idempotency-Key holds a control character")
-	errKeyUTF8    = errors.New("the Idempotency-Key is not valid UTF-8")
+	errKeyASCII   = errors.New("the Idempotency-Key holds a byte outside printable ASCII (an RFC 8941 string is printable ASCII)")
 	errKeyQuoted  = errors.New("the Idempotency-Key starts with '\"' but is not a valid RFC 8941 string")
 	errKeyMany    = errors.New("the request has more than one Idempotency-Key header")
 )
 
 // parseKey returns the key of an Idempotency-Key header value: an RFC 8941
 // sf-string ("..." with \" and \\ escapes) when it starts with a quote,
-// else the raw value. net/http has already trimmed the surrounding
-// whitespace.
+// else the raw value. Either way the key is printable ASCII (0x20 to
+// 0x7E), as an sf-string is: a byte outside it (a control character, DEL,
+// or any byte of a non-ASCII character) is refused. net/http has already
+// trimmed the surrounding whitespace.
 func parseKey(v string) (string, error) {
 	if v != "" && v[0] == '"' {
 		var err error
@@ -46,23 +48,13 @@ func parseKey(v string) (string, error) {
 	case len(v) > MaxKeyLength:
 		return "", errKeyLong
 	}
-	for i := 0; i < len(v); {
-		c := v[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 || c == 0x7f {
-				return "", errKeyControl
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(v[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			return "", errKeyUTF8
-		case r >= 0x80 && r <= 0x9f: // C1 controls
+	for i := range len(v) {
+		switch c := v[i]; {
+		case c < 0x20 || c == 0x7f:
 			return "", errKeyControl
+		case c > 0x7f:
+			return "", errKeyASCII
 		}
-		i += size
 	}
 	return v, nil
 }
@@ -90,8 +82,10 @@ func unquote(v string) (string, error) {
 			continue
 		case c == '"':
 			return "", errKeyQuoted
-		case c < 0x20 || c > 0x7e:
+		case c < 0x20 || c == 0x7f:
 			return "", errKeyControl
+		case c > 0x7f:
+			return "", errKeyASCII
 		}
 		if out != nil {
 			out = append(out, c)
@@ -107,25 +101,21 @@ func unquote(v string) (string, error) {
 // operation) to dst: the decimal length of the principal, ':', the
 // principal, the decimal length of the operation, ':', the operation, and
 // the key. The lengths make the encoding injective: no two scopes, whatever
-// their bytes, give the same id. The operation is given in up to three
-// parts (the default operation is method, " ", path), so that it is never
-// built as a string of its own.
+// their bytes, give the same id. The operation is empty unless
+// Options.Operation names one.
 //
 // When that id would be longer than maxLen, or is not valid UTF-8 (an id
 // must be), the scope is replaced by '#' and the base64 of its SHA-256.
 // The plain form starts with a digit, the hashed one with '#', so the two
 // never meet.
-func appendScopedID(dst []byte, principal, op1, op2, op3, key string, maxLen int) []byte {
+func appendScopedID(dst []byte, principal, op, key string, maxLen int) []byte {
 	start := len(dst)
-	opLen := len(op1) + len(op2) + len(op3)
 	dst = strconv.AppendInt(dst, int64(len(principal)), 10)
 	dst = append(dst, ':')
 	dst = append(dst, principal...)
-	dst = strconv.AppendInt(dst, int64(opLen), 10)
+	dst = strconv.AppendInt(dst, int64(len(op)), 10)
 	dst = append(dst, ':')
-	dst = append(dst, op1...)
-	dst = append(dst, op2...)
-	dst = append(dst, op3...)
+	dst = append(dst, op...)
 	if len(dst)-start+len(key) <= maxLen && utf8.Valid(dst[start:]) {
 		return append(dst, key...)
 	}

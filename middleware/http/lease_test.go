@@ -74,6 +74,8 @@ func TestLeaseExpiryTakeover(t *testing.T) {
 	late := testenv.Recv(t, aReply, "A's response")
 	require.Equal(t, http.StatusCreated, late.Status, "A's client still gets the answer of the effect A had")
 	require.Contains(t, string(late.Body), `"run":1`)
+	require.Equal(t, "true", late.Header.Get(deduphttp.HeaderNotStored), "its retries get B's response, not this one")
+	require.Empty(t, taken.Header.Get(deduphttp.HeaderNotStored))
 	logMu.Lock()
 	require.Contains(t, logs.String(), "lease lost")
 	logMu.Unlock()

@@ -1,6 +1,7 @@
 package http
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,10 +26,16 @@ type Middleware struct {
 	rcv *dedup.Receiver[*call, response]
 	o   *resolved
 	log *slog.Logger
+	// inspect reads a record without claiming it, for an expired
+	// server-issued key; nil when the store cannot.
+	inspect store.Inspector
+	// storeTimeout bounds that read.
+	storeTimeout time.Duration
 }
 
-// New returns a Middleware over s. A nil opts means all defaults; invalid
-// Options are an error matching dedup.ErrInvalidConfig.
+// New returns a Middleware over s. Options must set Principal, or
+// SharedScope for a single-tenant service; invalid Options (a nil opts
+// too) are an error matching dedup.ErrInvalidConfig.
 func New(s store.Store, opts *Options) (*Middleware, error) {
 	o, err := opts.resolve()
 	if err != nil {
@@ -41,6 +48,9 @@ func New(s store.Store, opts *Options) (*Middleware, error) {
 		return nil, err
 	}
 	m.log = m.rcv.Logger()
+	m.inspect, _ = s.(store.Inspector)
+	lease := m.rcv.Lease()
+	m.storeTimeout = min(cmp.Or(o.cfg.StoreTimeout, lease/5), lease/5)
 	return m, nil
 }
 
@@ -67,7 +77,10 @@ type call struct {
 	fp     string
 	cap    capture
 	ran    bool // the handler was called
-	pre    []string
+	// expired: the key is a server-issued key past its expiry, served only
+	// a replay of its completed record; the handler never runs for it.
+	expired bool
+	pre     []string
 }
 
 var calls = sync.Pool{New: func() any { return new(call) }}
@@ -110,42 +123,84 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	principal := m.o.principal(r)
-	if m.o.Verifier != nil && !m.verify(w, r, key, principal) {
-		return
+	expired := false
+	if m.o.Verifier != nil {
+		var ok bool
+		if ok, expired = m.verify(w, r, key, principal); !ok {
+			return
+		}
 	}
 
 	c := calls.Get().(*call)
 	defer c.release()
-	c.m, c.next, c.w, c.r, c.key = m, next, w, r, key
+	c.m, c.next, c.w, c.r, c.key, c.expired = m, next, w, r, key, expired
 	if !c.readBody() {
 		return
 	}
+	// The scope is the principal, and the operation only when the user
+	// names one: the method and path are in the fingerprint, so that the
+	// key on another endpoint is refused, not run again.
+	op := ""
 	if m.o.Operation != nil {
-		c.scoped = appendScopedID(c.scoped[:0], principal, m.o.Operation(r), "", "", key, m.o.cfg.MaxIDLength)
-	} else {
-		c.scoped = appendScopedID(c.scoped[:0], principal, r.Method, " ", r.URL.EscapedPath(), key, m.o.cfg.MaxIDLength)
+		op = m.o.Operation(r)
+	}
+	c.scoped = appendScopedID(c.scoped[:0], principal, op, key, m.o.cfg.MaxIDLength)
+	if expired && !m.completedRecord(c) {
+		return
 	}
 	res, err := m.rcv.Handle(r.Context(), c)
 	m.respond(c, res, err)
 }
 
 // verify checks a server-issued key, answering the request when it is
-// refused.
-func (m *Middleware) verify(w http.ResponseWriter, r *http.Request, key, principal string) bool {
+// refused. An expired key (issued here, to this principal, for this
+// operation) is not refused yet: expired reports it, and a completed
+// record is still replayed for it.
+func (m *Middleware) verify(w http.ResponseWriter, r *http.Request, key, principal string) (ok, expired bool) {
 	err := m.o.Verifier.Verify(key, principal, m.operation(r))
 	switch {
 	case err == nil:
-		return true
+		return true, false
+	case errors.Is(err, issuedkey.ErrExpired):
+		return true, true
 	case errors.Is(err, issuedkey.ErrWrongPrincipal):
 		writeProblem(w, http.StatusForbidden, CodeKeyPrincipal, "the Idempotency-Key was issued to another principal", 0)
 	case errors.Is(err, issuedkey.ErrWrongOperation):
 		writeProblem(w, http.StatusUnprocessableEntity, CodeKeyOperation, "the Idempotency-Key was issued for another operation", 0)
-	case errors.Is(err, issuedkey.ErrExpired):
-		writeProblem(w, http.StatusBadRequest, CodeKeyExpired, "the Idempotency-Key has expired; ask for a new one", 0)
 	default:
 		writeProblem(w, http.StatusBadRequest, CodeKeyNotIssued, "the Idempotency-Key was not issued by this server", 0)
 	}
-	return false
+	return false, false
+}
+
+// completedRecord reports whether the request of an expired key may go on
+// to the receiver, where only a completed record's replay (or an in-flight
+// answer) awaits it; it answers the request otherwise. A store that can
+// read a record without claiming it (store.Inspector, as every store of
+// this module) is asked first, so that an expired key with no record
+// leaves none; for another store the handler guard does the refusing (see
+// run).
+func (m *Middleware) completedRecord(c *call) bool {
+	if m.inspect == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(c.r.Context(), m.storeTimeout)
+	defer cancel()
+	rec, err := m.inspect.Get(ctx, m.rcv.Namespace()+":"+string(c.scoped))
+	switch {
+	case errors.Is(err, dedup.ErrNotFound), err == nil && rec.State == store.StateFailed:
+		writeExpired(c.w)
+		return false
+	case err != nil:
+		m.log.WarnContext(c.r.Context(), "deduphttp: the record of an expired key could not be read", slog.String("key", c.key), slog.Any("error", err))
+		writeProblem(c.w, http.StatusServiceUnavailable, CodeStoreDown, "the idempotency store is unavailable; retry later", m.rcv.StoreRetryDelay())
+		return false
+	}
+	return true
+}
+
+func writeExpired(w http.ResponseWriter) {
+	writeProblem(w, http.StatusBadRequest, CodeKeyExpired, "the Idempotency-Key has expired and no completed request holds it; ask for a new one", 0)
 }
 
 // operation is Options.Operation, or its default.
@@ -211,7 +266,7 @@ func (c *call) Close() error { return nil }
 func (c *call) id() (string, error) { return string(c.scoped), nil }
 
 // Fingerprint hashes the method, path, query and body, so that the key
-// reused with another request is refused.
+// reused with another request (another endpoint too) is refused.
 func (c *call) Fingerprint() (string, error) {
 	if c.fp == "" {
 		c.fp = fingerprint(c.r, c.body)
@@ -225,9 +280,17 @@ var _ dedup.Fingerprinter = (*call)(nil)
 // stored: its status says so (StoreStatus), or it streamed.
 var errReleased = errors.New("deduphttp: response not stored")
 
+// errExpired is the handler's error for an expired server-issued key that
+// reached it: the record was not completed, so nothing is replayed and the
+// handler does not run.
+var errExpired = errors.New("deduphttp: the issued key has expired")
+
 // run is the receiver's handler: it runs the next handler with the
 // capture and returns the response to store, or errReleased.
 func run(ctx context.Context, c *call) (response, error) {
+	if c.expired {
+		return response{}, errExpired
+	}
 	c.ran = true
 	h := c.w.Header()
 	if _, held := dedup.ClaimFromContext(ctx); !held {
@@ -266,6 +329,9 @@ func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
 	if err == nil {
 		switch res.Status {
 		case dedup.StatusProcessed, dedup.StatusBypassed:
+			if notStored(res.Problem) {
+				m.markNotStored(c)
+			}
 			c.cap.finish()
 		case dedup.StatusDuplicate:
 			m.replay(w, &res.Value)
@@ -281,6 +347,8 @@ func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
 	switch {
 	case errors.As(err, &pe):
 		m.panicked(c, pe)
+	case errors.Is(err, errExpired), c.expired && errors.Is(err, dedup.ErrAttemptsExhausted):
+		writeExpired(w)
 	case errors.Is(err, errReleased), c.ran && (c.cap.status != 0 || c.cap.sent):
 		// The handler answered (a status not stored, a stream, or a
 		// response cut short by a lost lease or a client gone): the client
@@ -301,6 +369,31 @@ func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
 		m.log.ErrorContext(c.r.Context(), "deduphttp: unexpected error", slog.String("key", c.key), slog.Any("error", err))
 		writeProblem(w, http.StatusInternalServerError, CodeInternal, "the request could not be handled", 0)
 	}
+}
+
+// notStored reports whether a done outcome's Problem means that the
+// request's record was not completed: the store failed for as long as the
+// lease held, or another request took the key over. A retry with the key
+// may then run the handler again (or get the other request's response).
+// A result that could not be encoded is not one: the record completed
+// without it, and its replays say so (410).
+func notStored(problem error) bool {
+	return problem != nil && (errors.Is(problem, dedup.ErrLeaseLost) || errors.Is(problem, dedup.ErrStoreUnavailable))
+}
+
+// markNotStored says on the response that its outcome was not recorded:
+// HeaderNotStored, or the trailer of that name when the response already
+// went out (a body over MaxResponseSize), which net/http sends with a
+// chunked body or over HTTP/2.
+func (m *Middleware) markNotStored(c *call) {
+	m.log.WarnContext(c.r.Context(), "deduphttp: the response is answered, but its outcome was not recorded; a retry with the key may run the handler again",
+		slog.String("key", c.key))
+	h := c.w.Header()
+	if c.cap.sent {
+		h.Set(http.TrailerPrefix+HeaderNotStored, "true")
+		return
+	}
+	h.Set(HeaderNotStored, "true")
 }
 
 // panicked answers a request whose handler panicked; the receiver has

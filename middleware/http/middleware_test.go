@@ -371,13 +371,13 @@ func TestStreamingReleasesTheKey(t *testing.T) {
 	c := client(t)
 	for _, path := range []string{"/stream", "/hijack"} {
 		for range 2 {
-			r := do(t, c, srv, req{key: "s", path: path})
+			r := do(t, c, srv, req{key: "s" + path, path: path})
 			// A hijacked response reaches the client before its handler
 			// returns and the key is released: a request right behind it
 			// may still find the key held (409, its handler not run).
 			for deadline := time.Now().Add(testenv.WaitTimeout); path == "/hijack" && r.Status == http.StatusConflict && time.Now().Before(deadline); {
 				time.Sleep(10 * time.Millisecond)
-				r = do(t, c, srv, req{key: "s", path: path})
+				r = do(t, c, srv, req{key: "s" + path, path: path})
 			}
 			require.Equal(t, http.StatusOK, r.Status)
 			require.False(t, r.replayed())

@@ -36,11 +36,11 @@ var DefaultReplayHeaders = []string{"Content-Type", "Content-Encoding", "Content
 var neverReplayed = []string{
 	"Set-Cookie", "Authorization", "Proxy-Authorization", "Proxy-Authenticate", "Www-Authenticate",
 	"Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length",
-	HeaderReplayed, HeaderBypassed,
+	HeaderReplayed, HeaderBypassed, HeaderNotStored,
 }
 
-// Options configures a Middleware. A nil *Options means all defaults; a
-// zero field takes its default.
+// Options configures a Middleware. Principal (or SharedScope) is
+// required; any other zero field takes its default.
 type Options struct {
 	// Config configures the receiver under the middleware: set Namespace
 	// (one per service), Lease, Retention, MaxAttempts, FailOpen, Logger,
@@ -62,27 +62,42 @@ type Options struct {
 	// Principal names the caller (tenant, user) from the request, typically
 	// from what an authentication middleware put in its context. Keys are
 	// scoped by it: one principal is never answered with another's
-	// response. Defaults to nil: every caller shares one scope, which is
-	// right only for a service with a single client.
+	// response. Required unless SharedScope: New refuses options with
+	// neither.
 	Principal func(r *http.Request) string
 
-	// Operation names what the request does, the second part of a key's
-	// scope and what a server-issued key is bound to. A mux sets r.Pattern
-	// only after routing: return it here ("POST /orders/{id}/pay") when the
-	// middleware wraps each route's handler rather than the mux, or name
-	// each route yourself. Defaults to the method, a space and the path as
-	// received (r.URL.EscapedPath()), as in "POST /orders/o-1/pay".
+	// SharedScope, with no Principal, puts every caller's keys in one
+	// scope: two callers that send the same key get one record, and the
+	// second may be answered with the first one's response. It is right
+	// only for a single-tenant service (one client, or clients that trust
+	// each other). Setting it with Principal is an error. Defaults to
+	// false.
+	SharedScope bool
+
+	// Operation, when set, names what the request does: a key's scope is
+	// then (principal, operation, key), so that one key may be used once
+	// per operation. It is also what a server-issued key is bound to (see
+	// Verifier). A mux sets r.Pattern only after routing: return it here
+	// ("POST /orders/{id}/pay") when the middleware wraps each route's
+	// handler rather than the mux, or name each route yourself. Defaults
+	// to nil: the scope is (principal, key), so the key used on another
+	// method or path is refused as reused (the method and path are in the
+	// fingerprint); a server-issued key is then bound to the method, a
+	// space and the path as received (r.URL.EscapedPath()), as in
+	// "POST /orders/o-1/pay".
 	Operation func(r *http.Request) string
 
 	// Verifier, when set, accepts only server-issued keys (see package
 	// issuedkey): a key it did not issue is 400, issued to another
-	// principal 403, for another operation 422, expired 400. Defaults to
-	// nil: clients choose their keys.
+	// principal 403, for another operation 422. An expired key is still
+	// answered with the replay of its completed record while the store
+	// keeps it (Config.Retention), and is 400 otherwise: it never runs the
+	// handler. Defaults to nil: clients choose their keys.
 	Verifier issuedkey.Verifier
 
 	// MismatchStatus answers a key reused with another request (method,
-	// path, query or body): 422 Unprocessable Content or 409 Conflict.
-	// Defaults to 422.
+	// path, query or body: another endpoint too): 422 Unprocessable
+	// Content or 409 Conflict. Defaults to 422.
 	MismatchStatus int
 
 	// MaxResponseSize is the largest response body kept for replays, in
@@ -154,6 +169,10 @@ func (o *Options) resolve() (*resolved, error) {
 		return nil, fmt.Errorf("%w: MaxRequestSize is %d; it must be positive", dedup.ErrInvalidConfig, r.MaxRequestSize)
 	case r.MismatchStatus != http.StatusUnprocessableEntity && r.MismatchStatus != http.StatusConflict:
 		return nil, fmt.Errorf("%w: MismatchStatus is %d; it must be 422 or 409", dedup.ErrInvalidConfig, r.MismatchStatus)
+	case r.Principal == nil && !r.SharedScope:
+		return nil, fmt.Errorf("%w: Principal is not set: set it to keep each caller's keys apart, or set SharedScope for a single-tenant service", dedup.ErrInvalidConfig)
+	case r.Principal != nil && r.SharedScope:
+		return nil, fmt.Errorf("%w: Principal and SharedScope are both set; set one", dedup.ErrInvalidConfig)
 	case r.InFlightRetryAfter < 0:
 		return nil, fmt.Errorf("%w: InFlightRetryAfter is %v; it must be positive", dedup.ErrInvalidConfig, r.InFlightRetryAfter)
 	case r.cfg.MaxIDLength != 0 && r.cfg.MaxIDLength < minIDLength:

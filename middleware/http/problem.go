@@ -19,6 +19,15 @@ const (
 	// HeaderOriginalStatus is, on the 410 replay of a response too large to
 	// keep, the status the original response had.
 	HeaderOriginalStatus = "Idempotency-Original-Status"
+	// HeaderNotStored is "true" on a response whose handler ran but whose
+	// outcome could not be recorded: the store failed for as long as the
+	// request held the key (its lease), or another request took the key
+	// over. A retry with the key may run the handler again, or get
+	// another request's response. A response that went out before its
+	// outcome was known (a body over MaxResponseSize) carries it as a
+	// trailer instead, which net/http sends with a chunked body or over
+	// HTTP/2.
+	HeaderNotStored = "Idempotency-Not-Stored"
 )
 
 // ProblemContentType is the media type of the middleware's error bodies
@@ -32,12 +41,12 @@ type Code string
 // The problems the middleware answers, with their status.
 const (
 	CodeKeyMissing      Code = "idempotency-key-missing"       // 400: RequireKey and no key
-	CodeKeyInvalid      Code = "idempotency-key-invalid"       // 400: empty, too long, control characters, bad quoting, several headers
+	CodeKeyInvalid      Code = "idempotency-key-invalid"       // 400: empty, too long, not printable ASCII, bad quoting, several headers
 	CodeKeyNotIssued    Code = "idempotency-key-not-issued"    // 400: not issued by this server (Verifier)
-	CodeKeyExpired      Code = "idempotency-key-expired"       // 400: issued, but expired
+	CodeKeyExpired      Code = "idempotency-key-expired"       // 400: issued, but expired, and no completed request holds it
 	CodeKeyPrincipal    Code = "idempotency-key-principal"     // 403: issued to another principal
 	CodeKeyOperation    Code = "idempotency-key-operation"     // 422: issued for another operation
-	CodeKeyReused       Code = "idempotency-key-reused"        // 422 (or 409, MismatchStatus): the key was used with another request
+	CodeKeyReused       Code = "idempotency-key-reused"        // 422 (or 409, MismatchStatus): the key was used with another request (another endpoint too)
 	CodeInFlight        Code = "request-in-flight"             // 409: a request with this key is being handled
 	CodeAttemptsExhaust Code = "attempts-exhausted"            // 422: the key failed Config.MaxAttempts times
 	CodeNotKept         Code = "response-not-kept"             // 410: a replay of a response too large to keep

@@ -18,11 +18,15 @@
 //	ErrNotIssued        malformed, unknown key id, or a signature that does not match (forged)
 //	ErrWrongPrincipal   issued to another principal
 //	ErrWrongOperation   issued for another operation
-//	ErrExpired          past its expiry (the key is refused for every use, replays included)
+//	ErrExpired          past its expiry, and issued here to this principal for this operation
 //
 // The checks run in that order, so another principal's expired key is
-// ErrWrongPrincipal. The HTTP middleware answers them 400, 403, 422 and
-// 400 (package github.com/dedup-go/dedup/middleware/http). The package
+// ErrWrongPrincipal, and ErrExpired says that every other check passed.
+// The HTTP middleware (package github.com/dedup-go/dedup/middleware/http)
+// answers the first three 400, 403 and 422; for an expired key it still
+// replays the record of a request that completed with it, while the store
+// keeps that record, and answers 400 otherwise: an expired key never runs
+// the handler. The package
 // imports nothing but the standard library and dedup's clock, so that any
 // transport (gRPC interceptors) can verify keys through the [Verifier]
 // interface.
