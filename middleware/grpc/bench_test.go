@@ -71,7 +71,7 @@ func BenchmarkInterceptor(b *testing.B) {
 func benchInterceptor(b *testing.B) *dedupgrpc.Interceptor {
 	st, err := memstore.New(&memstore.Options{Capacity: 1 << 20})
 	require.NoError(b, err)
-	ic, err := dedupgrpc.New(st, &dedupgrpc.Options{Types: testTypes, Config: &dedup.Config{Namespace: "payments"}})
+	ic, err := dedupgrpc.New(st, &dedupgrpc.Options{Types: testTypes, SharedScope: true, Config: &dedup.Config{Namespace: "payments"}})
 	require.NoError(b, err)
 	return ic
 }

@@ -32,12 +32,18 @@
 // interceptor were not there, unless Options.RequireKey.
 //
 // The key is scoped: the record is the receiver's namespace, the principal
-// (Options.Principal: a tenant, a user), the operation (the full method)
-// and the key, so one tenant is never answered with another's response and
-// one key on two methods is two operations. The id spells the three parts
-// out with their lengths ("5:alice:19:/shop.Orders/Submit:7f3c9a"), so no
-// two scopes share one, and becomes "sha256:" and a hash of that when it
-// would exceed the receiver's MaxIDLength.
+// (Options.Principal: a tenant, a user) and the key, so one tenant is never
+// answered with another's response. The id spells the principal out with
+// its length ("5:alice:7f3c9a"), so no two scopes share one, and becomes
+// "sha256:" and a hash of that when it would exceed the receiver's
+// MaxIDLength. The full method is not in the scope but in the fingerprint
+// (below): one key sent to another method is refused as reused, as Stripe
+// refuses a key on another endpoint.
+//
+// New refuses Options without a Principal, unless SharedScope is set: then
+// every caller's keys are one scope, and a caller that sends another's key
+// with the same request gets the other's response. SharedScope is for a
+// single-tenant service only.
 //
 // Options.KeyCheck vets each key with its principal and operation before
 // it is used: a server that issues keys itself (signed, bound to a
@@ -49,8 +55,9 @@
 //
 // The record's fingerprint is the SHA-256 of the full method and the
 // request marshalled deterministically (proto.MarshalOptions{Deterministic:
-// true}): the same key with another request is refused, never answered with
-// the first request's response. Deterministic marshalling is stable within
+// true}): the same key with another request (another method too) is
+// refused with FailedPrecondition, never answered with the first request's
+// response. Deterministic marshalling is stable within
 // one build of a message type, not across languages or schema versions;
 // a schema change that alters the encoding of old requests makes their
 // retries mismatch.
@@ -75,8 +82,10 @@
 //	no key, RequireKey                      InvalidArgument      IDEMPOTENCY_KEY_MISSING
 //	bad key, or refused by KeyCheck         InvalidArgument      IDEMPOTENCY_KEY_INVALID
 //	KeyCheck: ErrKeyForbidden               PermissionDenied     IDEMPOTENCY_KEY_FORBIDDEN
-//	key in flight (here or elsewhere)       Aborted              IDEMPOTENCY_KEY_IN_FLIGHT, RetryInfo: the remaining lease
-//	key used with another request           FailedPrecondition   IDEMPOTENCY_KEY_REUSED
+//	key in flight (here or elsewhere)       Aborted              IDEMPOTENCY_KEY_IN_FLIGHT, RetryInfo: the receiver's
+//	                                                             Result.RetryAfter (about 200 ms, doubling per look
+//	                                                             in a row, at most the remaining lease)
+//	key used with another request/method    FailedPrecondition   IDEMPOTENCY_KEY_REUSED
 //	key failed MaxAttempts times            FailedPrecondition   IDEMPOTENCY_ATTEMPTS_EXHAUSTED
 //	response not kept                       AlreadyExists        IDEMPOTENCY_RESPONSE_NOT_KEPT
 //	store unavailable, fail-closed          Unavailable          IDEMPOTENCY_STORE_UNAVAILABLE, RetryInfo: StoreRetryDelay
@@ -90,6 +99,24 @@
 // With Config.FailOpen, a call made while the store is unavailable runs
 // unprotected; its response carries idempotency-bypassed: true and the
 // receiver logs it at warning level.
+//
+// # When the outcome is not recorded
+//
+// The rule: a handler's response without idempotency-not-stored is one
+// that every retry with the key is answered with (replayed; or
+// AlreadyExists for a response not kept). A response with
+// idempotency-not-stored: true ([NotStoredMetadata]) is one whose handler
+// ran (its effect happened) but whose completion could not be confirmed in
+// the store: the store failed for as long as the call held the key (the
+// receiver retries the completion until its lease ends), or the lease
+// ended and another call took the key over. A retry with the key may then
+// run the handler again, get another call's response, or, when the
+// completion reached the store after all, get this response replayed. The
+// flag is always in the trailer metadata, and also in the header metadata
+// unless the handler sent the header itself (grpc.SendHeader); package
+// gateway turns it into the Idempotency-Not-Stored header. A kept error
+// (Options.KeepError) carries it like a response; an error that is not
+// kept never does: it releases the key by design.
 //
 // # Panics
 //
@@ -108,6 +135,7 @@
 // call with the key runs the handler again. The replica's handler context
 // is cancelled with dedup.ErrLeaseLost as the cause when the lease ends by
 // its own clock: a handler that then fails answers Aborted; one that
-// succeeds anyway answers its response, which is not kept (the key belongs
-// to the new holder, whose response is replayed).
+// succeeds anyway answers its response, which is not kept and carries
+// idempotency-not-stored: true (the key belongs to the new holder, whose
+// response is replayed).
 package grpc

@@ -27,10 +27,18 @@ const (
 	// BypassedMetadata is "true" on a response whose handler ran
 	// unprotected because the store was down and the receiver fail-open.
 	BypassedMetadata = "idempotency-bypassed"
+	// NotStoredMetadata is "true" on a response whose handler ran but
+	// whose outcome could not be recorded: the store failed for as long
+	// as the call held the key (its lease), or another call took the key
+	// over. A retry with the key may run the handler again (or get
+	// another call's response). It is always in the trailer metadata, and
+	// also in the header metadata unless the handler sent the header
+	// itself (grpc.SendHeader).
+	NotStoredMetadata = "idempotency-not-stored"
 )
 
 // Interceptor runs unary gRPC calls that carry an idempotency key once per
-// key: it claims the key (scoped by principal and method) in a store,
+// key: it claims the key (scoped by principal) in a store,
 // runs the handler, keeps its response and replays it to every later call
 // with the key. It is safe for concurrent use and holds no goroutine.
 type Interceptor struct {
@@ -39,8 +47,9 @@ type Interceptor struct {
 	log *slog.Logger
 }
 
-// New returns an Interceptor keeping its records in st. opts may be nil
-// for the defaults. A nil store or invalid options are an error matching
+// New returns an Interceptor keeping its records in st. Options must set
+// Principal, or SharedScope for a single-tenant service. A nil store or
+// invalid options (nil options too) are an error matching
 // dedup.ErrInvalidConfig.
 func New(st store.Store, opts *Options) (*Interceptor, error) {
 	s, err := opts.settings()
@@ -169,7 +178,9 @@ func (ic *Interceptor) newCall(ctx context.Context, req any, method string, hand
 			return nil, checkError(err)
 		}
 	}
-	return &call{id: scopedID(principal, method, key, ic.s.maxIDLength), method: method, req: req, handler: handler}, nil
+	// The scope is the principal alone: the method is in the fingerprint,
+	// so that the key on another method is refused as reused.
+	return &call{id: scopedID(principal, key, ic.s.maxIDLength), method: method, req: req, handler: handler}, nil
 }
 
 // keyError is the status of a key that cannot be used.
@@ -221,6 +232,12 @@ func (ic *Interceptor) answer(ctx context.Context, c *call, res dedup.Result[*re
 		setHeader(ctx, ReplayedMetadata)
 	case dedup.StatusBypassed:
 		setHeader(ctx, BypassedMetadata)
+	case dedup.StatusProcessed:
+		if notStored(res.Problem) {
+			ic.log.WarnContext(ctx, "dedupgrpc: the call is answered, but its outcome was not recorded; a retry with the key may run the handler again",
+				slog.String("method", c.method))
+			setNotStored(ctx)
+		}
 	}
 	if r.err != nil {
 		return nil, r.err.Err()
@@ -235,6 +252,25 @@ func setHeader(ctx context.Context, name string) {
 		return
 	}
 	_ = grpc.SetHeader(ctx, metadata.Pairs(name, "true"))
+}
+
+// notStored reports whether a done outcome's Problem means that the call's
+// record was not completed: the store failed for as long as the lease
+// held, or another call took the key over. A result that could not be
+// encoded is not one: the record completed without it.
+func notStored(problem error) bool {
+	return problem != nil && (errors.Is(problem, dedup.ErrLeaseLost) || errors.Is(problem, dedup.ErrStoreUnavailable))
+}
+
+// setNotStored sets NotStoredMetadata in the trailer, and in the header
+// unless the handler already sent it.
+func setNotStored(ctx context.Context) {
+	if grpc.ServerTransportStreamFromContext(ctx) == nil {
+		return
+	}
+	md := metadata.Pairs(NotStoredMetadata, "true")
+	_ = grpc.SetTrailer(ctx, md)
+	_ = grpc.SetHeader(ctx, md) // fails when the header went out: the trailer says it
 }
 
 // failed turns an error of Handle into the call's status.

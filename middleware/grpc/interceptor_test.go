@@ -150,10 +150,12 @@ func TestTwoPrincipals(t *testing.T) {
 }
 
 // The same key with another request is FailedPrecondition and runs
-// nothing; the same key on another method is another operation.
+// nothing, on another method too: the key is scoped by the principal, and
+// the method is in the fingerprint.
 func TestKeyReusedWithAnotherRequest(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func(testing.TB) store.Store) {
-		svc, s := setup(t, newStore(t), nil)
+		st := newStore(t)
+		svc, s := setup(t, st, nil)
 		_, _, err := s.charge(t, chargeReq("acct-1", 500, ""), dedupgrpc.MetadataKey, "k-1")
 		require.NoError(t, err)
 		_, _, err = s.charge(t, chargeReq("acct-1", 501, ""), dedupgrpc.MetadataKey, "k-1")
@@ -162,10 +164,32 @@ func TestKeyReusedWithAnotherRequest(t *testing.T) {
 		requireStatus(t, err, codes.FailedPrecondition, dedupgrpc.ReasonKeyReused)
 		require.Equal(t, int64(1), svc.runs.Load())
 
-		got, header, err := s.echo(t, "hi", dedupgrpc.MetadataKey, "k-1")
+		_, _, err = s.echo(t, "hi", dedupgrpc.MetadataKey, "k-1")
+		requireStatus(t, err, codes.FailedPrecondition, dedupgrpc.ReasonKeyReused)
+		require.Zero(t, svc.echo.Load(), "the key on another method must not run its handler")
+		require.Equal(t, 1, records(t, st))
+
+		resp, header, err := s.charge(t, chargeReq("acct-1", 500, ""), dedupgrpc.MetadataKey, "k-1")
 		require.NoError(t, err)
-		requireReplayed(t, header, false)
-		require.Equal(t, "hi #1", got)
+		requireReplayed(t, header, true)
+		require.Equal(t, "ch-1", idOf(resp))
+	})
+}
+
+// With SharedScope (and no Principal), every caller's keys are one scope:
+// the same key and request from another caller is the first caller's
+// record, replayed.
+func TestSharedScope(t *testing.T) {
+	eachStore(t, func(t *testing.T, newStore func(testing.TB) store.Store) {
+		svc, s := setup(t, newStore(t), &dedupgrpc.Options{SharedScope: true})
+		req := chargeReq("acct-1", 500, "")
+		ra, _, err := s.charge(t, req, "x-tenant", "alice", dedupgrpc.MetadataKey, "k-1")
+		require.NoError(t, err)
+		rb, header, err := s.charge(t, req, "x-tenant", "bob", dedupgrpc.MetadataKey, "k-1")
+		require.NoError(t, err)
+		requireReplayed(t, header, true)
+		require.Equal(t, idOf(ra), idOf(rb))
+		require.Equal(t, int64(1), svc.runs.Load())
 	})
 }
 
@@ -343,7 +367,7 @@ func TestMethodsSelectsWhatIsProtected(t *testing.T) {
 // replays with the default Types, and with Types that do not hold it.
 func TestReplayOfARegisteredType(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func(testing.TB) store.Store) {
-		for _, opts := range []*dedupgrpc.Options{nil, {Types: testTypes}} {
+		for _, opts := range []*dedupgrpc.Options{{SharedScope: true}, {Types: testTypes, SharedScope: true}} {
 			ic, err := dedupgrpc.New(newStore(t), opts)
 			require.NoError(t, err)
 			svc := &payments{}

@@ -14,8 +14,8 @@ import (
 // replay when Options.Config leaves MaxResultSize zero.
 const DefaultMaxResponseSize = 1 << 20
 
-// Options configures an Interceptor. A nil *Options means all defaults; a
-// zero field takes its default.
+// Options configures an Interceptor. Principal (or SharedScope) is
+// required; any other zero field takes its default.
 type Options struct {
 	// Config configures the receiver under the interceptor: Namespace (set
 	// it, one per service), Lease, Retention, MaxAttempts, FailOpen,
@@ -36,11 +36,17 @@ type Options struct {
 	// Principal names the caller (a tenant, a user) whose keys are kept
 	// apart from every other caller's: the same key from two principals is
 	// two operations. An error carrying a gRPC status is returned as is;
-	// any other is Unauthenticated. Set it unless callers trust each other.
-	// Defaults to nil: every caller shares one scope, so two callers that
-	// pick the same key for the same method and request get the same
-	// response.
+	// any other is Unauthenticated. Required unless SharedScope: New
+	// refuses options with neither.
 	Principal func(ctx context.Context) (string, error)
+
+	// SharedScope, with no Principal, puts every caller's keys in one
+	// scope: two callers that pick the same key for the same request get
+	// one record, and the second is answered with the first one's
+	// response. It is right only for a single-tenant service (one client,
+	// or clients that trust each other). Setting it with Principal is an
+	// error. Defaults to false.
+	SharedScope bool
 
 	// KeyCheck, when set, vets every key before it is used, with the
 	// principal and the operation (the full method): a server that issues
@@ -96,6 +102,12 @@ func (o *Options) settings() (*settings, error) {
 	}
 	if s.cfg.Codec != nil {
 		return nil, fmt.Errorf("%w: Options.Config.Codec must be nil: the interceptor keeps responses in its own encoding", dedup.ErrInvalidConfig)
+	}
+	switch {
+	case s.Principal == nil && !s.SharedScope:
+		return nil, fmt.Errorf("%w: Options.Principal is not set: set it to keep each caller's keys apart, or set SharedScope for a single-tenant service", dedup.ErrInvalidConfig)
+	case s.Principal != nil && s.SharedScope:
+		return nil, fmt.Errorf("%w: Options.Principal and SharedScope are both set; set one", dedup.ErrInvalidConfig)
 	}
 	if s.cfg.MaxResultSize < 0 || s.cfg.MaxIDLength < 0 {
 		// NewReceiver reports these with the receiver's wording.

@@ -2,6 +2,7 @@ package grpc_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -88,4 +89,61 @@ func TestStoreDownMemstore(t *testing.T) {
 	close(release)
 	require.NoError(t, testenv.Recv(t, done, "the first call"))
 	require.Equal(t, int64(1), svc.runs.Load())
+}
+
+// Replica A reaches Redis through a proxy that A's handler cuts while it
+// runs, so that A's completion fails for the whole lease: A's caller gets
+// the response with idempotency-not-stored: true in the trailer (and the
+// header), and that is true: the retry, which reaches replica B once the
+// lease ended, runs the handler again. A recorded outcome carries no such
+// metadata.
+func TestNotStoredMetadata(t *testing.T) {
+	t.Parallel()
+	shared := redistest.Client(t)
+	prefix := redistest.Prefix(t, shared)
+	proxy := redistest.StartProxy(t, testenv.Redis.Addr(t))
+	cutOff := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cutOff.Close() })
+
+	svc := &payments{}
+	svc.fn = func(ctx context.Context, run int64, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+		if run == 1 {
+			proxy.Cut() // A is cut off from Redis from now on
+		}
+		return reply(run, req), nil
+	}
+	cfg := &dedup.Config{Namespace: "payments", Lease: time.Second, Logger: slog.New(slog.DiscardHandler)}
+	icA := newInterceptor(t, newRedisStore(t, cutOff, prefix), &dedupgrpc.Options{Config: cfg})
+	a := serve(t, svc, icA)
+	b := serve(t, svc, newInterceptor(t, newRedisStore(t, shared, prefix), &dedupgrpc.Options{Config: cfg}))
+	req := chargeReq("acct-1", 500, "k-1")
+
+	resp, header, trailer, err := a.chargeTrailer(t, req)
+	require.NoError(t, err)
+	require.Equal(t, "ch-1", idOf(resp))
+	require.Equal(t, []string{"true"}, trailer.Get(dedupgrpc.NotStoredMetadata), "the caller must learn that its retry may run again")
+	require.Equal(t, []string{"true"}, header.Get(dedupgrpc.NotStoredMetadata))
+	require.Equal(t, uint64(1), icA.Stats().ResultsNotStored)
+
+	deadline := time.Now().Add(testenv.WaitTimeout)
+	for {
+		resp, header, trailer, err = b.chargeTrailer(t, req)
+		if err == nil {
+			break
+		}
+		requireStatus(t, err, codes.Aborted, dedupgrpc.ReasonInFlight) // until A's claim ends in Redis
+		require.True(t, time.Now().Before(deadline), "A's lease never ended in Redis")
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, "ch-2", idOf(resp), "the retry ran the handler again, as the trailer said it might")
+	requireReplayed(t, header, false)
+	require.Empty(t, trailer.Get(dedupgrpc.NotStoredMetadata), "this outcome was recorded")
+	require.Empty(t, header.Get(dedupgrpc.NotStoredMetadata))
+
+	resp, header, trailer, err = b.chargeTrailer(t, req)
+	require.NoError(t, err)
+	requireReplayed(t, header, true)
+	require.Equal(t, "ch-2", idOf(resp))
+	require.Empty(t, trailer.Get(dedupgrpc.NotStoredMetadata))
+	require.Equal(t, int64(2), svc.runs.Load())
 }

@@ -16,28 +16,25 @@ const hashedPrefix = "sha256:"
 // the interceptor accepts.
 const hashedIDLength = len(hashedPrefix) + 2*sha256.Size
 
-// scopedID returns the receiver id of key used by principal for operation
-// (the full method). Spelled out, it is
+// scopedID returns the receiver id of key used by principal. Spelled out,
+// it is
 //
-//	len(principal) ":" principal ":" len(operation) ":" operation ":" key
+//	len(principal) ":" principal ":" key
 //
 // which a reader of the store can follow and which no two scopes share:
-// the lengths say where principal and operation end, whatever bytes they
-// hold, so ("a:b", "c") and ("a", "b:c") differ. When that id would be
-// longer than maxLen (or is not UTF-8, which the receiver refuses), the id
-// is "sha256:" and the hex SHA-256 of the spelled-out form instead.
-func scopedID(principal, operation, key string, maxLen int) string {
-	pl, ol := strconv.Itoa(len(principal)), strconv.Itoa(len(operation))
-	n := len(pl) + 1 + len(principal) + 1 + len(ol) + 1 + len(operation) + 1 + len(key)
+// the length says where the principal ends, whatever bytes it holds, so
+// ("a:b", "c") and ("a", "b:c") differ. When that id would be longer than
+// maxLen (or is not UTF-8, which the receiver refuses), the id is
+// "sha256:" and the hex SHA-256 of the spelled-out form instead. The
+// method is not in the id but in the fingerprint: the key on another
+// method is the same record, and refused as reused.
+func scopedID(principal, key string, maxLen int) string {
+	pl := strconv.Itoa(len(principal))
 	var b strings.Builder
-	b.Grow(n)
+	b.Grow(len(pl) + 1 + len(principal) + 1 + len(key))
 	b.WriteString(pl)
 	b.WriteByte(':')
 	b.WriteString(principal)
-	b.WriteByte(':')
-	b.WriteString(ol)
-	b.WriteByte(':')
-	b.WriteString(operation)
 	b.WriteByte(':')
 	b.WriteString(key)
 	id := b.String()

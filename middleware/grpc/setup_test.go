@@ -204,7 +204,7 @@ func newInterceptor(t testing.TB, st store.Store, opts *dedupgrpc.Options) *dedu
 	if o.Types == nil {
 		o.Types = testTypes
 	}
-	if o.Principal == nil {
+	if o.Principal == nil && !o.SharedScope {
 		o.Principal = tenant
 	}
 	cfg := dedup.Config{Namespace: "payments"}
@@ -300,6 +300,20 @@ func (s *server) charge(t testing.TB, req *dynamicpb.Message, md ...string) (*dy
 		return nil, header, err
 	}
 	return out, header, nil
+}
+
+// chargeTrailer is charge that returns the response's header and trailer.
+func (s *server) chargeTrailer(t testing.TB, req *dynamicpb.Message, md ...string) (*dynamicpb.Message, metadata.MD, metadata.MD, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctx = metadata.NewOutgoingContext(ctx, metadata.Pairs(md...))
+	out := dynamicpb.NewMessage(chargeReply)
+	var header, trailer metadata.MD
+	if err := s.conn.Invoke(ctx, chargeMethod, req, out, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
+		return nil, header, trailer, err
+	}
+	return out, header, trailer, nil
 }
 
 // echo is a client call of Echo.

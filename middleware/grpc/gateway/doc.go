@@ -20,9 +20,10 @@
 //   - [HeaderMatcher] forwards Idempotency-Key (raw, or an RFC 8941 quoted
 //     string, which the interceptor unquotes) to the idempotency-key
 //     metadata; other headers go as runtime.DefaultHeaderMatcher sends them.
-//   - [OutgoingHeaderMatcher] turns the idempotency-replayed and
-//     idempotency-bypassed response metadata into Idempotency-Replayed:
-//     true and Idempotency-Bypassed: true.
+//   - [OutgoingHeaderMatcher] turns the idempotency-replayed,
+//     idempotency-bypassed and idempotency-not-stored response metadata
+//     into Idempotency-Replayed: true, Idempotency-Bypassed: true and
+//     Idempotency-Not-Stored: true.
 //   - [ErrorHandler] answers a key used with another request with 422, a key
 //     in flight with 409 and a store that is down with 503, the last two
 //     with Retry-After; other statuses map as the gateway maps them (a

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"net"
@@ -27,7 +28,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ic, err := dedupgrpc.New(st, &dedupgrpc.Options{Config: &dedup.Config{Namespace: "payments"}})
+	ic, err := dedupgrpc.New(st, &dedupgrpc.Options{
+		Config: &dedup.Config{Namespace: "payments"},
+		// Whose keys these are: from your authentication, in real life.
+		Principal: func(ctx context.Context) (string, error) { return "tenant-1", nil },
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -21,6 +21,10 @@ const (
 	// BypassedHeader is "true" on a response whose handler ran
 	// unprotected (store down, fail-open).
 	BypassedHeader = "Idempotency-Bypassed"
+	// NotStoredHeader is "true" on a response whose outcome could not be
+	// recorded: a retry with the key may run the handler again (see
+	// dedupgrpc.NotStoredMetadata).
+	NotStoredHeader = "Idempotency-Not-Stored"
 )
 
 // ServeMuxOptions returns the options that put a grpc-gateway ServeMux in
@@ -51,15 +55,18 @@ func HeaderMatcher(key string) (string, bool) {
 
 // OutgoingHeaderMatcher is an outgoing header matcher
 // (runtime.WithOutgoingHeaderMatcher) that turns the interceptor's
-// idempotency-replayed and idempotency-bypassed response metadata into the
-// Idempotency-Replayed and Idempotency-Bypassed headers, and forwards the
-// rest as the gateway does by default (Grpc-Metadata-<name>).
+// idempotency-replayed, idempotency-bypassed and idempotency-not-stored
+// response metadata into the Idempotency-Replayed, Idempotency-Bypassed
+// and Idempotency-Not-Stored headers, and forwards the rest as the
+// gateway does by default (Grpc-Metadata-<name>).
 func OutgoingHeaderMatcher(key string) (string, bool) {
 	switch key {
 	case dedupgrpc.ReplayedMetadata:
 		return ReplayedHeader, true
 	case dedupgrpc.BypassedMetadata:
 		return BypassedHeader, true
+	case dedupgrpc.NotStoredMetadata:
+		return NotStoredHeader, true
 	}
 	return runtime.MetadataHeaderPrefix + key, true
 }

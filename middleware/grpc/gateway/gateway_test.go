@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -38,11 +39,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const echoMethod = "/dedup.test.Echo/Echo"
 
 // echo answers "<value> #<run>"; a value of "block" waits for release,
-// "missing" is NotFound.
+// "missing" is NotFound, "cut" calls cut.
 type echo struct {
 	runs    atomic.Int64
 	started chan struct{}
 	release chan struct{}
+	cut     func()
 }
 
 type echoServer interface {
@@ -57,6 +59,8 @@ func (e *echo) echo(ctx context.Context, in *wrapperspb.StringValue) (*wrappersp
 		<-e.release
 	case "missing":
 		return nil, status.Error(codes.NotFound, "no such thing")
+	case "cut":
+		e.cut()
 	}
 	return wrapperspb.String(fmt.Sprintf("%s #%d", in.GetValue(), n)), nil
 }
@@ -84,7 +88,13 @@ var echoDesc = grpc.ServiceDesc{
 // gateway's URL.
 func startGateway(t testing.TB, st store.Store, svc *echo) string {
 	t.Helper()
-	ic, err := dedupgrpc.New(st, &dedupgrpc.Options{Config: &dedup.Config{Namespace: "echo"}})
+	return startGatewayWith(t, st, svc, &dedup.Config{Namespace: "echo"})
+}
+
+// startGatewayWith is startGateway with the receiver's Config.
+func startGatewayWith(t testing.TB, st store.Store, svc *echo, cfg *dedup.Config) string {
+	t.Helper()
+	ic, err := dedupgrpc.New(st, &dedupgrpc.Options{Config: cfg, SharedScope: true})
 	require.NoError(t, err)
 	gs := grpc.NewServer(grpc.UnaryInterceptor(ic.Unary))
 	gs.RegisterService(&echoDesc, svc)
@@ -208,7 +218,9 @@ func TestGateway(t *testing.T) {
 	testenv.Recv(t, svc.started, "the blocked call")
 	busy := post(t, url, "k-2", `"block"`)
 	require.Equal(t, http.StatusConflict, busy.code, busy.body)
-	require.Equal(t, "30", busy.header.Get("Retry-After"), "the lease (30s), the longest the holder may keep the key")
+	// The receiver's first look again comes after about 200 ms, which
+	// Retry-After rounds up to a whole second.
+	require.Equal(t, "1", busy.header.Get("Retry-After"))
 	release()
 	require.Equal(t, http.StatusOK, testenv.Recv(t, done, "the blocked call").code)
 	require.Equal(t, int64(5), svc.runs.Load())
@@ -232,4 +244,26 @@ func TestGatewayStoreDown(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, down.code, down.body)
 	require.Equal(t, "5", down.header.Get("Retry-After"))
 	require.Equal(t, int64(1), svc.runs.Load())
+}
+
+// Redis cut off while the handler runs, for the whole lease: the HTTP
+// caller gets the response with Idempotency-Not-Stored: true.
+func TestGatewayNotStored(t *testing.T) {
+	t.Parallel()
+	proxy := redistest.StartProxy(t, testenv.Redis.Addr(t))
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := redisstore.New(ctx, c, &redisstore.Options{Prefix: redistest.Prefix(t, redistest.Client(t)), Timeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	svc := &echo{cut: proxy.Cut}
+	url := startGatewayWith(t, st, svc, &dedup.Config{Namespace: "echo", Lease: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	ok := post(t, url, "k-1", `"hello"`)
+	require.Equal(t, http.StatusOK, ok.code, ok.body)
+	require.Empty(t, ok.header.Get(dedupgateway.NotStoredHeader))
+	cut := post(t, url, "k-2", `"cut"`)
+	require.Equal(t, http.StatusOK, cut.code, cut.body)
+	require.Equal(t, `"cut #2"`, cut.body)
+	require.Equal(t, "true", cut.header.Get(dedupgateway.NotStoredHeader))
 }
