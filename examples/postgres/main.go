@@ -238,7 +238,9 @@ func consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	if err != nil {
 		return err
 	}
-	if err := c.Start(ctx); err != nil {
+	// The consumer runs until Stop: Start's context ending would be a stop
+	// nobody asked for.
+	if err := c.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	defer func() {

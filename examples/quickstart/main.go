@@ -148,11 +148,15 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := b.Start(ctx); err != nil {
+	// The consumer runs until Stop, which has a deadline of its own: Start's
+	// context ending would be a stop nobody asked for.
+	if err := b.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	dead, waitErr := waitUntilSettled(ctx, js, cons, 2)
-	if err := b.Stop(ctx); err != nil {
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Stop(stopCtx); err != nil {
 		return err
 	}
 	if waitErr != nil {
