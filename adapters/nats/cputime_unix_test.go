@@ -1,6 +1,6 @@
 //go:build unix
 
-package nats
+package dedupnats
 
 import (
 	"syscall"

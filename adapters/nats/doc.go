@@ -1,4 +1,4 @@
-// Package nats runs a dedup.Receiver over NATS: JetStream pull consumers
+// Package dedupnats runs a dedup.Receiver over NATS: JetStream pull consumers
 // ([Consumer]) and core NATS subscriptions, plain or in a queue group
 // ([Subscriber]). Import it next to the NATS client under an alias:
 //
@@ -192,4 +192,4 @@
 // nor one with a timeout meant for something else), and shut down with
 // Stop, on a context of its own that bounds the drain, as in the example
 // at the top.
-package nats
+package dedupnats

@@ -1,4 +1,4 @@
-package nats
+package dedupnats
 
 // ProcessCPU exposes processCPU to the benchmarks of package nats_test.
 var ProcessCPU = processCPU

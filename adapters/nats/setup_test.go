@@ -1,4 +1,4 @@
-package nats_test
+package dedupnats_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-// Package grpc runs unary gRPC calls that carry an idempotency key once per
+// Package dedupgrpc runs unary gRPC calls that carry an idempotency key once per
 // key, on the same receiver, key rules and stores as dedup's broker
 // adapters: a client that retries a call (a flaky network, a gateway that
 // replays) gets the first call's response back instead of a second effect.
@@ -138,4 +138,4 @@
 // succeeds anyway answers its response, which is not kept and carries
 // idempotency-not-stored: true (the key belongs to the new holder, whose
 // response is replayed).
-package grpc
+package dedupgrpc

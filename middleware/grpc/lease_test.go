@@ -1,4 +1,4 @@
-package grpc_test
+package dedupgrpc_test
 
 import (
 	"context"

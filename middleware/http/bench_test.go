@@ -1,4 +1,4 @@
-package http_test
+package deduphttp_test
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-// Package http is dedup's HTTP Idempotency-Key middleware: a retried POST
+// Package deduphttp is dedup's HTTP Idempotency-Key middleware: a retried POST
 // (a mobile client on a flaky network, a gateway replaying a call) runs
 // the handler once, and every retry gets the first response back, byte for
 // byte. It sits on the same dedup.Receiver, stores and key rules as the
@@ -142,4 +142,4 @@
 // receiver's lease, extended while it runs (Config.Lease, 30s by default):
 // a process that dies mid-request leaves a claim that another takes over
 // once the lease ends.
-package http
+package deduphttp

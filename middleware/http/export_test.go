@@ -1,4 +1,4 @@
-package http
+package deduphttp
 
 // Exported for the tests of package http_test.
 var (

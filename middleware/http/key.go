@@ -1,4 +1,4 @@
-package http
+package deduphttp
 
 import (
 	"crypto/sha256"
