@@ -7,9 +7,9 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-amqp/v3 v3.1.0
 	github.com/ThreeDotsLabs/watermill-kafka/v3 v3.0.6
-	github.com/dedup-go/dedup v0.0.0-00010101000000-000000000000
-	github.com/dedup-go/dedup/adapters/kafka v0.0.0-00010101000000-000000000000
-	github.com/dedup-go/dedup/adapters/rabbitmq v0.0.0-00010101000000-000000000000
+	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/adapters/kafka v0.1.0
+	github.com/dedup-go/dedup/adapters/rabbitmq v0.1.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rabbitmq/amqp091-go v1.16.0
@@ -58,7 +58,7 @@ require (
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/dedup-go/dedup/adapters/nats v0.0.0-00010101000000-000000000000
+	github.com/dedup-go/dedup/adapters/nats v0.1.0
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
