@@ -295,7 +295,7 @@ func checkUser(ctx context.Context, env []string, dir string, u user, m repo.Mod
 	if len(problems) > 0 {
 		return "", errors.New(strings.Join(problems, "\n"))
 	}
-	return fmt.Sprintf("%d modules, %d packages; builds %s; no %s", strings.Count(all, "\n"), len(pkgs), strings.Join(must, ", "), strings.Join(none, ", ")), nil
+	return fmt.Sprintf("go list -m all: %d modules; %d packages built, among them %s; none of %s", strings.Count(all, "\n")-1, len(pkgs), strings.Join(must, ", "), strings.Join(none, ", ")), nil
 }
 
 func findModule(libs []repo.Module, dir string) (repo.Module, bool) {

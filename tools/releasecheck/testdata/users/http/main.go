@@ -42,7 +42,8 @@ func run() error {
 	})))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	for range 2 {
+	var first string
+	for i := range 2 {
 		req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders/o-1/pay", nil)
 		if err != nil {
 			return err
@@ -58,7 +59,13 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		fmt.Println(resp.StatusCode, string(body))
+		got := fmt.Sprint(resp.StatusCode, " ", string(body))
+		fmt.Println(got)
+		if i == 0 {
+			first = got
+		} else if got != first {
+			return fmt.Errorf("the retry got %q, not the first response %q replayed", got, first)
+		}
 	}
 	return nil
 }
