@@ -87,11 +87,9 @@ func run(ctx context.Context, w io.Writer, dsn, schema string) error {
 		return err
 	}
 	defer pool.Close()
-	records, err := pgstore.New(ctx, pool, nil) // the table dedup_records, in the schema
+	// The table dedup_records, in the schema: created, then checked.
+	records, err := pgstore.New(ctx, pool, &pgstore.Options{Migrate: true})
 	if err != nil {
-		return err
-	}
-	if err := records.Migrate(ctx); err != nil {
 		return err
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE orders (id text NOT NULL, cents int NOT NULL, worker text NOT NULL)`); err != nil {

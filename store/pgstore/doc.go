@@ -6,8 +6,8 @@
 // store only, not on the receiver.
 //
 //	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
-//	s, err := pgstore.New(ctx, pool, nil) // pings; matches store.ErrUnavailable when down
-//	err = s.Migrate(ctx)                  // or apply s.SchemaSQL() in your migrations
+//	s, err := pgstore.New(ctx, pool, &pgstore.Options{Migrate: true}) // creates the table; or apply the schema in your migrations
+//	// New pings (store.ErrUnavailable when down) and checks the table and the role's rights (ErrMisconfigured)
 //	handler, err := pgstore.TxHandler(s, func(ctx context.Context, tx pgx.Tx, o Order) (Receipt, error) {
 //		_, err := tx.Exec(ctx, `INSERT INTO orders (id, amount) VALUES ($1, $2)`, o.ID, o.Amount)
 //		return Receipt{OrderID: o.ID}, err
@@ -86,8 +86,18 @@
 //
 // # Failures and timeouts
 //
-// Every error of the database (a refused connection, a timeout, a server
-// error, a missing table) is a [*store.OpError], which matches
+// [New] (and [Store.Migrate]) check at start-up that the table fits the
+// store: its schema and the table exist, with the store's columns and
+// unique key, and the role may use the schema and SELECT, INSERT, UPDATE
+// and DELETE the table's rows. Whatever does not fit is named in an error
+// matching [ErrMisconfigured] (and store.ErrInvalidConfig). A table
+// dropped or a privilege revoked at run time gives the same error
+// (PostgreSQL's SQLSTATE class 42 and 3F000), never store.ErrUnavailable:
+// the database answered, retrying will not help, and a receiver must not
+// run handlers unprotected (fail-open) for it.
+//
+// Every other error of the database (a refused connection, a timeout, a
+// server error) is a [*store.OpError], which matches
 // [store.ErrUnavailable], so the receiver applies its fail-closed or
 // fail-open policy; a cancelled context is reported as the context's
 // error. [Options.Timeout] bounds every statement, connecting included,

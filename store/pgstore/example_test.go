@@ -51,11 +51,8 @@ func Example() {
 	pool, drop := exampleSchema(ctx)
 	defer drop()
 
-	s, err := pgstore.New(ctx, pool, nil) // table dedup_records
+	s, err := pgstore.New(ctx, pool, &pgstore.Options{Migrate: true}) // creates the table dedup_records
 	if err != nil {
-		panic(err)
-	}
-	if err := s.Migrate(ctx); err != nil {
 		panic(err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE orders (id text NOT NULL, amount int NOT NULL)`); err != nil {
@@ -99,11 +96,8 @@ func ExampleStore_Cleanup() {
 	ctx := context.Background()
 	pool, drop := exampleSchema(ctx)
 	defer drop()
-	s, err := pgstore.New(ctx, pool, &pgstore.Options{CleanupBatchSize: 500})
+	s, err := pgstore.New(ctx, pool, &pgstore.Options{CleanupBatchSize: 500, Migrate: true})
 	if err != nil {
-		panic(err)
-	}
-	if err := s.Migrate(ctx); err != nil {
 		panic(err)
 	}
 	_, _ = pool.Exec(ctx, `INSERT INTO dedup_records (key, state, token, attempt, expires_at)

@@ -37,9 +37,16 @@ type Options struct {
 	// ("billing.dedup_records"). Each part must be a plain SQL identifier
 	// (letters, digits and underscores, not starting with a digit), at
 	// most 48 bytes, so that the index named after it fits PostgreSQL's
-	// 63-byte limit. Defaults to "dedup_records", in the connection's
-	// search_path.
+	// 63-byte limit; it is quoted, so its case is kept. Defaults to
+	// "dedup_records", in the connection's search_path.
 	Table string
+
+	// Migrate makes New create the table and its index if they do not
+	// exist (what Store.Migrate does, within New's context and not bounded
+	// by Timeout) before it checks them. Without it, New fails with
+	// ErrMisconfigured on a missing table: apply SchemaSQL (the README
+	// has it) with your own migrations first.
+	Migrate bool
 
 	// Timeout bounds every statement of the store, connecting included: a
 	// PostgreSQL that does not answer fails the call with an error
@@ -83,9 +90,11 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,47}$`)
 // tableName is a validated table name: its parts, quoted for SQL, and the
 // name of its expiry index.
 type tableName struct {
-	sql   string // the table, quoted ("billing"."dedup_records")
-	index string // the expiry index, unqualified and quoted
-	plain string // as given, for messages
+	sql    string // the table, quoted ("billing"."dedup_records")
+	index  string // the expiry index, unqualified and quoted
+	plain  string // as given, for messages
+	schema string // the schema as given, "" for the search_path
+	name   string // the table's own name
 }
 
 func parseTable(name string) (tableName, error) {
@@ -99,11 +108,16 @@ func parseTable(name string) (tableName, error) {
 		}
 	}
 	last := parts[len(parts)-1]
-	return tableName{
+	t := tableName{
 		sql:   pgx.Identifier(parts).Sanitize(),
 		index: pgx.Identifier{last + "_expires_at_idx"}.Sanitize(),
 		plain: name,
-	}, nil
+		name:  last,
+	}
+	if len(parts) == 2 {
+		t.schema = parts[0]
+	}
+	return t, nil
 }
 
 // config is Options validated, with defaults filled in.
@@ -114,6 +128,7 @@ type config struct {
 	mode         pgx.QueryExecMode
 	batchSize    int
 	logger       *slog.Logger
+	migrate      bool
 }
 
 func (o *Options) config(poolMode pgx.QueryExecMode) (config, error) {
@@ -146,5 +161,6 @@ func (o *Options) config(poolMode pgx.QueryExecMode) (config, error) {
 		mode:         cmp.Or(opts.QueryExecMode, poolMode, pgx.QueryExecModeCacheStatement),
 		batchSize:    cmp.Or(opts.CleanupBatchSize, DefaultCleanupBatchSize),
 		logger:       cmp.Or(opts.Logger, slog.Default()),
+		migrate:      opts.Migrate,
 	}, nil
 }

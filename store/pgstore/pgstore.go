@@ -33,9 +33,14 @@ var (
 )
 
 // New returns a Store on pool after checking, within ctx and
-// Options.Timeout, that PostgreSQL answers: a database that is down gives
-// an error matching store.ErrUnavailable, not a hang. It does not create
-// the table: call Migrate, or apply SchemaSQL with your own migrations.
+// Options.Timeout, that PostgreSQL answers (a database that is down gives
+// an error matching store.ErrUnavailable, not a hang) and that the table
+// fits the store: it exists, with the store's columns and its unique key,
+// and the role may use its schema and SELECT, INSERT, UPDATE and DELETE
+// its rows. What does not fit is an error matching ErrMisconfigured (and
+// store.ErrInvalidConfig) that names it. With Options.Migrate, New first
+// creates the table and its index if they do not exist (Migrate);
+// otherwise apply SchemaSQL with your own migrations before New.
 func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("pgstore: %w: the pool is nil", store.ErrInvalidConfig)
@@ -52,6 +57,15 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Store, error)
 			return nil, fmt.Errorf("pgstore: connect to PostgreSQL at %s: %w", s.addr(), ctx.Err())
 		}
 		return nil, fmt.Errorf("pgstore: %w: PostgreSQL at %s: %w", store.ErrUnavailable, s.addr(), s.timedOut(err))
+	}
+	if s.cfg.migrate {
+		if err := s.Migrate(ctx); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	if err := s.check(ctx); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -72,12 +86,14 @@ func (s *Store) SchemaSQL() string { return s.sql.schema }
 
 // Migrate creates the table and its index if they do not exist, within
 // ctx (not bounded by Options.Timeout: a DDL statement may wait for a
-// lock). Running it again changes nothing.
+// lock), then checks the table as New does. Running it again changes
+// nothing. A schema that does not exist, or a role that may not create
+// the table, is an error matching ErrMisconfigured.
 func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := s.pool.Exec(ctx, s.sql.schema, pgx.QueryExecModeSimpleProtocol); err != nil {
 		return s.fail(ctx, "migrate", "", err)
 	}
-	return nil
+	return s.check(ctx)
 }
 
 // Acquire claims req.Key if it is absent, failed, or processing under a

@@ -60,7 +60,7 @@ func connect(t testing.TB, dsn string, maxConns int32) *pgxpool.Pool {
 // table is the name of a table of the test's schema.
 func (db *testDB) table(name string) string { return db.schema + "." + name }
 
-// store returns a migrated store on the test's schema; opts may be nil.
+// store returns a store (Options.Migrate) on the test's schema; opts may be nil.
 func (db *testDB) store(t testing.TB, opts *pgstore.Options) *pgstore.Store {
 	t.Helper()
 	return newStore(t, db.pool, db.table("dedup_records"), opts)
@@ -75,9 +75,9 @@ func newStore(t testing.TB, pool *pgxpool.Pool, table string, opts *pgstore.Opti
 	if o.Table == "" {
 		o.Table = table
 	}
+	o.Migrate = true
 	s, err := pgstore.New(context.Background(), pool, &o)
 	require.NoError(t, err)
-	require.NoError(t, s.Migrate(context.Background()))
 	return s
 }
 

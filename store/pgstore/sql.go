@@ -110,7 +110,6 @@ type statements struct {
 	del          string
 	scan         string
 	cleanup      string
-	exists       string
 }
 
 func newStatements(t tableName) statements {
@@ -211,7 +210,5 @@ ORDER BY key LIMIT $4::int`),
 	ORDER BY expires_at LIMIT $1::int FOR UPDATE SKIP LOCKED
 )
 DELETE FROM %[1]s r USING doomed d WHERE r.key = d.key AND r.expires_at <= clock_timestamp()`),
-
-		exists: `SELECT to_regclass($1::text) IS NOT NULL`,
 	}
 }
