@@ -12,9 +12,9 @@ import (
 	"github.com/dedup-go/dedup"
 )
 
-// Broker is the value of dedup.Message.Broker and dedup.Event.Broker for
-// deliveries of this package.
-const Broker = "rabbitmq"
+// BrokerRabbitMQ is the value of dedup.Message.Broker and
+// dedup.Event.Broker for deliveries of this package.
+const BrokerRabbitMQ = "rabbitmq"
 
 // headerDeliveryCount is the header a quorum queue sets on a redelivery:
 // how many times the message was returned to the queue before (0-based).
@@ -158,19 +158,22 @@ func DeliveryOf[T any](m *dedup.Message[T]) (*amqp.Delivery, bool) {
 	return d, ok && d != nil
 }
 
-// delivered is a delivery with its envelope, allocated together: one
-// allocation per delivery instead of two.
+// delivered is a delivery with its envelope and the time it arrived,
+// allocated together: one allocation per delivery.
 type delivered[T any] struct {
 	env dedup.Message[T]
 	d   amqp.Delivery
+	// at is when the client received it: from then on, unacknowledged, it
+	// is on the clock of the broker's consumer_timeout.
+	at time.Time
 }
 
-// envelope returns the dedup.Message of a delivery from queue, whose
-// Native points at a copy of d.
-func envelope[T any](d amqp.Delivery, queue string, fingerprint bool) (*dedup.Message[T], *amqp.Delivery) {
-	it := &delivered[T]{d: d}
+// envelope returns the delivery d from queue, arrived at at, with its
+// dedup.Message, whose Native points at the copy of d.
+func envelope[T any](d amqp.Delivery, queue string, fingerprint bool, at time.Time) *delivered[T] {
+	it := &delivered[T]{d: d, at: at}
 	it.env = fill[T](&it.d, queue, fingerprint)
-	return &it.env, &it.d
+	return it
 }
 
 func fill[T any](d *amqp.Delivery, queue string, fingerprint bool) dedup.Message[T] {
@@ -187,7 +190,7 @@ func fill[T any](d *amqp.Delivery, queue string, fingerprint bool) dedup.Message
 		DeliveryCount:   count,
 		Redelivered:     d.Redelivered || count > 1,
 		Timestamp:       d.Timestamp,
-		Broker:          Broker,
+		Broker:          BrokerRabbitMQ,
 		Native:          d,
 		FingerprintData: fingerprint,
 	}

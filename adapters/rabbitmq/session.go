@@ -19,11 +19,13 @@ import (
 // another: a delivery tag means something only on its own channel, and the
 // same number on a newer channel names another message.
 type session struct {
-	gen        uint64
-	conn, pub  *amqp.Connection
-	ch         *amqp.Channel
-	tag        string
-	deliveries <-chan amqp.Delivery
+	gen       uint64
+	conn, pub *amqp.Connection
+	ch        *amqp.Channel
+	tag       string
+	// arrivals is a chan *delivered[T] of the Consumer's T: the deliveries
+	// as they arrived, stamped and with their envelopes (see forward).
+	arrivals any
 
 	// ctx is the handlers' context: cancelled when the session ends (its
 	// deliveries come back from the broker, and the store answers them) or
@@ -74,7 +76,7 @@ func (c *Consumer[T, R]) open(ctx context.Context, gen uint64) (_ *session, err 
 	if err = s.ch.Qos(c.opts.Prefetch, 0, false); err != nil {
 		return nil, fmt.Errorf("dedupamqp: set the prefetch: %w", err)
 	}
-	s.deliveries, err = s.ch.Consume(c.queue, s.tag, false, false, false, false, nil)
+	deliveries, err := s.ch.Consume(c.queue, s.tag, false, false, false, false, nil)
 	if err != nil {
 		var aerr *amqp.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
@@ -82,8 +84,26 @@ func (c *Consumer[T, R]) open(ctx context.Context, gen uint64) (_ *session, err 
 		}
 		return nil, fmt.Errorf("dedupamqp: consume %q: %w", c.queue, err)
 	}
+	// Room for every delivery the prefetch lets the broker send: the
+	// forwarder never waits for a worker, so each delivery is stamped when
+	// it arrives. It ends when amqp091 closes the deliveries (the consumer
+	// cancelled, the channel or connection closed).
+	arrivals := make(chan *delivered[T], c.opts.Prefetch)
+	go c.forward(deliveries, arrivals)
+	s.arrivals = arrivals
 	s.ctx, s.cancel = context.WithCancel(c.hardCtx)
 	return s, nil
+}
+
+// forward hands the deliveries to the workers, each stamped with its
+// arrival and wrapped in its envelope. A delivery waiting for a free
+// worker (Prefetch above Concurrency) is already on the clock of the
+// broker's consumer_timeout, which the stamp lets a worker respect.
+func (c *Consumer[T, R]) forward(deliveries <-chan amqp.Delivery, arrivals chan<- *delivered[T]) {
+	defer close(arrivals)
+	for d := range deliveries {
+		arrivals <- envelope[T](d, c.queue, c.opts.Fingerprint, time.Now())
+	}
 }
 
 // retire ends a session: its handlers' contexts are cancelled, nothing is

@@ -32,19 +32,32 @@ type method struct {
 // methods the clients send: which acknowledgement, with which flags. A
 // RabbitMQ 3.10 counts Nack and Reject alike, so the choice between them
 // (which RabbitMQ 4 tells apart) is checked on the wire.
+//
+// It also times each delivery: when the broker sent it (basic.deliver) and
+// when the client first settled it (ack, nack or reject).
 type sniffer struct {
 	ln     net.Listener
 	target string
 	mu     sync.Mutex
 	seen   []method
+	sent   map[deliveryID]time.Time
+	held   map[deliveryID]time.Duration // from basic.deliver to the settlement
 	wg     sync.WaitGroup
+}
+
+// deliveryID names a delivery: its tag on a channel of a connection.
+type deliveryID struct {
+	conn    int
+	channel uint16
+	tag     uint64
 }
 
 func startSniffer(t *testing.T, target string) *sniffer {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	s := &sniffer{ln: ln, target: target}
+	s := &sniffer{ln: ln, target: target, sent: map[deliveryID]time.Time{}, held: map[deliveryID]time.Duration{}}
 	var conns []net.Conn
+	var n int
 	var cmu sync.Mutex
 	s.wg.Go(func() {
 		for {
@@ -59,9 +72,11 @@ func startSniffer(t *testing.T, target string) *sniffer {
 			}
 			cmu.Lock()
 			conns = append(conns, c, up)
+			n++
+			id := n
 			cmu.Unlock()
-			s.wg.Go(func() { _, _ = io.Copy(c, up); _ = c.Close() })
-			s.wg.Go(func() { s.read(io.TeeReader(c, up)); _ = up.Close() })
+			s.wg.Go(func() { s.read(io.TeeReader(up, c), id, true); _ = c.Close() })
+			s.wg.Go(func() { s.read(io.TeeReader(c, up), id, false); _ = up.Close() })
 		}
 	})
 	t.Cleanup(func() {
@@ -76,12 +91,16 @@ func startSniffer(t *testing.T, target string) *sniffer {
 	return s
 }
 
-// read parses the client's frames: the protocol header, then frames of
-// type, channel, size, payload and end octet.
-func (s *sniffer) read(r io.Reader) {
+// read parses the frames of one direction of connection conn (the
+// client's start with the protocol header): type, channel, size, payload
+// and end octet. Reading r forwards them.
+func (s *sniffer) read(r io.Reader, conn int, fromServer bool) {
 	br := bufio.NewReader(r)
-	if _, err := io.ReadFull(br, make([]byte, 8)); err != nil {
-		return
+	defer func() { _, _ = io.Copy(io.Discard, br) }() // keep forwarding
+	if !fromServer {
+		if _, err := io.ReadFull(br, make([]byte, 8)); err != nil {
+			return
+		}
 	}
 	head := make([]byte, 7)
 	for {
@@ -94,17 +113,56 @@ func (s *sniffer) read(r io.Reader) {
 			return
 		}
 		if head[0] == 1 && size >= 4 {
-			s.method(payload[:size])
+			ch := binary.BigEndian.Uint16(head[1:])
+			if fromServer {
+				s.deliver(payload[:size], deliveryID{conn: conn, channel: ch})
+			} else {
+				s.method(payload[:size], deliveryID{conn: conn, channel: ch})
+			}
 		}
 	}
 }
 
-func (s *sniffer) method(p []byte) {
+// deliver records when the broker sent a delivery.
+func (s *sniffer) deliver(p []byte, id deliveryID) {
+	if binary.BigEndian.Uint16(p) != 60 || binary.BigEndian.Uint16(p[2:]) != 60 {
+		return
+	}
+	a := p[4:]
+	tag := int(a[0])
+	id.tag = binary.BigEndian.Uint64(a[1+tag:])
+	s.mu.Lock()
+	s.sent[id] = time.Now()
+	s.mu.Unlock()
+}
+
+// longestUnsettled is the longest a delivery stayed unsettled, from
+// basic.deliver to its ack, nack or reject.
+func (s *sniffer) longestUnsettled() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out time.Duration
+	for _, d := range s.held {
+		out = max(out, d)
+	}
+	return out
+}
+
+func (s *sniffer) method(p []byte, did deliveryID) {
 	class, id := binary.BigEndian.Uint16(p), binary.BigEndian.Uint16(p[2:])
 	if class != 60 {
 		return
 	}
 	a := p[4:]
+	if id == 80 || id == 90 || id == 120 { // ack, reject, nack
+		did.tag = binary.BigEndian.Uint64(a)
+		s.mu.Lock()
+		if at, ok := s.sent[did]; ok {
+			s.held[did] = time.Since(at)
+			delete(s.sent, did)
+		}
+		s.mu.Unlock()
+	}
 	var m method
 	switch id {
 	case 10:

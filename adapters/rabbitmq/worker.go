@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -32,13 +33,12 @@ func (w *worker[T, R]) run() {
 			return
 		}
 		gen = s.gen
-		for d := range s.deliveries {
-			env, dp := envelope[T](d, w.c.queue, w.c.opts.Fingerprint)
+		for it := range s.arrivals.(chan *delivered[T]) {
 			if w.c.isStopping() {
-				w.requeueUnhandled(s, env, dp)
+				w.requeueUnhandled(s, &it.env, &it.d)
 				continue
 			}
-			w.handle(s, env, dp)
+			w.handle(s, it)
 		}
 		if !w.c.isStopping() {
 			s.noteDrained()
@@ -46,9 +46,12 @@ func (w *worker[T, R]) run() {
 	}
 }
 
-// handle runs one delivery through the receiver and settles it.
-func (w *worker[T, R]) handle(s *session, env *dedup.Message[T], d *amqp.Delivery) {
+// handle runs one delivery through the receiver and settles it. A
+// delivery refused because the store is down is held and handed to the
+// receiver again in place (see storeDown) before it is settled.
+func (w *worker[T, R]) handle(s *session, it *delivered[T]) {
 	c := w.c
+	env, d := &it.env, &it.d
 	var (
 		res dedup.Result[R]
 		err error
@@ -57,14 +60,54 @@ func (w *worker[T, R]) handle(s *session, env *dedup.Message[T], d *amqp.Deliver
 		res, err = c.rcv.Handle(s.ctx, env)
 	}
 	dec := c.rcv.Decide(res, err)
-	serr := w.settle(s, d, env, res, dec)
+	for w.storeDown(s, it, res, dec) {
+		res, err = c.rcv.Handle(s.ctx, env)
+		dec = c.rcv.Decide(res, err)
+	}
+	w.settled(s, env, res, dec, w.settle(s, d, env, res, dec))
+}
+
+// settled reports to the Observer what was done with a delivery: serr is
+// the error that kept the decision from being carried out, else the one it
+// was taken on.
+func (w *worker[T, R]) settled(s *session, env *dedup.Message[T], res dedup.Result[R], dec dedup.Decision, serr error) {
 	if serr == nil {
 		serr = dec.Err
 	}
-	c.rcv.Observe(s.ctx, dedup.Event{
-		Kind: dedup.EventSettled, Broker: Broker, Source: c.queue, MessageID: env.ID, DeliveryCount: env.DeliveryCount,
+	w.c.rcv.Observe(s.ctx, dedup.Event{
+		Kind: dedup.EventSettled, Broker: BrokerRabbitMQ, Source: w.c.queue, MessageID: env.ID, DeliveryCount: env.DeliveryCount,
 		Key: res.Key, Status: res.Status, Attempt: res.Attempt, Decision: dec, Err: serr, Problem: res.Problem,
 	})
+}
+
+// storeDown holds a delivery the receiver refused because the store is
+// down (the handler did not run), unacknowledged, for dec.Delay (the
+// receiver's StoreRetryDelay), and reports true when it is to be handed to
+// the receiver again. Returning it to the queue instead would count
+// towards a quorum queue's x-delivery-limit on RabbitMQ before 4.0 (Nack
+// counts there), and a store outage of a few seconds would dead-letter
+// healthy messages. Each hold is reported as an in-place retry.
+//
+// It reports false, and the delivery is settled as dec says, when the
+// consumer stops or the session ends (the delivery goes back unprocessed),
+// or when another hold would keep the delivery past its horizon: its
+// arrival plus ConsumerTimeout, less the receiver's lease and
+// InPlaceRetryMax, after which the broker could close the channel. Only
+// then does the outage return it to the queue.
+func (w *worker[T, R]) storeDown(s *session, it *delivered[T], res dedup.Result[R], dec dedup.Decision) bool {
+	c := w.c
+	if dec.Action != dedup.Retry || dec.Reason != dedup.ReasonStoreUnavailable || c.isStopping() || s.ctx.Err() != nil {
+		return false
+	}
+	if time.Since(it.at)+dec.Delay > c.holdBudget {
+		c.opts.Logger.WarnContext(s.ctx, "dedupamqp: the store is still down and the delivery was held as long as ConsumerTimeout allows; returning it to the queue",
+			slog.String("queue", c.queue), slog.String("message_id", it.d.MessageId), slog.Duration("held", time.Since(it.at)),
+			slog.Duration("consumer_timeout", c.opts.ConsumerTimeout), slog.Bool("counts_towards_delivery_limit", c.broker.nackCounts))
+		return false
+	}
+	c.stats.inPlace.Add(1)
+	w.settled(s, &it.env, res, dec, nil)
+	return w.hold(s, dec.Delay) && !c.isStopping()
 }
 
 // requeueUnhandled returns a delivery that arrived after Stop, unhandled:
@@ -78,7 +121,7 @@ func (w *worker[T, R]) requeueUnhandled(s *session, env *dedup.Message[T], d *am
 		err = dec.Err
 	}
 	c.rcv.Observe(s.ctx, dedup.Event{
-		Kind: dedup.EventSettled, Broker: Broker, Source: c.queue, MessageID: env.ID, DeliveryCount: env.DeliveryCount,
+		Kind: dedup.EventSettled, Broker: BrokerRabbitMQ, Source: c.queue, MessageID: env.ID, DeliveryCount: env.DeliveryCount,
 		Decision: dec, Err: err,
 	})
 }
@@ -149,18 +192,21 @@ func (c *Consumer[T, R]) tierFor(delay time.Duration) (time.Duration, bool) {
 }
 
 // hold waits d before an in-place retry, or less when the session ends or
-// the consumer stops (the delivery is then requeued at once).
-func (w *worker[T, R]) hold(s *session, d time.Duration) {
+// the consumer stops (the delivery is then requeued at once). It reports
+// whether it waited the whole of d.
+func (w *worker[T, R]) hold(s *session, d time.Duration) bool {
 	if d <= 0 {
-		return
+		return true
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true
 	case <-s.ctx.Done():
 	case <-w.c.stopCtx.Done():
 	}
+	return false
 }
 
 // deadLetter publishes the dead letter and acknowledges the original once
