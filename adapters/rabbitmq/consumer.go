@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -25,12 +26,19 @@ type Consumer[T, R any] struct {
 	opts  Options
 	tag   string // consumer tag prefix; each session appends its generation
 
-	mu       sync.Mutex
-	started  bool
-	stopping bool          // no new session; deliveries not yet handled are requeued
-	cur      *session      // the newest session, live or not
-	changed  chan struct{} // closed (and replaced) when cur or stopping changes
-	err      error         // why the consumer stopped on its own
+	// holdBudget is how long after its arrival a delivery the store could
+	// not take may still be held for another attempt: ConsumerTimeout less
+	// the receiver's lease and InPlaceRetryMax (the horizon Start checks).
+	holdBudget time.Duration
+	broker     brokerInfo // read at Start
+
+	mu        sync.Mutex
+	started   bool
+	stopAsked bool          // Stop was called
+	stopping  bool          // no new session; deliveries not yet handled are requeued
+	cur       *session      // the newest session, live or not
+	changed   chan struct{} // closed (and replaced) when cur or stopping changes
+	err       error         // why the consumer stopped on its own
 
 	stoppingFlag atomic.Bool // stopping, readable without mu
 
@@ -45,17 +53,25 @@ type Consumer[T, R any] struct {
 }
 
 // NewConsumer returns a Consumer of queue on the broker at url (an
-// amqp:// or amqps:// URI; "" when opts.Dial is set), feeding rcv. opts is
-// required: it must say where poison goes (DeadLetterExchange or
-// RejectDeadLetters). Nothing is dialled before Start.
+// amqp:// or amqps:// URI; "" when opts.Dial is set), feeding rcv. Nothing
+// is dialled before Start.
+//
+// A nil opts means all defaults, but where poison goes has no default:
+// options that set neither Options.DeadLetterExchange nor
+// Options.RejectDeadLetters (nil among them) are refused with an error
+// matching dedup.ErrInvalidConfig that names both. An empty queue, a nil
+// rcv, or neither url nor Options.Dial are refused the same way, naming
+// what is missing; NewConsumer never panics on them.
+//
+// What the caller passes in stays the caller's: the Consumer never closes
+// rcv or its store. It closes only what it made itself: the connections it
+// opened with Options.Dial (or DialURL(url)), and their channels.
 func NewConsumer[T, R any](url, queue string, rcv *dedup.Receiver[*dedup.Message[T], R], opts *Options) (*Consumer[T, R], error) {
 	switch {
 	case queue == "":
-		return nil, wrapConfig("queue is empty")
+		return nil, wrapConfig("queue is empty: name the queue to consume")
 	case rcv == nil:
 		return nil, wrapConfig("receiver is nil")
-	case opts == nil:
-		return nil, wrapConfig("options are nil: set DeadLetterExchange or RejectDeadLetters")
 	}
 	o := opts.withDefaults(url, rcv.Logger())
 	if err := o.validate(); err != nil {
@@ -65,21 +81,35 @@ func NewConsumer[T, R any](url, queue string, rcv *dedup.Receiver[*dedup.Message
 		o.DeadLetterRoutingKey = queue
 	}
 	return &Consumer[T, R]{
-		queue:   queue,
-		rcv:     rcv,
-		opts:    o,
-		tag:     "dedup-" + queue + "-" + NewMessageID()[:8],
-		changed: make(chan struct{}),
-		stopped: make(chan struct{}),
+		queue:      queue,
+		rcv:        rcv,
+		opts:       o,
+		holdBudget: o.ConsumerTimeout - rcv.Lease() - o.InPlaceRetryMax,
+		tag:        "dedup-" + queue + "-" + NewMessageID()[:8],
+		changed:    make(chan struct{}),
+		stopped:    make(chan struct{}),
 	}, nil
 }
 
 // Start connects, checks the topology (the dead-letter exchange and every
 // retry tier's queue must exist) and the horizon (see
-// Options.StrictHorizon), starts consuming and returns once the workers
-// run. A failure at Start is returned, not retried. Cancelling ctx later is
-// a hard stop: consuming stops and the handlers' contexts are cancelled. A
-// Consumer starts once.
+// Options.StrictHorizon), logs the broker's version and which returns a
+// quorum queue counts towards its x-delivery-limit on it, starts consuming
+// and returns once the workers run. A failure at Start is returned, not
+// retried. A Consumer starts once.
+//
+// ctx bounds the consumer's whole life, not only Start: when it ends
+// without Stop, that is a hard stop (consuming stops, the handlers'
+// contexts are cancelled), logged at error level, and Err then returns an
+// error matching ErrStoppedUnasked that wraps context.Cause(ctx). Pass a
+// context that lasts as long as the consumer should, and stop it with Stop
+// and a context of its own:
+//
+//	if err := c.Start(context.Background()); err != nil { ... }
+//	<-sigCtx.Done() // signal.NotifyContext
+//	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+//	defer cancel()
+//	err := c.Stop(stopCtx)
 func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -104,7 +134,11 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	}
 	c.started = true
 	c.cur = s
-	stopWatch := context.AfterFunc(ctx, c.hardCancel)
+	c.logBroker(ctx, s.conn)
+	stopWatch := context.AfterFunc(ctx, func() {
+		c.stoppedUnasked(ctx)
+		c.hardCancel()
+	})
 	for range c.opts.Concurrency {
 		w := &worker[T, R]{c: c}
 		c.workers.Go(w.run)
@@ -131,6 +165,7 @@ func (c *Consumer[T, R]) Stop(ctx context.Context) error {
 		c.mu.Unlock()
 		return ErrNotStarted
 	}
+	c.stopAsked = true
 	c.setStoppingLocked()
 	c.mu.Unlock()
 	c.stopCancel()
@@ -143,12 +178,14 @@ func (c *Consumer[T, R]) Stop(ctx context.Context) error {
 	}
 }
 
-// Stopped is closed when the consumer has stopped: after Stop, a hard
-// stop, or on its own (the queue deleted: Err says why).
+// Stopped is closed when the consumer has stopped: after Stop, or without
+// it (Start's context ended, the queue deleted: Err says why).
 func (c *Consumer[T, R]) Stopped() <-chan struct{} { return c.stopped }
 
-// Err returns why the consumer stopped on its own (an error matching
-// ErrQueueDeleted), or nil.
+// Err returns why the consumer stopped without Stop: an error matching
+// ErrStoppedUnasked and wrapping context.Cause of Start's context when that
+// ended, or ErrQueueDeleted when the queue was deleted. It returns nil
+// while the consumer runs, and after a Stop that came first.
 func (c *Consumer[T, R]) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -210,9 +247,25 @@ func (c *Consumer[T, R]) fail(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err == nil {
-		c.err = err
+		c.err = fmt.Errorf("%w: %w", ErrStoppedUnasked, err)
 	}
 	c.setStoppingLocked()
+}
+
+// stoppedUnasked records, and logs at error level, a hard stop by the end
+// of Start's context, unless Stop was called first or the consumer had
+// already stopped on its own.
+func (c *Consumer[T, R]) stoppedUnasked(ctx context.Context) {
+	cause := context.Cause(ctx)
+	c.mu.Lock()
+	if c.stopAsked || c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = fmt.Errorf("%w: Start's context ended: %w", ErrStoppedUnasked, cause)
+	c.mu.Unlock()
+	c.opts.Logger.ErrorContext(context.WithoutCancel(ctx), "dedupamqp: consumer stopped without Stop: Start's context ended (a hard stop); pass Start a context that lasts, and stop with Stop",
+		slog.String("queue", c.queue), slog.Any("error", cause))
 }
 
 // Stats counts what a Consumer did since it started.
@@ -233,7 +286,8 @@ type Stats struct {
 	// their originals were requeued.
 	DeadLetterFailures uint64
 	// Tiered counts retries republished to a retry tier; InPlace retries
-	// held and returned to the queue.
+	// held in place: returned to the queue after the hold, or, while the
+	// store is down, handed to the receiver again without returning.
 	Tiered, InPlace uint64
 }
 

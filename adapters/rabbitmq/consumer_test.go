@@ -91,6 +91,11 @@ func TestDecisions(t *testing.T) {
 			require.Equal(t, d.MessageId, d.Headers[dedupamqp.HeaderOriginalMessageID])
 			require.EqualValues(t, 1, d.Headers[dedupamqp.HeaderDeliveryCount])
 			require.NotEmpty(t, d.Headers[dedupamqp.HeaderError])
+			// The one spelling of every adapter (AMQP keys are case-sensitive).
+			for _, name := range []string{"Dedup-Reason", "Dedup-Error", "Dedup-Queue", "Dedup-Delivery-Count",
+				"Dedup-Original-Exchange", "Dedup-Original-Routing-Key", "Dedup-Original-Message-Id"} {
+				require.Contains(t, d.Headers, name)
+			}
 			require.Equal(t, amqp.Persistent, d.DeliveryMode)
 			// Ours is not copied; a quorum dead-letter queue sets its own, 0 on
 			// this first delivery.
@@ -166,7 +171,7 @@ func TestStopRequeuesUnfinished(t *testing.T) {
 }
 
 // TestQueueDeleted: deleting the queue under the consumer stops it, with
-// Err matching ErrQueueDeleted.
+// Err matching ErrQueueDeleted and ErrStoppedUnasked.
 func TestQueueDeleted(t *testing.T) {
 	t.Parallel()
 	url := testenv.RabbitMQ.Addr(t)
@@ -187,6 +192,7 @@ func TestQueueDeleted(t *testing.T) {
 	testenv.Recv(t, c.Stopped(), "the consumer to stop")
 	require.ErrorIs(t, c.Err(), dedupamqp.ErrQueueDeleted)
 	require.True(t, errors.Is(c.Err(), dedupamqp.ErrQueueDeleted))
+	require.ErrorIs(t, c.Err(), dedupamqp.ErrStoppedUnasked)
 }
 
 // TestStopRequeuesPrefetched: deliveries prefetched but not started when

@@ -8,24 +8,26 @@ import (
 	"github.com/dedup-go/dedup"
 )
 
-// Headers the Consumer adds to dead letters and retries. None starts with
-// "x-": brokers reserve that prefix, and RabbitMQ 3.13 and later ignore
-// x- headers set by clients.
+// Headers the Consumer adds to dead letters and retries, spelt as every
+// adapter of dedup spells them (the canonical MIME form). AMQP table keys
+// are case-sensitive: the Consumer reads these exact names and no other
+// spelling. None starts with "x-": brokers reserve that prefix, and
+// RabbitMQ 3.13 and later ignore x- headers set by clients.
 const (
-	HeaderReason             = "dedup-reason"            // the dedup.Reason, e.g. "undecodable"
-	HeaderError              = "dedup-error"             // the error's text, on one line
-	HeaderQueue              = "dedup-queue"             // the queue it was consumed from
-	HeaderKey                = "dedup-key"               // the record's key, when it had one
-	HeaderAttempt            = "dedup-attempt"           // the receiver's attempt, when known
-	HeaderDeliveryCount      = "dedup-delivery-count"    // the envelope's DeliveryCount
-	HeaderOriginalExchange   = "dedup-original-exchange" // where the producer published it
-	HeaderOriginalRoutingKey = "dedup-original-routing-key"
-	HeaderOriginalMessageID  = "dedup-original-message-id"
+	HeaderReason             = "Dedup-Reason"            // the dedup.Reason, e.g. "undecodable"
+	HeaderError              = "Dedup-Error"             // the error's text, on one line
+	HeaderQueue              = "Dedup-Queue"             // the queue it was consumed from
+	HeaderKey                = "Dedup-Key"               // the record's key, when it had one
+	HeaderAttempt            = "Dedup-Attempt"           // the receiver's attempt, when known
+	HeaderDeliveryCount      = "Dedup-Delivery-Count"    // the envelope's DeliveryCount
+	HeaderOriginalExchange   = "Dedup-Original-Exchange" // where the producer published it
+	HeaderOriginalRoutingKey = "Dedup-Original-Routing-Key"
+	HeaderOriginalMessageID  = "Dedup-Original-Message-Id"
 	// HeaderRetries counts the trips through retry tiers: a message comes
 	// back from one as a new message, with a delivery count of 1.
-	HeaderRetries = "dedup-retries"
+	HeaderRetries = "Dedup-Retries"
 	// HeaderRetryReason is the reason of the last trip through a retry tier.
-	HeaderRetryReason = "dedup-retry-reason"
+	HeaderRetryReason = "Dedup-Retry-Reason"
 )
 
 // republished copies d's properties and body into a new message with a

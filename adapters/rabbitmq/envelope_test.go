@@ -69,7 +69,7 @@ func TestEnvelope(t *testing.T) {
 	require.Equal(t, body, m.Data)
 	require.Equal(t, "m-1", m.ID)
 	require.Equal(t, top.Queue, m.Source)
-	require.Equal(t, dedupamqp.Broker, m.Broker)
+	require.Equal(t, dedupamqp.BrokerRabbitMQ, m.Broker)
 	require.Equal(t, 1, m.DeliveryCount)
 	require.False(t, m.Redelivered)
 	require.True(t, m.Timestamp.Equal(ts))

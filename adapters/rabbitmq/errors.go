@@ -20,8 +20,14 @@ var (
 	// dedup.ErrInvalidConfig too.
 	ErrHorizon = errors.New("dedupamqp: lease or retention does not fit the broker's horizon")
 	// ErrQueueDeleted: the queue was deleted while the Consumer consumed
-	// it; the Consumer stopped, and Err returns an error matching this.
+	// it; the Consumer stopped, and Err returns an error matching this and
+	// ErrStoppedUnasked.
 	ErrQueueDeleted = errors.New("dedupamqp: queue deleted")
+	// ErrStoppedUnasked: the Consumer stopped without Stop: Start's context
+	// ended (a hard stop), or the queue was deleted. Err returns an error
+	// matching it and wrapping the cause: context.Cause of Start's context,
+	// or ErrQueueDeleted. It is logged at error level.
+	ErrStoppedUnasked = errors.New("dedupamqp: stopped without Stop")
 	// ErrReturned: the broker returned a mandatory publish (a dead letter,
 	// a retry, a Publisher's message) as unroutable: no queue is bound
 	// where it was sent. Nothing was stored.

@@ -45,13 +45,14 @@ func DialURL(url string) Dialer {
 	}
 }
 
-// Options configure a Consumer. A nil *Options is not enough: a Consumer
-// must be told where poison messages go (DeadLetterExchange or
-// RejectDeadLetters).
+// Options configure a Consumer. A nil *Options means all defaults, but
+// where poison messages go has no default: NewConsumer refuses options
+// that set neither DeadLetterExchange nor RejectDeadLetters (nil among
+// them) with an error naming both.
 //
 // There is no callback among them: what became of each delivery is
 // reported to the receiver's dedup.Config.Observer as a dedup.EventSettled
-// event whose Broker is [Broker] and Source the queue.
+// event whose Broker is [BrokerRabbitMQ] and Source the queue.
 type Options struct {
 	// Concurrency is how many deliveries are handled at once. Defaults to 8.
 	Concurrency int
@@ -92,12 +93,16 @@ type Options struct {
 	// tier's queue exists. Defaults to none: every retry is in place.
 	RetryTiers []time.Duration
 
-	// InPlaceRetryMax is the longest delay a retry is held for in place:
-	// the worker keeps the delivery unacknowledged for its delay (at most
-	// this), then returns it to the queue: Reject(requeue=true) after a
-	// handler failure (which RabbitMQ counts towards a quorum queue's
-	// x-delivery-limit), Nack(requeue=true) when the handler did not run
-	// (in flight elsewhere, store down, shutdown). Defaults to 1s.
+	// InPlaceRetryMax is the longest delay a retry is held for in place
+	// before it is returned to the queue: the worker keeps the delivery
+	// unacknowledged for its delay (at most this), then returns it:
+	// Reject(requeue=true) after a handler failure (which RabbitMQ counts
+	// towards a quorum queue's x-delivery-limit), Nack(requeue=true) when
+	// the handler did not run (in flight elsewhere, shutdown; RabbitMQ
+	// before 4.0 counts that too). A delivery refused because the store is
+	// down is not returned: it is held and tried again in place every
+	// StoreRetryDelay of the receiver, until ConsumerTimeout nears (see
+	// ConsumerTimeout). Defaults to 1s.
 	InPlaceRetryMax time.Duration
 
 	// Decoder decodes the body into the handler's type. Defaults to
@@ -112,8 +117,16 @@ type Options struct {
 	Fingerprint bool
 
 	// ConsumerTimeout is the broker's consumer_timeout (AMQP 0.9.1 cannot
-	// read it): Start checks that the receiver's lease plus InPlaceRetryMax
-	// stays under it. Defaults to 30m, RabbitMQ's default.
+	// read it): a delivery left unacknowledged that long makes the broker
+	// close its channel. Start checks that the receiver's lease plus
+	// InPlaceRetryMax stays under it. While the store is down, a delivery
+	// is held unacknowledged and tried again every StoreRetryDelay of the
+	// receiver for as long as ConsumerTimeout allows: it is returned to
+	// the queue (Nack, requeue) only when another wait would take it past
+	// its arrival plus ConsumerTimeout, less the lease and InPlaceRetryMax.
+	// The prefetch bounds how many deliveries are held. Set it to the
+	// broker's value when that is not the default. Defaults to 30m,
+	// RabbitMQ's default.
 	ConsumerTimeout time.Duration
 
 	// StrictHorizon makes Start fail with ErrHorizon when the lease does
@@ -179,9 +192,9 @@ func (o *Options) validate() error {
 	case o.ConsumerTimeout < 0:
 		return wrapConfig("ConsumerTimeout is %v; it must be positive", o.ConsumerTimeout)
 	case o.Dial == nil:
-		return wrapConfig("no url and no Dial: the consumer cannot connect")
+		return wrapConfig("url is empty and Dial is nil: the consumer cannot connect; give a url or set Dial")
 	case o.DeadLetterExchange == "" && !o.RejectDeadLetters:
-		return wrapConfig("set DeadLetterExchange (Topology declares one) or RejectDeadLetters (the queue's own x-dead-letter-exchange): poison messages must go somewhere")
+		return wrapConfig("DeadLetterExchange is empty and RejectDeadLetters is false (nil options set neither): set DeadLetterExchange (Topology declares one) or RejectDeadLetters (the queue's own x-dead-letter-exchange); poison messages must go somewhere")
 	case o.DeadLetterExchange != "" && o.RejectDeadLetters:
 		return wrapConfig("DeadLetterExchange %q and RejectDeadLetters are both set; choose one", o.DeadLetterExchange)
 	case len(o.RetryTiers) > 0 && o.RetryTiers[0] <= 0:

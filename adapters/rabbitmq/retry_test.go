@@ -80,7 +80,10 @@ func TestRetryTier(t *testing.T) {
 		stopAtCleanup(t, c)
 
 		publishAll(t, conn, top.Queue, []amqp.Publishing{{
-			MessageId: "m-1", Body: orderJSON(t, Order{ID: "o-1"}), Headers: amqp.Table{"tenant": "acme"}, Type: "order.created",
+			MessageId: "m-1", Body: orderJSON(t, Order{ID: "o-1"}), Type: "order.created",
+			// Headers of another spelling are not dedup's: AMQP table keys
+			// are case-sensitive, and only the canonical names are read.
+			Headers: amqp.Table{"tenant": "acme", "dedup-retries": int32(5), "dedup-original-routing-key": "elsewhere"},
 		}})
 		testenv.Recv(t, done, "the retried delivery")
 		eventually(t, "both deliveries settled", func() bool { return ev.count() == 2 })
@@ -99,6 +102,11 @@ func TestRetryTier(t *testing.T) {
 		require.Equal(t, "handler-error", reason)
 		rk, _ := second.HeaderValue(dedupamqp.HeaderOriginalRoutingKey)
 		require.Equal(t, top.Queue, rk)
+		sd, _ := dedupamqp.DeliveryOf(&second)
+		require.EqualValues(t, 1, sd.Headers["Dedup-Retries"], "the canonical spelling, counted from none")
+		require.Equal(t, "handler-error", sd.Headers["Dedup-Retry-Reason"])
+		require.Equal(t, top.Queue, sd.Headers["Dedup-Original-Routing-Key"])
+		require.Equal(t, "", sd.Headers["Dedup-Original-Exchange"])
 		death, ok := second.HeaderValue("x-death")
 		require.True(t, ok, "the broker dead-letters the expired copy back")
 		require.Contains(t, death, dedupamqp.RetryQueueName(top.Queue, tier), "not the tier at least as long as the delay")
@@ -162,6 +170,8 @@ func TestMaxAttemptsDeadLetter(t *testing.T) {
 		require.Equal(t, "attempts-exhausted", dead.Headers[dedupamqp.HeaderReason])
 		require.EqualValues(t, 3, dead.Headers[dedupamqp.HeaderAttempt])
 		require.Equal(t, "attempts:m-1", dead.Headers[dedupamqp.HeaderKey])
+		require.EqualValues(t, 3, dead.Headers["Dedup-Attempt"])
+		require.Equal(t, "attempts:m-1", dead.Headers["Dedup-Key"])
 		require.Contains(t, dead.Headers[dedupamqp.HeaderError], "card declined (run 3)")
 		require.Equal(t, "m-1", dead.MessageId)
 		if n, ok := dead.Headers["x-delivery-count"]; ok {

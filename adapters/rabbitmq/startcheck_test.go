@@ -26,7 +26,9 @@ func nopReceiver(t *testing.T, cfg *dedup.Config) *dedup.Receiver[*dedup.Message
 }
 
 // TestOptionsValidation: bad options are an error matching
-// dedup.ErrInvalidConfig from NewConsumer, never a panic later.
+// dedup.ErrInvalidConfig from NewConsumer that names what is wrong, never a
+// panic later. nil options are all defaults, and where poison goes has
+// none: refused, naming both fields.
 func TestOptionsValidation(t *testing.T) {
 	t.Parallel()
 	rcv := nopReceiver(t, nil)
@@ -36,11 +38,13 @@ func TestOptionsValidation(t *testing.T) {
 		opts       *dedupamqp.Options
 		want       string
 	}{
-		"nil options":        {url, "q", nil, "DeadLetterExchange or RejectDeadLetters"},
-		"no dead letters":    {url, "q", &dedupamqp.Options{}, "poison messages must go somewhere"},
+		"nil options":        {url, "q", nil, "DeadLetterExchange is empty and RejectDeadLetters is false"},
+		"nil, no queue":      {url, "", nil, "queue is empty"},
+		"nil, no url":        {"", "q", nil, "url is empty and Dial is nil"},
+		"no dead letters":    {url, "q", &dedupamqp.Options{}, "DeadLetterExchange is empty and RejectDeadLetters is false"},
 		"both dead letters":  {url, "q", &dedupamqp.Options{DeadLetterExchange: "x", RejectDeadLetters: true}, "choose one"},
 		"empty queue":        {url, "", &dedupamqp.Options{RejectDeadLetters: true}, "queue is empty"},
-		"no url, no Dial":    {"", "q", &dedupamqp.Options{RejectDeadLetters: true}, "cannot connect"},
+		"no url, no Dial":    {"", "q", &dedupamqp.Options{RejectDeadLetters: true}, "url is empty and Dial is nil"},
 		"negative workers":   {url, "q", &dedupamqp.Options{RejectDeadLetters: true, Concurrency: -1}, "Concurrency"},
 		"prefetch too large": {url, "q", &dedupamqp.Options{RejectDeadLetters: true, Prefetch: 70000}, "Prefetch"},
 		"negative tier":      {url, "q", &dedupamqp.Options{RejectDeadLetters: true, RetryTiers: []time.Duration{-time.Second}}, "RetryTiers"},
