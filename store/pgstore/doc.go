@@ -68,8 +68,11 @@
 // the ended lease over and runs again). A stale worker, whose lease ended
 // and whose key another delivery took over, gets store.ErrLeaseLost from
 // the completion and its transaction is rolled back, business writes
-// included. [Store.CompleteTx] is the same completion for a transaction
-// you manage yourself.
+// included. The connection breaking inside the transaction (in the
+// function's own statements too) is the store being unavailable, not the
+// function failing: the error matches store.ErrUnavailable and the
+// claim's attempt is given back (see [TxHandler]). [Store.CompleteTx] is
+// the same completion for a transaction you manage yourself.
 //
 // Isolation levels: under READ COMMITTED (PostgreSQL's default, and the
 // recommended level), a delivery that tries to take the key over while

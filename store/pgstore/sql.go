@@ -14,7 +14,8 @@ import (
 //	token        the token of the last claim; a completed record keeps the
 //	             token that completed it, so that the same Complete again
 //	             succeeds
-//	attempt      claims made so far
+//	attempt      claims made so far, less those whose transaction the
+//	             database failed (TxHandler gives them back)
 //	fingerprint  fingerprint of the first claim that had one (bytes: the
 //	             store never interprets it)
 //	result       the result of a completed record
@@ -106,6 +107,7 @@ type statements struct {
 	release      string
 	extend       string
 	extendMany   string
+	giveBack     string
 	get          string
 	del          string
 	scan         string
@@ -190,6 +192,11 @@ WHERE r.key = $1::text AND r.token = $2::uuid AND r.state = 'processing' AND r.e
 FROM (SELECT clock_timestamp() AS t) n, unnest($1::text[], $2::uuid[], $3::bigint[]) AS q(key, token, lease)
 WHERE r.key = q.key AND r.token = q.token AND r.state = 'processing' AND r.expires_at > n.t
 RETURNING r.key, r.token`),
+
+		// giveBack: $1 key, $2 token. The attempt of a live claim that
+		// the database failed, uncounted.
+		giveBack: q(`UPDATE %[1]s SET attempt = attempt - 1
+WHERE key = $1::text AND token = $2::uuid AND state = 'processing' AND attempt > 0 AND expires_at > clock_timestamp()`),
 
 		// get: $1 key. The record unless it is gone.
 		get: q(`SELECT ` + recordCols + ` FROM %[1]s WHERE key = $1::text AND expires_at > clock_timestamp()`),

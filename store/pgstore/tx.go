@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -132,6 +134,18 @@ type TxOptions struct {
 // redelivery is a duplicate, so no effect repeats. Serialization failures
 // and deadlocks rerun fn (TxOptions.Retries).
 //
+// The database failing the transaction is the store being unavailable,
+// not fn failing: the connection breaking under fn's own statements (a
+// reset, an unexpected EOF, SQLSTATE class 08, the session terminated,
+// 57P01-57P03), or BEGIN, the completion or COMMIT failing or timing out.
+// The error then matches store.ErrUnavailable (fn's error is wrapped in a
+// *store.OpError), so the receiver's Decide retries the message after
+// Config.StoreRetryDelay, and the claim's attempt is given back (one
+// fenced UPDATE on a new connection, after the rollback): the next
+// delivery runs under the same attempt number, so an outage never brings
+// a message closer to MaxAttempts. A context's error is fn's own (its
+// deadline, or the receiver's cancellation), like any handler's.
+//
 // Outside a receiver's handler there is no claim to complete, and the
 // handler fails with ErrNoClaim. That includes a delivery that a receiver
 // with Config.FailOpen runs unprotected while the store is unavailable:
@@ -198,9 +212,18 @@ func (h *txHandler[M, R]) handle(ctx context.Context, msg M) (R, error) {
 	}
 }
 
-// run is one attempt: begin, fn, complete, commit.
+// run is one attempt: begin, fn, complete, commit. When the database
+// fails it (the connection breaks, in fn's statements too, or does not
+// answer in time), the error matches store.ErrUnavailable and, unless fn
+// runs again (a serialization failure or deadlock), the claim's
+// attempt is given back, once the transaction is rolled back.
 func (h *txHandler[M, R]) run(ctx context.Context, held *store.HeldClaim, msg M) (v R, err error) {
 	s := h.s
+	defer func() {
+		if errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrLeaseLost) && !retryable(err) {
+			s.giveBack(ctx, held)
+		}
+	}()
 	bctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	tx, err := s.pool.BeginTx(bctx, h.tx)
 	cancel()
@@ -216,6 +239,11 @@ func (h *txHandler[M, R]) run(ctx context.Context, held *store.HeldClaim, msg M)
 		}
 	}()
 	if v, err = h.fn(ctx, tx, msg); err != nil {
+		if ctx.Err() == nil && connBroken(err, tx) {
+			// Not the handler's failure: the store's database went away
+			// under it, and the transaction with it.
+			err = &store.OpError{Op: "tx", Key: held.Key, Err: fmt.Errorf("pgstore: the connection of the handler's transaction failed: %w", err)}
+		}
 		return v, err
 	}
 	if err = s.completeIn(ctx, tx, held, h.encode(v)); err != nil {
@@ -247,6 +275,51 @@ func (h *txHandler[M, R]) encode(v R) (data []byte) {
 		return nil
 	}
 	return data
+}
+
+// connBroken reports whether err, which fn returned, is the failure of
+// the connection under tx rather than of fn: a server error of class 08
+// (connection exception) or 57P01-57P03 (the server shutting down or
+// terminating the session), or any error other than a context's once the
+// connection is closed (a reset, an unexpected EOF, a write that failed:
+// pgx closes the connection on each). A context's error is fn's own, as
+// for any handler: its deadline, or the receiver's cancellation.
+func connBroken(err error, tx pgx.Tx) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03":
+			return true
+		}
+		return strings.HasPrefix(pgErr.Code, "08")
+	}
+	return tx.Conn().IsClosed()
+}
+
+// giveBack uncounts the attempt of held's claim after the database failed
+// it (the next claim takes the same attempt number again), so that an
+// outage does not bring a message closer to MaxAttempts. It is fenced by
+// the claim's token and state, runs on a new connection of the pool
+// within Options.Timeout, and changes nothing when the claim was taken
+// over, completed (a commit whose answer was lost) or gone. A failure
+// leaves the attempt counted, as a crash would: it is logged at debug
+// level only, the caller reports the outage.
+func (s *Store) giveBack(ctx context.Context, held *store.HeldClaim) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.timeout)
+	defer cancel()
+	var err error
+	for range 2 { // the first may get an idle connection that broke too
+		if _, err = s.pool.Exec(cctx, s.sql.giveBack, s.cfg.mode, held.Key, held.Token); err == nil || cctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		s.cfg.logger.DebugContext(ctx, "pgstore: the attempt of a claim the database failed stays counted",
+			slog.String("key", held.Key), slog.Any("error", err))
+	}
 }
 
 // retryable reports whether err is a serialization failure or a deadlock,
