@@ -10,9 +10,31 @@
 // ready-made ones), and the key's record in a store moves from processing
 // to completed (or failed, and retried):
 //
-//	rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", orderID), charge,
+//	type Order struct{ ID string }
+//	store, err := memstore.New(nil) // one process; redisstore shares records between replicas
+//	if err != nil {
+//		return err
+//	}
+//	charge := func(ctx context.Context, m *dedup.Message[Order]) (string, error) {
+//		return "charged " + m.Body.ID, nil // the effect: once per order id
+//	}
+//	rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
 //		&dedup.Config{Namespace: "billing"})
-//	res, err := rcv.Handle(ctx, msg) // res.Status: processed, duplicate, in-flight or bypassed
+//	if err != nil {
+//		return err
+//	}
+//	msg := &dedup.Message[Order]{Body: Order{ID: "o-1"}} // a broker adapter builds it from a delivery
+//	// The broker delivers it twice:
+//	for range 2 {
+//		res, err := rcv.Handle(ctx, msg) // res.Status: processed, duplicate, in-flight or bypassed
+//		d := rcv.Decide(res, err)        // what the broker should do: Ack, Retry after d.Delay, DeadLetter
+//		fmt.Println(res.Status, res.Value, d.Action)
+//	}
+//	return nil
+//
+// It prints "processed charged o-1 ack", then "duplicate charged o-1 ack":
+// the handler ran once. The snippet is the body of a function with a ctx
+// that returns an error; the package's Example runs it as written.
 //
 // Claiming a key is one atomic step in the store, never "check, then set".
 // A claim holds the key for a lease (Config.Lease) that the receiver
