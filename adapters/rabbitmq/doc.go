@@ -19,8 +19,14 @@
 //	rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
 //		&dedup.Config{Namespace: "billing"})
 //	c, err := dedupamqp.NewConsumer("amqp://guest:guest@127.0.0.1:5672/", "orders", rcv, top.Options())
-//	err = c.Start(ctx)
-//	defer c.Stop(ctx)
+//	// Start's context bounds the consumer's life: its end without Stop is
+//	// a hard stop, logged at error level and reported by Err.
+//	err = c.Start(context.Background())
+//
+//	<-sigCtx.Done() // a signal context (signal.NotifyContext)
+//	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+//	defer cancel()
+//	err = c.Stop(stopCtx) // a context of its own: finishes what runs, requeues the rest
 //
 // # The envelope
 //
@@ -36,7 +42,7 @@
 //	                on a classic queue 1, or 0 (unknown) once redelivered
 //	Redelivered     the redelivered flag (or a delivery count above 1)
 //	Timestamp       the Timestamp property, the producer's
-//	Broker          "rabbitmq" ([Broker])
+//	Broker          "rabbitmq" ([BrokerRabbitMQ])
 //
 // [DeliveryOf] returns the amqp091 delivery behind an envelope. Do not
 // acknowledge it: the consumer does, on the channel it came from, once the
@@ -59,7 +65,8 @@
 // settles the delivery on its own channel:
 //
 //	Ack          processed, duplicate, bypassed, done but not stored     Ack(multiple=false)
-//	Retry        handler error, in flight elsewhere, store down            a retry tier, or held and returned in place
+//	Retry        handler error, in flight elsewhere                        a retry tier, or held and returned in place
+//	Retry        store down (fail-closed)                                  held in place and tried again; returned only near ConsumerTimeout
 //	DeadLetter   undecodable, no id, invalid id, key reused,
 //	             permanent error, attempts exhausted                       publish to DeadLetterExchange (confirmed), then Ack
 //
@@ -69,21 +76,37 @@
 // queue), and the original is acknowledged only once the broker confirmed
 // the copy. A shorter retry, or any retry without tiers, is held
 // unacknowledged for its delay (at most InPlaceRetryMax) and returned:
-// Reject(requeue=true) after a handler failure, which RabbitMQ counts
-// towards a quorum queue's x-delivery-limit (RabbitMQ 4 stopped counting
-// Nack); Nack(requeue=true) when the handler did not run (in flight
-// elsewhere, store down, shutdown). Nothing relies on x-death counts or on
-// the delayed-message plugin.
+// Reject(requeue=true) after a handler failure, Nack(requeue=true) when the
+// handler did not run (in flight elsewhere, shutdown). Nothing relies on
+// x-death counts or on the delayed-message plugin.
+//
+// A quorum queue counts returns towards its x-delivery-limit and
+// dead-letters the message past it: RabbitMQ 4.0 and later count only
+// Reject(requeue=true); before 4.0 Nack(requeue=true) counts too. Start
+// reads the broker's version from the connection's server properties and
+// logs which rule applies. Whatever the version, a store outage dead-letters
+// nothing: a delivery the receiver refused because the store is down (its
+// handler did not run) is not returned but held, unacknowledged, and
+// handed to the receiver again in place every StoreRetryDelay of the
+// receiver (Options.Prefetch bounds how many are held), each try reported
+// as a retry. It is returned to the queue (Nack) only when another wait
+// would keep it past its arrival plus Options.ConsumerTimeout, less the
+// lease and InPlaceRetryMax, where the broker would close the channel; or
+// at once when the consumer stops or the connection is lost.
 //
 // A dead letter is published mandatory with confirms: the broker returns
 // one no queue is bound for, and then the original is requeued (after
 // StoreRetryDelay, at most InPlaceRetryMax), never acknowledged. It
-// carries the original body, properties and headers plus dedup-reason,
-// dedup-error, dedup-queue, dedup-key, dedup-attempt,
-// dedup-delivery-count and dedup-original-exchange, -routing-key and
-// -message-id. None of them starts with "x-", which brokers reserve
-// (RabbitMQ 3.13 and later ignore x- headers set by clients); the copy
-// drops x-delivery-count, which a queue could read as its own. With
+// carries the original body, properties and headers plus Dedup-Reason,
+// Dedup-Error, Dedup-Queue, Dedup-Key, Dedup-Attempt,
+// Dedup-Delivery-Count, Dedup-Original-Exchange,
+// Dedup-Original-Routing-Key and Dedup-Original-Message-Id (a retry tier's
+// copy carries Dedup-Retries and Dedup-Retry-Reason): the same names, in
+// the same canonical form, as every adapter of dedup writes. AMQP table
+// keys are case-sensitive, and the consumer reads these exact names only.
+// None of them starts with "x-", which brokers reserve (RabbitMQ 3.13 and
+// later ignore x- headers set by clients); the copy drops
+// x-delivery-count, which a queue could read as its own. With
 // Options.RejectDeadLetters instead, poison is rejected without requeue to
 // the queue's own dead-letter exchange, and then the broker's x-death is
 // all the reason there is.
@@ -102,7 +125,14 @@
 // store answers them), reconnects with Options.ReconnectBackoff, sets the
 // per-channel prefetch again and resumes. A failed acknowledgement is
 // counted (Stats.AckFailures) and logged: a redelivery is coming. A deleted
-// queue stops the consumer with Err matching [ErrQueueDeleted].
+// queue stops the consumer, logged at error level, with Err matching
+// [ErrQueueDeleted] and [ErrStoppedUnasked].
+//
+// What the caller passes in stays the caller's: the Consumer never closes
+// the receiver or its store, a Publisher never closes the connection it was
+// given (Close closes only its own channel), and Topology.Declare leaves
+// the caller's channel open. The Consumer closes only what it made: the
+// connections its Dialer opened, and their channels.
 //
 // # Horizon check
 //
@@ -126,11 +156,20 @@
 //
 // # Lifecycle
 //
+// A nil *Options means all defaults, except where poison goes, which has
+// none: NewConsumer refuses options that set neither DeadLetterExchange
+// nor RejectDeadLetters (nil among them) with an error naming both.
+//
 // Start connects and starts Options.Concurrency workers consuming with a
 // per-channel prefetch of Options.Prefetch. Stop cancels the consumer,
 // requeues (Nack) what was prefetched but not started, lets the running
 // handlers finish and settle, closes the connections and returns; at
-// ctx's deadline it cancels the handlers (their deliveries are requeued)
-// and returns ctx's error. Stopped is closed once everything is gone.
-// Cancelling Start's context is a hard stop.
+// its ctx's deadline it cancels the handlers (their deliveries are
+// requeued) and returns ctx's error. Stopped is closed once everything is
+// gone. Start's context bounds the consumer's life: when it ends without
+// Stop, that is a hard stop (the handlers' contexts cancelled, their
+// deliveries requeued), logged at error level, and Err returns an error
+// matching [ErrStoppedUnasked] that wraps context.Cause of that context.
+// Give Start a context that lasts as long as the consumer, and Stop a
+// context of its own.
 package rabbitmq

@@ -83,11 +83,15 @@ func ExampleNewConsumer() {
 	if err != nil {
 		panic(err)
 	}
+	// Start's context lasts as long as the consumer: its end without Stop
+	// would be a hard stop (an error). Stop gets a context of its own.
 	if err := c.Start(ctx); err != nil {
 		panic(err)
 	}
 	wg.Wait()
-	if err := c.Stop(ctx); err != nil {
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Stop(stopCtx); err != nil {
 		panic(err)
 	}
 	fmt.Println(charged)

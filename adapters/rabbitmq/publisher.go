@@ -42,7 +42,9 @@ type PublisherOptions struct {
 }
 
 // NewPublisher returns a Publisher on conn. It opens its channel on first
-// use, and again after the channel closed.
+// use, and again after the channel closed. A nil opts means the defaults.
+// conn stays the caller's: the Publisher never closes it; Close closes only
+// the channel the Publisher opened.
 func NewPublisher(conn *amqp.Connection, opts *PublisherOptions) (*Publisher, error) {
 	if conn == nil {
 		return nil, wrapConfig("connection is nil")

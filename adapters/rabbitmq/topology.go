@@ -104,7 +104,7 @@ func (t Topology) validate() error {
 // Declare declares the topology on ch: the dead-letter exchange and queue,
 // the work queue and its retry queues, all durable. It is idempotent. A
 // declaration the broker refuses closes ch (AMQP's rule); use a channel
-// of its own.
+// of its own. ch stays the caller's: Declare never closes it.
 func (t Topology) Declare(ctx context.Context, ch *amqp.Channel) error {
 	if ch == nil {
 		return wrapConfig("channel is nil")

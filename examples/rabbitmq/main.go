@@ -147,18 +147,26 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Start(ctx); err != nil {
+	// Start's context bounds the consumer's life: its end without Stop is a
+	// hard stop, logged as an error. So the consumer runs until Stop, and
+	// Stop gets a context of its own; ctx only bounds the wait.
+	if err := c.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
+	}
+	stop := func() error {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return c.Stop(stopCtx)
 	}
 	all := make(chan struct{})
 	go func() { settled.Wait(); close(all) }()
 	select {
 	case <-all:
 	case <-ctx.Done():
-		_ = c.Stop(context.WithoutCancel(ctx))
+		_ = stop()
 		return fmt.Errorf("waiting for the queue to be consumed: %w", ctx.Err())
 	}
-	if err := c.Stop(ctx); err != nil {
+	if err := stop(); err != nil {
 		return err
 	}
 
