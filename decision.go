@@ -39,20 +39,21 @@ type Reason string
 
 // The reasons Decide gives.
 const (
-	ReasonProcessed         Reason = "processed"
-	ReasonDuplicate         Reason = "duplicate"
-	ReasonBypassed          Reason = "bypassed"
-	ReasonNotStored         Reason = "result-not-stored" // done, but the record may not say so
-	ReasonInFlight          Reason = "in-flight"
-	ReasonHandlerError      Reason = "handler-error"
-	ReasonPermanent         Reason = "permanent-error"
-	ReasonAttemptsExhausted Reason = "attempts-exhausted"
-	ReasonNoKey             Reason = "no-key"
-	ReasonInvalidKey        Reason = "invalid-key"
-	ReasonUndecodable       Reason = "undecodable"
-	ReasonKeyReused         Reason = "key-reused"
-	ReasonStoreUnavailable  Reason = "store-unavailable"
-	ReasonCanceled          Reason = "canceled"
+	ReasonProcessed          Reason = "processed"
+	ReasonDuplicate          Reason = "duplicate"
+	ReasonBypassed           Reason = "bypassed"
+	ReasonNotStored          Reason = "result-not-stored" // done, but the record may not say so
+	ReasonInFlight           Reason = "in-flight"
+	ReasonHandlerError       Reason = "handler-error"
+	ReasonPermanent          Reason = "permanent-error"
+	ReasonAttemptsExhausted  Reason = "attempts-exhausted"
+	ReasonNoKey              Reason = "no-key"
+	ReasonInvalidKey         Reason = "invalid-key"
+	ReasonUndecodable        Reason = "undecodable"
+	ReasonKeyReused          Reason = "key-reused"
+	ReasonStoreUnavailable   Reason = "store-unavailable"
+	ReasonStoreMisconfigured Reason = "store-misconfigured"
+	ReasonCanceled           Reason = "canceled"
 )
 
 // Decision is what to do with a delivery, shared by every adapter so that
@@ -77,6 +78,8 @@ type Decision struct {
 //	permanent error, attempts exhausted, no key,
 //	invalid key, undecodable body, key reused            DeadLetter with the reason
 //	store unavailable (fail-closed)                      Retry after StoreRetryDelay
+//	store misconfigured (ErrInvalidConfig: a table or    Retry after StoreRetryDelay: nothing is lost
+//	a right missing)                                     while an operator fixes it
 //	caller's context ended (shutdown): ErrCanceled       Retry with the first backoff
 //	handler cancelled because its lease was lost         Retry with the first backoff (in flight elsewhere)
 //
@@ -127,6 +130,8 @@ func (r *Receiver[M, R]) Decide(res Result[R], err error) Decision {
 		return dead(ReasonPermanent)
 	case errors.Is(err, ErrStoreUnavailable):
 		return Decision{Action: Retry, Delay: r.cfg.StoreRetryDelay, Reason: ReasonStoreUnavailable, Err: err}
+	case !isHandlerError(err) && errors.Is(err, ErrInvalidConfig):
+		return Decision{Action: Retry, Delay: r.cfg.StoreRetryDelay, Reason: ReasonStoreMisconfigured, Err: err}
 	case !isHandlerError(err) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// Not from Handle (an adapter's own wait): nothing was done.
 		return Decision{Action: Retry, Delay: r.backoff(1), Reason: ReasonCanceled, Err: err}

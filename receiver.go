@@ -412,9 +412,16 @@ func (r *Receiver[M, R]) checkClaim(key string, c store.Claim, sent time.Time) e
 func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, err error, tm *timing) (Result[R], error) {
 	res := Result[R]{Key: key}
 	switch {
-	case errors.Is(err, ErrKeyReused), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidConfig):
+	case errors.Is(err, ErrKeyReused), errors.Is(err, ErrInvalidKey):
 		// The store refused this request, not the service: running the
 		// handler unprotected (fail-open) would be wrong.
+		return res, err
+	case errors.Is(err, ErrInvalidConfig):
+		// The store cannot serve any request until an operator fixes it (a
+		// table or a right missing): not an outage to run unprotected
+		// through, and worth an error line at every refusal.
+		r.stats.storeErrors.Add(1)
+		r.cfg.Logger.ErrorContext(ctx, "dedup: store misconfigured, delivery refused", slog.String("key", key), slog.Any("error", err))
 		return res, err
 	case ctx.Err() != nil:
 		return res, fmt.Errorf("%w: acquire %q: %w", ErrCanceled, key, context.Cause(ctx))
@@ -571,10 +578,17 @@ func detached(ctx context.Context) context.Context {
 // delivery retries it, and reports the failure with its attempt. A failure
 // while the caller's context ended is a shutdown: ErrCanceled.
 func (r *Receiver[M, R]) handlerFailed(ctx context.Context, key string, token store.Token, attempt int, herr error) (Result[R], error) {
-	r.stats.handlerErrors.Add(1)
 	if !errors.Is(herr, ErrLeaseLost) { // a lost claim is another delivery's now
 		r.release(ctx, key, token, herr.Error())
 	}
+	if errors.Is(herr, ErrStoreUnavailable) {
+		// The store broke inside the handler (the handler's own transaction
+		// of a store that completes in it): the store's failure, not the
+		// handler's.
+		r.stats.storeErrors.Add(1)
+		return Result[R]{Key: key, Attempt: attempt}, fmt.Errorf("dedup: %q: the store failed inside the handler: %w", key, herr)
+	}
+	r.stats.handlerErrors.Add(1)
 	err := error(&HandlerError{Key: key, Attempt: attempt, Err: herr})
 	if ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", ErrCanceled, err)
