@@ -3,9 +3,9 @@ module github.com/dedup-go/dedup/examples/postgres
 go 1.26.0
 
 require (
-	github.com/dedup-go/dedup v0.0.0-00010101000000-000000000000
-	github.com/dedup-go/dedup/adapters/nats v0.0.0-00010101000000-000000000000
-	github.com/dedup-go/dedup/store/pgstore v0.0.0-00010101000000-000000000000
+	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/adapters/nats v0.1.0
+	github.com/dedup-go/dedup/store/pgstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0

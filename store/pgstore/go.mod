@@ -3,7 +3,7 @@ module github.com/dedup-go/dedup/store/pgstore
 go 1.26.0
 
 require (
-	github.com/dedup-go/dedup v0.0.0-00010101000000-000000000000
+	github.com/dedup-go/dedup v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
