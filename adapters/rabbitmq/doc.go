@@ -1,4 +1,4 @@
-// Package rabbitmq runs a dedup.Receiver over a RabbitMQ queue with
+// Package dedupamqp runs a dedup.Receiver over a RabbitMQ queue with
 // github.com/rabbitmq/amqp091-go: a managed [Consumer] that settles every
 // delivery from the receiver's decision and owns its connections, a
 // [Topology] that declares a work queue with its dead-letter exchange and
@@ -172,4 +172,4 @@
 // matching [ErrStoppedUnasked] that wraps context.Cause of that context.
 // Give Start a context that lasts as long as the consumer, and Stop a
 // context of its own.
-package rabbitmq
+package dedupamqp

@@ -1,4 +1,4 @@
-package rabbitmq_test
+package dedupamqp_test
 
 import (
 	"context"

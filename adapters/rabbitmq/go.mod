@@ -2,7 +2,7 @@ module github.com/dedup-go/dedup/adapters/rabbitmq
 
 go 1.26.0
 
-require github.com/dedup-go/dedup v0.0.0-00010101000000-000000000000
+require github.com/dedup-go/dedup v0.1.0
 
 require (
 	github.com/rabbitmq/amqp091-go v1.16.0

@@ -3,8 +3,8 @@ module github.com/dedup-go/dedup/examples/rabbitmq
 go 1.26.0
 
 require (
-	github.com/dedup-go/dedup v0.0.0-00010101000000-000000000000
-	github.com/dedup-go/dedup/adapters/rabbitmq v0.0.0-00010101000000-000000000000
+	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/adapters/rabbitmq v0.1.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
