@@ -29,5 +29,6 @@ echo "== release-check: scripts/release.sh $version --skip-tests (in the clone)"
 GO=$GO "$tmp/repo/scripts/release.sh" "$version" --skip-tests
 
 echo "== release-check: users of each integration, from a module proxy"
-GOWORK=off "$GO" -C "$root/tools" run ./releasecheck -repo "$tmp/repo" -version "$version" -work "$tmp/work"
+GOWORK=off "$GO" -C "$root/tools" build -o "$tmp/releasecheck" ./releasecheck
+"$tmp/releasecheck" -repo "$tmp/repo" -version "$version" -work "$tmp/work"
 echo "release-check: ok in $((SECONDS - start))s"

@@ -5,4 +5,9 @@
 # Usage: scripts/release.sh VERSION [--dry-run] [--skip-tests]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-exec env GOWORK=off "${GO:-go}" -C "$root/tools" run ./release -C "$root" "$@"
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+GOWORK=off "${GO:-go}" -C "$root/tools" build -o "$bin/release" ./release
+status=0
+"$bin/release" -C "$root" "$@" || status=$?
+exit $status

@@ -278,12 +278,22 @@ func checkUser(ctx context.Context, env []string, dir string, u user, m repo.Mod
 	var none []string
 	for _, fam := range sortedKeys(u.forbid) {
 		none = append(none, fam)
+		var bad []string
 		for p := range pkgs {
 			for _, root := range u.forbid[fam] {
 				if under(p, root) {
-					problems = append(problems, fmt.Sprintf("package %s (%s) is built", p, fam))
+					bad = append(bad, p)
 				}
 			}
+		}
+		if len(bad) > 0 {
+			slices.Sort(bad)
+			more := ""
+			if len(bad) > 3 {
+				more = fmt.Sprintf(" and %d more", len(bad)-3)
+				bad = bad[:3]
+			}
+			problems = append(problems, fmt.Sprintf("builds %s packages: %s%s", fam, strings.Join(bad, ", "), more))
 		}
 	}
 	out, err := exec.CommandContext(ctx, bin).CombinedOutput()

@@ -25,14 +25,14 @@ var repoFiles = map[string]string{
 	"examples/go.mod": "module example.com/tiny/examples\n\ngo 1.26.0\n\nrequire example.com/tiny " + zero + "\n\nreplace example.com/tiny => ../\n",
 	"img/logo.png":    "png",
 	"docs/guide.md": "# Guide\n\n## Getting started\n\nText.\n\n## The `Receiver` API (v2)!\n\n## Usage\n\n## Usage\n\n" +
-		"<a id=\"custom-anchor\"></a>\n\nBack to the [README](../README.md#tiny) and [the root](/README.md).\n",
+		"<a id=\"custom-anchor\"></a>\n\n<div id=\"block-anchor\">\n\nIn a block.\n\n</div>\n\nBack to the [README](../README.md#tiny) and [the root](/README.md).\n",
 }
 
 // good is a README whose every link, anchor and complete snippet is fine.
 const good = "# Tiny\n\n" +
 	"See [the guide](docs/guide.md), [getting started](docs/guide.md#getting-started),\n" +
 	"[the API](docs/guide.md#the-receiver-api-v2), [usage again](docs/guide.md#usage-1),\n" +
-	"[a custom anchor](docs/guide.md#custom-anchor), [below](#install), [the lib](lib/sub),\n" +
+	"[a custom anchor](docs/guide.md#custom-anchor), [a block's anchor](docs/guide.md#block-anchor), [below](#install), [the lib](lib/sub),\n" +
 	"[from the root](/docs/guide.md#usage), [the web](https://example.com/x.md#nope), [mail](mailto:a@b.c)\n" +
 	"and ![the logo](img/logo.png).\n\n" +
 	"[ref]: docs/guide.md#getting-started\n\nA [reference link][ref].\n\n" +
@@ -71,7 +71,7 @@ func TestGoodDocs(t *testing.T) {
 	root := newRepo(t, good)
 	ps, st := check(t, root)
 	require.Empty(t, ps)
-	require.Equal(t, docscheck.Stats{Files: 2, Links: 14, Snippets: 1}, st)
+	require.Equal(t, docscheck.Stats{Files: 2, Links: 15, Snippets: 1}, st)
 }
 
 // Each broken thing is reported at its line, and nothing else is.

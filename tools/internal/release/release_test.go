@@ -224,3 +224,27 @@ func TestValidateVersion(t *testing.T) {
 		require.ErrorContains(t, err, want, "Run %q", v)
 	}
 }
+
+// Without a Test func the release runs make test in the repository, and a
+// failing make test stops it before any tag.
+func TestReleaseRunsMakeTest(t *testing.T) {
+	t.Parallel()
+	for _, pass := range []bool{true, false} {
+		files := tiny()
+		files["Makefile"] = "test:\n\t@echo make-test-ran-in-$(notdir $(CURDIR))\n"
+		if !pass {
+			files["Makefile"] += "\t@exit 3\n"
+		}
+		root := testrepo.New(t, files)
+		var out bytes.Buffer
+		err := release.Run(context.Background(), release.Options{Root: root, Version: "v0.1.0", Out: &out})
+		require.Contains(t, out.String(), "make-test-ran-in-"+filepath.Base(root)+"\n")
+		if pass {
+			require.NoError(t, err)
+			require.Equal(t, "lib/sub/v0.1.0\nv0.1.0", testrepo.Git(t, root, "tag", "--list"))
+		} else {
+			require.ErrorContains(t, err, "make test: exit status 2")
+			require.Empty(t, testrepo.Git(t, root, "tag", "--list"))
+		}
+	}
+}
