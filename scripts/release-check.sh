@@ -19,7 +19,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/release-check.XXXXXX")
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 echo "== release-check: clone $(git -C "$root" rev-parse --short HEAD) into $tmp/repo"
-git clone -q --no-tags "$root" "$tmp/repo"
+git -c advice.detachedHead=false clone -q --no-tags "$root" "$tmp/repo"
 git -C "$tmp/repo" config user.name release-check
 git -C "$tmp/repo" config user.email release-check@localhost
 git -C "$tmp/repo" config commit.gpgsign false
