@@ -65,8 +65,8 @@
 // settles the delivery on its own channel:
 //
 //	Ack          processed, duplicate, bypassed, done but not stored     Ack(multiple=false)
-//	Retry        handler error, in flight elsewhere                        a retry tier, or held and returned in place
-//	Retry        store down (fail-closed)                                  held in place and tried again; returned only near ConsumerTimeout
+//	Retry        handler error                                             a retry tier, or held and returned in place
+//	Retry        store down (fail-closed), in flight elsewhere             held in place and tried again; returned only near ConsumerTimeout
 //	DeadLetter   undecodable, no id, invalid id, key reused,
 //	             permanent error, attempts exhausted                       publish to DeadLetterExchange (confirmed), then Ack
 //
@@ -77,7 +77,7 @@
 // the copy. A shorter retry, or any retry without tiers, is held
 // unacknowledged for its delay (at most InPlaceRetryMax) and returned:
 // Reject(requeue=true) after a handler failure, Nack(requeue=true) when the
-// handler did not run (in flight elsewhere, shutdown). Nothing relies on
+// handler did not run (shutdown). Nothing relies on
 // x-death counts or on the delayed-message plugin.
 //
 // A quorum queue counts returns towards its x-delivery-limit and
@@ -85,11 +85,13 @@
 // Reject(requeue=true); before 4.0 Nack(requeue=true) counts too. Start
 // reads the broker's version from the connection's server properties and
 // logs which rule applies. Whatever the version, a store outage dead-letters
-// nothing: a delivery the receiver refused because the store is down (its
-// handler did not run) is not returned but held, unacknowledged, and
-// handed to the receiver again in place every StoreRetryDelay of the
-// receiver (Options.Prefetch bounds how many are held), each try reported
-// as a retry. It is returned to the queue (Nack) only when another wait
+// nothing, and neither does a duplicate that arrives while its original
+// runs: a delivery the receiver refused because the store is down or its
+// key is in flight elsewhere (its handler did not run) is not returned but
+// held, unacknowledged, and handed to the receiver again in place (after
+// the receiver's StoreRetryDelay for a store outage; after 200 ms doubling
+// up to the holder's remaining lease for a key in flight; Options.Prefetch
+// bounds how many are held), each try reported as a retry. It is returned to the queue (Nack) only when another wait
 // would keep it past its arrival plus Options.ConsumerTimeout, less the
 // lease and InPlaceRetryMax, where the broker would close the channel; or
 // at once when the consumer stops or the connection is lost.

@@ -47,8 +47,9 @@ func (w *worker[T, R]) run() {
 }
 
 // handle runs one delivery through the receiver and settles it. A
-// delivery refused because the store is down is held and handed to the
-// receiver again in place (see storeDown) before it is settled.
+// delivery refused because the store is down or its key is in flight is
+// held and handed to the receiver again in place (see heldInPlace) before
+// it is settled.
 func (w *worker[T, R]) handle(s *session, it *delivered[T]) {
 	c := w.c
 	env, d := &it.env, &it.d
@@ -60,7 +61,7 @@ func (w *worker[T, R]) handle(s *session, it *delivered[T]) {
 		res, err = c.rcv.Handle(s.ctx, env)
 	}
 	dec := c.rcv.Decide(res, err)
-	for w.storeDown(s, it, res, dec) {
+	for w.heldInPlace(s, it, res, dec) {
 		res, err = c.rcv.Handle(s.ctx, env)
 		dec = c.rcv.Decide(res, err)
 	}
@@ -80,13 +81,16 @@ func (w *worker[T, R]) settled(s *session, env *dedup.Message[T], res dedup.Resu
 	})
 }
 
-// storeDown holds a delivery the receiver refused because the store is
-// down (the handler did not run), unacknowledged, for dec.Delay (the
-// receiver's StoreRetryDelay), and reports true when it is to be handed to
-// the receiver again. Returning it to the queue instead would count
-// towards a quorum queue's x-delivery-limit on RabbitMQ before 4.0 (Nack
-// counts there), and a store outage of a few seconds would dead-letter
-// healthy messages. Each hold is reported as an in-place retry.
+// heldInPlace holds a delivery whose handler did not run because the
+// store is down, or because another delivery holds its key (in flight:
+// the receiver's next look comes after 200 ms, doubling up to the
+// holder's remaining lease), unacknowledged, for dec.Delay, and reports
+// true when it is to be handed to the receiver again. Returning it to the
+// queue instead would count towards a quorum queue's x-delivery-limit on
+// RabbitMQ before 4.0 (Nack counts there): a store outage of a few
+// seconds, or a duplicate arriving while its original runs, would
+// dead-letter a healthy message. Each hold is reported as an in-place
+// retry.
 //
 // It reports false, and the delivery is settled as dec says, when the
 // consumer stops or the session ends (the delivery goes back unprocessed),
@@ -94,13 +98,14 @@ func (w *worker[T, R]) settled(s *session, env *dedup.Message[T], res dedup.Resu
 // arrival plus ConsumerTimeout, less the receiver's lease and
 // InPlaceRetryMax, after which the broker could close the channel. Only
 // then does the outage return it to the queue.
-func (w *worker[T, R]) storeDown(s *session, it *delivered[T], res dedup.Result[R], dec dedup.Decision) bool {
+func (w *worker[T, R]) heldInPlace(s *session, it *delivered[T], res dedup.Result[R], dec dedup.Decision) bool {
 	c := w.c
-	if dec.Action != dedup.Retry || dec.Reason != dedup.ReasonStoreUnavailable || c.isStopping() || s.ctx.Err() != nil {
+	if dec.Action != dedup.Retry || !notRun(dec.Reason) || c.isStopping() || s.ctx.Err() != nil {
 		return false
 	}
 	if time.Since(it.at)+dec.Delay > c.holdBudget {
-		c.opts.Logger.WarnContext(s.ctx, "dedupamqp: the store is still down and the delivery was held as long as ConsumerTimeout allows; returning it to the queue",
+		c.opts.Logger.WarnContext(s.ctx, "dedupamqp: the delivery was held as long as ConsumerTimeout allows; returning it to the queue",
+			slog.String("reason", string(dec.Reason)),
 			slog.String("queue", c.queue), slog.String("message_id", it.d.MessageId), slog.Duration("held", time.Since(it.at)),
 			slog.Duration("consumer_timeout", c.opts.ConsumerTimeout), slog.Bool("counts_towards_delivery_limit", c.broker.nackCounts))
 		return false
@@ -108,6 +113,13 @@ func (w *worker[T, R]) storeDown(s *session, it *delivered[T], res dedup.Result[
 	c.stats.inPlace.Add(1)
 	w.settled(s, &it.env, res, dec, nil)
 	return w.hold(s, dec.Delay) && !c.isStopping()
+}
+
+// notRun reports whether a retry is for a delivery whose handler did not
+// run and that the receiver may take in a moment: the store is down, or
+// another delivery holds the key.
+func notRun(r dedup.Reason) bool {
+	return r == dedup.ReasonStoreUnavailable || r == dedup.ReasonInFlight
 }
 
 // requeueUnhandled returns a delivery that arrived after Stop, unhandled:
