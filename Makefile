@@ -3,6 +3,8 @@
 #                  (installing them if needed)
 # make quickstart  the main example; needs no external service
 # make bench       the benchmarks of every module, each beside its baseline
+# make release-check  a release of HEAD as its users meet it (part of make test)
+# make docs-check  links and complete Go programs of README.md and docs/ (part of make test)
 
 GO       ?= go
 SERVICES ?= redis nats rabbitmq postgres
@@ -10,7 +12,7 @@ SERVICES ?= redis nats rabbitmq postgres
 # integration, each with its own go.mod.
 MODULES  := $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' | sort))
 
-.PHONY: test services quickstart bench fuzz lint deps-check
+.PHONY: test services quickstart bench fuzz lint deps-check release-check docs-check
 
 # Every step runs whatever failed before it; the summary at the end gives
 # each module's result, and the exit status is non-zero if any failed.
@@ -29,6 +31,17 @@ lint:
 # each integration only what its users need.
 deps-check:
 	@./scripts/deps-check.sh
+
+# A release of HEAD works for its users: tags it in a throwaway clone and
+# builds a user of each integration from a file:// module proxy of the tags
+# (nothing is tagged here).
+release-check:
+	@./scripts/release-check.sh
+
+# Relative links and anchors of README.md and docs/ resolve, and every
+# ```go run block compiles against the repository's modules.
+docs-check:
+	@$(GO) -C tools run ./docscheck ..
 
 quickstart:
 	$(GO) -C examples run ./quickstart
