@@ -40,7 +40,11 @@ const (
 )
 
 func childMain() int {
-	if err := runChild(); err != nil {
+	run := runChild
+	if os.Getenv(childMode) == rebalanceMode {
+		run = runRebalanceChild
+	}
+	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
