@@ -173,8 +173,10 @@
 // a partition it has lost. None of that matters for correctness here: the
 // store, not the partition assignment, decides who runs a handler. A
 // message the old owner finished is a duplicate for the new one; a message
-// the old owner is still handling is in flight (the new owner retries it
-// after the remaining lease); a rewound offset is re-read and absorbed.
+// the old owner is still handling is in flight (the new owner looks at it
+// again after 200ms, twice as long each further time, never later than the
+// holder's lease ends: Decide's delay, waited in place); a rewound offset
+// is re-read and absorbed.
 //
 // What a rebalance costs: kafka-go has only eager balancers, so every
 // rebalance (a member joining, leaving, or missing its session timeout)
@@ -185,6 +187,35 @@
 // message again alongside. After a member is killed, its partitions wait
 // for the session timeout, then the re-formed group, then the rest of the
 // killed handler's lease.
+//
+// # What a rebalance and a crash cost
+//
+// Measured (TestRebalanceStalls: 12 partitions, consumer processes over a
+// tieredstore and one Redis, the default 30s lease, 160 orders/s plus 30%
+// copies, a burst of 1,200 orders, four runs): when a consumer joins while
+// the old owners still handle a fetched backlog, no partition went more
+// than 0.3 to 0.6s without an effect, and the group handled 400 orders/s
+// in the 5s after the join. Waiting the whole remaining lease on a key in
+// flight instead (the behaviour before) stalls partitions for up to that
+// lease: 25 to 35s at each membership change in a scale-out run with the
+// default lease. When a consumer is SIGKILLed inside a handler, the
+// partition whose key it held waits out the rest of that lease (30.1 to
+// 30.2s): nothing tells a dead holder from a slow one. The other
+// partitions of the consumer that waits go on until the waiting
+// partition's buffer is full (see Back-pressure: 256 messages, here after
+// about 15s), and then wait too (14 to 16.5s; 1.1s with PartitionBuffer
+// 2048): a PartitionBuffer of a partition's messages per lease keeps them
+// flowing, at that much memory per waiting partition.
+//
+// kafka-go (v0.4.51) tells a group Reader's user nothing when a partition
+// is taken away: FetchMessage returns no generation (it drops, unreported,
+// the old generation's messages still in its own queue), Stats().Rebalances
+// counts generations since the last Stats call (which resets it) and names
+// no partition, and the Reader's ConsumerGroup and Generation are not
+// exposed. So the old owner goes on with what it had fetched, which costs
+// little: it holds no key while it waits, and the new owner, re-reading
+// from the last commit behind it, finds its keys done or looks at them
+// again within a fraction of a second.
 //
 // # Back-pressure
 //

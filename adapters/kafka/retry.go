@@ -113,9 +113,10 @@ func atoiHeader(h Header, name string) (int, error) {
 // tierFor returns the retry tier of a Retry decision: the smallest tier at
 // least d's delay, or the largest. It reports false when d is retried in
 // place: no tiers, a delay shorter than the smallest tier, or a reason
-// other than a handler error (a message in flight elsewhere waits for the
-// remaining lease, a store that is down holds the whole partition back on
-// purpose, and a shutdown leaves the message for the next owner).
+// other than a handler error (a message in flight elsewhere is looked at
+// again in place, soon at first: its holder may finish in milliseconds; a
+// store that is down holds the whole partition back on purpose; and a
+// shutdown leaves the message for the next owner).
 func tierFor(tiers []time.Duration, d dedup.Decision) (time.Duration, bool) {
 	if len(tiers) == 0 || d.Action != dedup.Retry || d.Reason != dedup.ReasonHandlerError || d.Delay < tiers[0] {
 		return 0, false
