@@ -1,4 +1,4 @@
-// Package kafka runs a dedup.Receiver over a segmentio/kafka-go
+// Package dedupkafka runs a dedup.Receiver over a segmentio/kafka-go
 // consumer-group Reader ([Consumer]). Import it next to kafka-go under an
 // alias:
 //
@@ -268,4 +268,4 @@
 // the Consumer), or io.ErrClosedPipe when a commit found the reader closed.
 // The end of Start's context is a hard stop: the handlers' contexts are
 // cancelled, and the watermarks committed.
-package kafka
+package dedupkafka

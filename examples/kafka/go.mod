@@ -3,8 +3,8 @@ module github.com/dedup-go/dedup/examples/kafka
 go 1.26.0
 
 require (
-	github.com/dedup-go/dedup v0.0.0-00010101000000-000000000000
-	github.com/dedup-go/dedup/adapters/kafka v0.0.0-00010101000000-000000000000
+	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/adapters/kafka v0.1.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/stretchr/testify v1.12.1
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
