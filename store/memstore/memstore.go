@@ -44,6 +44,8 @@ var (
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
 	_ store.InProcess  = (*Store)(nil)
+
+	_ store.CompleteReporter = (*Store)(nil)
 )
 
 // New returns an empty Store. A nil opts means all defaults; a negative
@@ -74,6 +76,13 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Cl
 // the first result stays.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
 	return s.core.Complete(ctx, req)
+}
+
+// CompleteReport is Complete, reporting whether this call wrote the record
+// (store.CompletionWrote) or found it completed already by req.Token
+// (store.CompletionUnchanged).
+func (s *Store) CompleteReport(ctx context.Context, req store.CompleteRequest) (store.Completion, error) {
+	return s.core.CompleteReport(ctx, req)
 }
 
 // Release records the failure of the key held by req.Token and frees the
@@ -114,6 +123,12 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 // reading; the error at index i belongs to reqs[i].
 func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
 	return s.core.CompleteBatch(ctx, reqs)
+}
+
+// CompleteBatchReport is CompleteBatch, reporting for each request whether
+// it wrote the record or found it completed already by its token.
+func (s *Store) CompleteBatchReport(ctx context.Context, reqs []store.CompleteRequest) []store.CompleteOutcome {
+	return s.core.CompleteBatchReport(ctx, reqs)
 }
 
 // ExtendBatch runs Extend for every request in order, on one clock

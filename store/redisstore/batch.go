@@ -97,9 +97,29 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 // server's clock, one MGET), a pipeline of one run per key on a Cluster.
 func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
 	errs := make([]error, len(reqs))
+	s.completeBatch(ctx, reqs, errs, nil)
+	return errs
+}
+
+// CompleteBatchReport is CompleteBatch, reporting for each request whether
+// it wrote the record or found it completed already by its token, from the
+// same round trip.
+func (s *Store) CompleteBatchReport(ctx context.Context, reqs []store.CompleteRequest) []store.CompleteOutcome {
+	errs := make([]error, len(reqs))
+	done := make([]store.Completion, len(reqs))
+	s.completeBatch(ctx, reqs, errs, done)
+	out := make([]store.CompleteOutcome, len(reqs))
+	for i := range out {
+		out[i] = store.CompleteOutcome{Completion: done[i], Err: errs[i]}
+	}
+	return out
+}
+
+// completeBatch is CompleteBatch into errs and, unless nil, done.
+func (s *Store) completeBatch(ctx context.Context, reqs []store.CompleteRequest, errs []error, done []store.Completion) {
 	if s.oneServer() {
-		s.completeMany(ctx, reqs, errs)
-		return errs
+		s.completeMany(ctx, reqs, errs, done)
+		return
 	}
 	var calls []scriptCall
 	for i, req := range reqs {
@@ -109,12 +129,15 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest)
 		calls = append(calls, scriptCall{index: i, key: req.Key, script: completeScript, args: completeArgs(req)})
 	}
 	s.run(ctx, "complete", completeManyScript, calls, func(i int, reply any, err error) {
+		c := store.CompletionUnknown
 		if err == nil {
-			err = settledOf("complete", reqs[i].Key, reply)
+			c, err = completedOf(reqs[i].Key, reply)
 		}
 		errs[i] = err
+		if done != nil {
+			done[i] = c
+		}
 	})
-	return errs
 }
 
 // completeMany is CompleteBatch on a single server: completeManyScript for
@@ -122,7 +145,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest)
 // command, with no slice of arguments per key, and a retention repeated
 // from the key before is the same boxed value: a batch's completion costs
 // the client little beyond the bytes it sends.
-func (s *Store) completeMany(ctx context.Context, reqs []store.CompleteRequest, errs []error) {
+func (s *Store) completeMany(ctx context.Context, reqs []store.CompleteRequest, errs []error, done []store.Completion) {
 	todo := make([]int, 0, len(reqs))
 	for i, req := range reqs {
 		if errs[i] = checkSettle("complete", req.Key, req.Token, req.Retention); errs[i] == nil {
@@ -178,7 +201,11 @@ func (s *Store) completeMany(ctx context.Context, reqs []store.CompleteRequest, 
 			case k >= len(replies):
 				errs[i] = errReply("complete", key, replies)
 			default:
-				errs[i] = settledOf("complete", key, replies[k])
+				var c store.Completion
+				c, errs[i] = completedOf(key, replies[k])
+				if done != nil {
+					done[i] = c
+				}
 			}
 		}
 	}

@@ -29,7 +29,11 @@
 //     server's clock, exactly: its key expires the millisecond before, and
 //     Redis drops a key once its clock is past the key's expiry.
 //   - Complete with the token that completed the record (the record keeps
-//     it) succeeds again and changes nothing: the first result stays.
+//     it) succeeds again and changes nothing: the first result stays. The
+//     Store is a [store.CompleteReporter]: the completion script answers,
+//     in the same round trip, whether the call wrote the record or found
+//     it completed already, which lets tieredstore cache exactly the
+//     record Redis keeps.
 //   - A fingerprint mismatch is [store.ErrKeyReused] in every state,
 //     failed and processing under an ended lease included, and claims
 //     nothing.

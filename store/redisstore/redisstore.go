@@ -60,6 +60,8 @@ var (
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
 	_ store.Bounded    = (*Store)(nil)
+
+	_ store.CompleteReporter = (*Store)(nil)
 )
 
 // New returns a Store on client after checking that Redis answers and
@@ -289,10 +291,23 @@ func checkAcquire(req store.AcquireRequest) error {
 // with the token that completed the record succeeds and changes nothing:
 // the first result and expiry stay.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
+	_, err := s.CompleteReport(ctx, req)
+	return err
+}
+
+// CompleteReport is Complete, reporting whether this call wrote the record
+// (store.CompletionWrote) or found it completed already by req.Token
+// (store.CompletionUnchanged): the completion script answers which, in the
+// same round trip.
+func (s *Store) CompleteReport(ctx context.Context, req store.CompleteRequest) (store.Completion, error) {
 	if err := checkSettle("complete", req.Key, req.Token, req.Retention); err != nil {
-		return err
+		return store.CompletionUnknown, err
 	}
-	return s.settle(ctx, "complete", req.Key, completeScript, completeArgs(req))
+	reply, err := s.eval(ctx, "complete", req.Key, completeScript, completeArgs(req))
+	if err != nil {
+		return store.CompletionUnknown, err
+	}
+	return completedOf(req.Key, reply)
 }
 
 func completeArgs(req store.CompleteRequest) []any {
@@ -317,16 +332,25 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 // settle runs one of the scripts that answer 1 (done) or 0 (the token does
 // not hold the key).
 func (s *Store) settle(ctx context.Context, op, key string, script *redis.Script, args []any) error {
+	reply, err := s.eval(ctx, op, key, script, args)
+	if err != nil {
+		return err
+	}
+	return settledOf(op, key, reply)
+}
+
+// eval runs a single-key script on key and returns its reply.
+func (s *Store) eval(ctx context.Context, op, key string, script *redis.Script, args []any) (any, error) {
 	if err := ctx.Err(); err != nil {
-		return errContext(op, key, err)
+		return nil, errContext(op, key, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	reply, err := script.Run(cctx, s.client, []string{s.RedisKey(key)}, args...).Result()
 	if err != nil {
-		return s.fail(ctx, op, key, err)
+		return nil, s.fail(ctx, op, key, err)
 	}
-	return settledOf(op, key, reply)
+	return reply, nil
 }
 
 // checkSettle checks the arguments of Complete and Release. A zero token

@@ -32,7 +32,8 @@ local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 // completeLua: complete(key, token, result, retention ms) stores result in
 // the processing record held by token, as a completed record kept for
 // retention. Completing again with the token that completed it changes
-// nothing. It answers 1, or 0 when token does not hold the key. The state
+// nothing. It answers 1 when it wrote the record, 2 when token had
+// completed it already, or 0 when token does not hold the key. The state
 // is compared as a byte (112 'p', 99 'c'), which makes no string.
 const completeLua = `
 local function complete(key, token, result, retention)
@@ -42,7 +43,7 @@ local function complete(key, token, result, retention)
 	end
 	local state = string.byte(v)
 	if state ~= 112 then
-		return state == 99 and 1 or 0
+		return state == 99 and 2 or 0
 	end
 	local last = tostring(now + retention - 1)
 	redis.call('SET', key, 'c' .. token .. last .. string.sub(v, 31) .. result, 'PXAT', last)
@@ -52,13 +53,14 @@ end
 
 // completeManyLua is complete for every key of KEYS in order, ARGV holding
 // token, result and retention for each key in turn; it answers their
-// answers. What a batch of completions costs Redis is mostly the commands
-// the script calls, so it reads every key with one MGET instead of a GET
-// each (a key that MGET found no string at is read again by GET, which
-// answers an absent key and fails on another type, as complete's does),
-// and turns the expiry into text once per distinct retention, not once per
-// key. MGET reads every key before the first is written, so KEYS must not
-// repeat a key: a batch that does runs completeEachScript instead.
+// answers (1, 2 or 0, as complete's). What a batch of completions costs
+// Redis is mostly the commands the script calls, so it reads every key
+// with one MGET instead of a GET each (a key that MGET found no string at
+// is read again by GET, which answers an absent key and fails on another
+// type, as complete's does), and turns the expiry into text once per
+// distinct retention, not once per key. MGET reads every key before the
+// first is written, so KEYS must not repeat a key: a batch that does runs
+// completeEachScript instead.
 const completeManyLua = `
 local vals = redis.call('MGET', unpack(KEYS))
 local out, retained, last = {}, nil, nil
@@ -77,7 +79,7 @@ for i = 1, #KEYS do
 			redis.call('SET', key, 'c' .. token .. last .. string.sub(v, 31) .. ARGV[j + 1], 'PXAT', last)
 			answer = 1
 		elseif state == 99 then
-			answer = 1
+			answer = 2
 		end
 	end
 	out[i] = answer

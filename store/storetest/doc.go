@@ -39,7 +39,11 @@
 // ExtendBatch match the single-key calls request by request, in order;
 // empty batches; cancelled contexts) and [store.Inspector] (Get, Delete,
 // and Scan as an iterator: only the prefix's records, stopping when the
-// loop breaks, a failure yielded once).
+// loop breaks, a failure yielded once) and [store.CompleteReporter]
+// (CompletionWrote for the completion that wrote the record, exactly one
+// of many concurrent ones, CompletionUnchanged for a token completing its
+// record again, alone and in a batch; a store answering CompletionUnknown
+// skips, as a wrapper over a store that cannot tell does).
 //
 // # Running it against your store
 //

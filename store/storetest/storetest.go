@@ -55,8 +55,9 @@ type Harness struct {
 // must not share a fake clock: one subtest's Advance would expire another's
 // leases.
 //
-// Optional abilities (store.Peeker, store.BatchStore, store.Inspector) are
-// found by type assertion; the subtests of an ability the store lacks skip.
+// Optional abilities (store.Peeker, store.BatchStore, store.Inspector,
+// store.CompleteReporter) are found by type assertion; the subtests of an
+// ability the store lacks skip.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Helper()
 	for _, group := range groups {
@@ -92,6 +93,7 @@ var groups = []struct {
 	{"Peeker", peekerCases},
 	{"BatchStore", batchCases},
 	{"Inspector", inspectorCases},
+	{"CompleteReporter", reporterCases},
 }
 
 // fixture is one subtest's view of the store: its harness with defaults

@@ -37,6 +37,25 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 // reading.
 func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
 	errs := make([]error, len(reqs))
+	s.completeBatch(ctx, reqs, errs, nil)
+	return errs
+}
+
+// CompleteBatchReport is CompleteBatch, reporting for each request whether
+// it wrote the record or found it completed already by its token.
+func (s *Store) CompleteBatchReport(ctx context.Context, reqs []store.CompleteRequest) []store.CompleteOutcome {
+	errs := make([]error, len(reqs))
+	done := make([]store.Completion, len(reqs))
+	s.completeBatch(ctx, reqs, errs, done)
+	out := make([]store.CompleteOutcome, len(reqs))
+	for i := range out {
+		out[i] = store.CompleteOutcome{Completion: done[i], Err: errs[i]}
+	}
+	return out
+}
+
+// completeBatch is CompleteBatch into errs and, unless nil, done.
+func (s *Store) completeBatch(ctx context.Context, reqs []store.CompleteRequest, errs []error, done []store.Completion) {
 	entries := make([]*entry, len(reqs))
 	for i, req := range reqs {
 		errs[i] = checkSettle(ctx, "complete", req.Key, req.Token, req.Retention)
@@ -49,11 +68,14 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest)
 		if errs[i] == nil {
 			sh, k := s.locate(req.Key)
 			sh.mu.Lock()
-			errs[i] = sh.complete(req, k, entries[i], now)
+			c, err := sh.complete(req, k, entries[i], now)
 			sh.mu.Unlock()
+			errs[i] = err
+			if done != nil {
+				done[i] = c
+			}
 		}
 	}
-	return errs
 }
 
 // ExtendBatch runs Extend for every request in order, on one clock

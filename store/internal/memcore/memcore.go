@@ -85,6 +85,8 @@ var (
 	_ store.Peeker     = (*Store)(nil)
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
+
+	_ store.CompleteReporter = (*Store)(nil)
 )
 
 // entry is a settled record with what the contract needs beyond it: the
@@ -295,8 +297,15 @@ func (s *shard) sweep(now time.Time) bool {
 // completes while no other Acquire has taken the key over. Completing again
 // with the token that completed the record succeeds and changes nothing.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
+	_, err := s.CompleteReport(ctx, req)
+	return err
+}
+
+// CompleteReport is Complete, reporting whether this call wrote the record
+// or found it completed already by req.Token.
+func (s *Store) CompleteReport(ctx context.Context, req store.CompleteRequest) (store.Completion, error) {
 	if err := checkSettle(ctx, "complete", req.Key, req.Token, req.Retention); err != nil {
-		return err
+		return store.CompletionUnknown, err
 	}
 	// Made outside the lock: callers reuse their buffers, and an
 	// allocation under the lock makes every other delivery wait for it.
@@ -335,19 +344,22 @@ func checkSettle(ctx context.Context, op, key string, token store.Token, retenti
 	return nil
 }
 
-// complete is Complete on checked arguments, req.Key located as k, and the
-// entry made for them by completedEntry, under s.mu.
-func (s *shard) complete(req store.CompleteRequest, k lkey, e *entry, now time.Time) error {
+// complete is CompleteReport on checked arguments, req.Key located as k,
+// and the entry made for them by completedEntry, under s.mu.
+func (s *shard) complete(req store.CompleteRequest, k lkey, e *entry, now time.Time) (store.Completion, error) {
 	if _, ok := s.claims[req.Key]; !ok {
 		// A record completed in the handler's own transaction may be
 		// completed again by its receiver: the first result stays.
 		if e, ok := s.settled.peek(k); ok && e.token == req.Token &&
 			e.rec.State == store.StateCompleted && !expired(&e.rec, now) {
-			return nil
+			return store.CompletionUnchanged, nil
 		}
 	}
 	e.rec.ExpiresAt = now.Add(req.Retention)
-	return s.finish("complete", req.Key, k, req.Token, now, e)
+	if err := s.finish("complete", req.Key, k, req.Token, now, e); err != nil {
+		return store.CompletionUnknown, err
+	}
+	return store.CompletionWrote, nil
 }
 
 // Release records the failure of the key held by req.Token and frees the
