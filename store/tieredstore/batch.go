@@ -56,26 +56,44 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 // when it is a store.BatchStore) and caches those that this Store knows
 // the batch wrote, as Complete does.
 func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
+	out := s.CompleteBatchReport(ctx, reqs)
+	errs := make([]error, len(out))
+	for i, o := range out {
+		errs[i] = o.Err
+	}
+	return errs
+}
+
+// CompleteBatchReport is CompleteBatch, reporting the remote store's
+// answers as CompleteReport does.
+func (s *Store) CompleteBatchReport(ctx context.Context, reqs []store.CompleteRequest) []store.CompleteOutcome {
 	first := make([]bool, len(reqs))
 	for i, req := range reqs {
 		// A token repeated in the batch is sent twice at once: neither
-		// request is known to be the one that wrote.
+		// request is known to be the one that wrote, unless the remote
+		// store tells.
 		first[i] = s.claims.begin(req.Key, req.Token)
 	}
 	start := s.clock.Now()
-	var errs []error
-	if b, ok := s.remote.(store.BatchStore); ok {
-		errs = b.CompleteBatch(ctx, reqs)
+	var out []store.CompleteOutcome
+	if s.reporter != nil {
+		out = s.reporter.CompleteBatchReport(ctx, reqs)
 	} else {
-		errs = make([]error, len(reqs))
-		for i, req := range reqs {
-			errs[i] = s.remote.Complete(ctx, req)
+		out = make([]store.CompleteOutcome, len(reqs))
+		if b, ok := s.remote.(store.BatchStore); ok {
+			for i, err := range b.CompleteBatch(ctx, reqs) {
+				out[i].Err = err
+			}
+		} else {
+			for i, req := range reqs {
+				out[i].Err = s.remote.Complete(ctx, req)
+			}
 		}
 	}
 	for i, req := range reqs {
-		s.completed(ctx, req, start, errs[i], first[i])
+		s.completed(ctx, req, start, out[i].Completion, out[i].Err, first[i])
 	}
-	return errs
+	return out
 }
 
 // ExtendBatch extends the claims in the remote store (one round trip when

@@ -13,7 +13,9 @@ import (
 // but answers Complete with no record. A noted claim is a hint, never a
 // decision: forgetting one only costs its record a round trip later.
 //
-// A noted claim is also the evidence that a Complete wrote the record:
+// A remote store that reports what a Complete wrote settles whether a call
+// wrote the record; the note then only supplies the record's other fields.
+// Otherwise a noted claim is also the evidence that a Complete wrote it:
 // the first Complete sent with its token takes it (begin) and, once the
 // remote store answered, gives it back (finish); the record may be cached
 // only if that call succeeded and no other Complete with the token was
@@ -42,6 +44,19 @@ type held struct {
 	// completing: a Complete with token is in flight (begin took the
 	// note); contended: another Complete with token was sent meanwhile.
 	completing, contended bool
+}
+
+// completedRecord is the record req writes in the remote store when it
+// completes the claim h notes (its expiry left for remember to set).
+func (h held) completedRecord(req store.CompleteRequest) store.Record {
+	return store.Record{
+		Key:         req.Key,
+		State:       store.StateCompleted,
+		Attempt:     h.attempt,
+		Fingerprint: h.fingerprint,
+		Result:      req.Result,
+		LastError:   h.lastError,
+	}
 }
 
 // hold notes a claim. When capacity claims are noted, those whose lease

@@ -11,8 +11,9 @@
 //
 // Exactly what the remote store guarantees, across every process that
 // shares it: every rule of package store holds through a tiered store
-// when it holds for its remote, as long as a token is completed through
-// the Store that granted it (see "Which completion is cached"). The local
+// when it holds for its remote (over a remote store that cannot report
+// what a Complete wrote, as long as a token is completed through the
+// Store that granted it: see "Which completion is cached"). The local
 // tier is only a copy, and it copies only what cannot change:
 //
 //   - Only completed records are cached, and only the remote's: when
@@ -39,9 +40,22 @@
 //
 // Complete with the token that already completed the record succeeds and
 // changes nothing: the remote store keeps the first result and its expiry.
-// Its answer is the same whether the call wrote the record or found it
-// written, and carries no record, so a result that a Complete carries is
-// cached only when this Store knows that the call wrote it:
+// A result that a Complete carries is therefore cached only when this
+// Store knows that the call wrote it.
+//
+// A remote store that is a [store.CompleteReporter] (redisstore,
+// memstore) says so in its answer, in the same round trip: a call that
+// it reports [store.CompletionWrote] is cached (when this Store granted
+// the claim, and noted it, see Costs), and any other is not, whichever
+// Store or process sent the completions, in whatever order. After a call
+// that failed (a timeout), the claim stays noted, so that a retry the
+// remote store reports it wrote is cached. The Store is a
+// store.CompleteReporter itself, passing its remote's answer on
+// ([store.CompletionUnknown] over a remote that cannot tell).
+//
+// Over a remote store that cannot tell (pgstore, your own), its answer is
+// the same whether the call wrote the record or found it written, so a
+// completion is cached only when:
 //
 //   - the claim was granted by this Store's Acquire (and noted, see Costs);
 //   - the call is the first Complete with its token through this Store,
@@ -63,8 +77,8 @@
 // record back after every Complete would cost one per message, to save
 // one on the first duplicate of some.
 //
-// The one completion a Store cannot see is another Store's: a token that
-// this Store granted, completed first through another Store (another
+// The one completion such a Store cannot see is another Store's: a token
+// that this Store granted, completed first through another Store (another
 // process, another tiered store over the same remote) and then through
 // this one with another result, is cached here with this Store's result
 // and retention, which the remote store does not hold. The receiver never
@@ -72,7 +86,7 @@
 // its own transaction is seen through its context, and the receiver then
 // sends no Complete), so this takes a caller of the store that does; such
 // a caller should complete a token only through the Store that granted
-// it.
+// it, or use a remote store that reports what a Complete wrote.
 //
 // Otherwise, the one thing a copy can outlive is an operator's Delete on
 // another process (or straight in Redis): that process keeps answering the

@@ -53,7 +53,9 @@ type Options struct {
 // Store is a store.Store that keeps completed records in process memory in
 // front of a remote store. It is safe for concurrent use.
 type Store struct {
-	remote      store.Store
+	remote store.Store
+	// reporter is remote when it reports what a Complete wrote, else nil.
+	reporter    store.CompleteReporter
 	local       *memcore.Store
 	clock       clock.Clock
 	maxLocalTTL time.Duration
@@ -71,6 +73,8 @@ var (
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
 	_ store.Bounded    = (*Store)(nil)
+
+	_ store.CompleteReporter = (*Store)(nil)
 )
 
 // New returns a Store caching the completed records of remote. A nil opts
@@ -102,8 +106,10 @@ func New(remote store.Store, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tieredstore: %w", err)
 	}
+	reporter, _ := remote.(store.CompleteReporter)
 	return &Store{
 		remote:      remote,
+		reporter:    reporter,
 		local:       local,
 		clock:       o.Clock,
 		maxLocalTTL: cmp.Or(o.MaxLocalTTL, DefaultMaxLocalTTL),
@@ -212,29 +218,65 @@ func (s *Store) remember(rec store.Record, start, expires time.Time) {
 // completed may be completed again, is the remote store's answer alone:
 // the local tier never answers Complete, Release or Extend.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
-	first := s.claims.begin(req.Key, req.Token)
-	start := s.clock.Now()
-	err := s.remote.Complete(ctx, req)
-	s.completed(ctx, req, start, err, first)
+	_, err := s.CompleteReport(ctx, req)
 	return err
 }
 
+// CompleteReport is Complete, reporting the remote store's answer: what
+// the call did to the record when the remote store is a
+// store.CompleteReporter, store.CompletionUnknown otherwise.
+func (s *Store) CompleteReport(ctx context.Context, req store.CompleteRequest) (store.Completion, error) {
+	first := s.claims.begin(req.Key, req.Token)
+	start := s.clock.Now()
+	var (
+		c   store.Completion
+		err error
+	)
+	if s.reporter != nil {
+		c, err = s.reporter.CompleteReport(ctx, req)
+	} else {
+		err = s.remote.Complete(ctx, req)
+	}
+	s.completed(ctx, req, start, c, err, first)
+	return c, err
+}
+
 // completed caches the record of a Complete the remote store accepted, if
-// that call wrote it: first (begin reported it the first Complete with its
-// token through this Store), the only one sent while it was in flight, and
-// not preceded by the handler's own completion in its transaction. A
-// Complete with a token that already completed the record succeeds and
-// changes nothing, so the remote store keeps the first result and expiry:
-// any other accepted Complete (a retry after a failure whose answer was
-// lost, a concurrent one, one with a token this Store did not grant)
-// caches nothing, and the next duplicate learns the remote's record.
-func (s *Store) completed(ctx context.Context, req store.CompleteRequest, start time.Time, err error, first bool) {
-	if !first {
+// that call wrote it. A Complete with a token that already completed the
+// record succeeds and changes nothing, so the remote store keeps the first
+// result and expiry: a call that did not write the record (a retry after a
+// failure whose answer was lost, a concurrent one, one through another
+// Store) must cache nothing, and the next duplicate learns the remote's
+// record.
+//
+// A remote store that reports it says which call wrote (c). Otherwise
+// this Store must know: the call was first (begin reported it the first
+// Complete with its token through this Store), the only one sent while it
+// was in flight, and not preceded by the handler's own completion in its
+// transaction.
+func (s *Store) completed(ctx context.Context, req store.CompleteRequest, start time.Time, c store.Completion, err error, first bool) {
+	switch {
+	case c == store.CompletionWrote:
+		// The remote store holds req.Result, expiring req.Retention after a
+		// moment no earlier than start.
+		if h, ok := s.claims.unhold(req.Key, req.Token); ok {
+			s.remember(h.completedRecord(req), start, start.Add(req.Retention))
+		}
+		return
+	case c == store.CompletionUnchanged, errors.Is(err, store.ErrLeaseLost):
+		s.claims.unhold(req.Key, req.Token)
+		return
+	case err != nil && s.reporter != nil:
+		// The remote store may or may not have written this call's result;
+		// a retry that reports it wrote finds the note and caches. The note
+		// stays marked completing, so no answer that cannot tell does.
+		return
+	case !first:
 		return
 	}
-	// Whatever the answer, the note goes: after an error the remote store
-	// may have written this call's result, so a retry cannot tell whether
-	// it wrote the record.
+	// The remote store cannot tell: whatever the answer, the note goes.
+	// After an error the remote store may have written this call's result,
+	// so a retry cannot tell whether it wrote the record.
 	h, ok := s.claims.finish(req.Key, req.Token)
 	if !ok || err != nil {
 		return
@@ -245,14 +287,7 @@ func (s *Store) completed(ctx context.Context, req store.CompleteRequest, start 
 		// req.Result: the next Acquire learns the record from the remote.
 		return
 	}
-	s.remember(store.Record{
-		Key:         req.Key,
-		State:       store.StateCompleted,
-		Attempt:     h.attempt,
-		Fingerprint: h.fingerprint,
-		Result:      req.Result,
-		LastError:   h.lastError,
-	}, start, start.Add(req.Retention))
+	s.remember(h.completedRecord(req), start, start.Add(req.Retention))
 }
 
 // Release goes to the remote store: failed records are never cached.

@@ -34,6 +34,11 @@ func (c *counting) Complete(ctx context.Context, req store.CompleteRequest) erro
 	return c.Store.Complete(ctx, req)
 }
 
+func (c *counting) CompleteReport(ctx context.Context, req store.CompleteRequest) (store.Completion, error) {
+	c.calls.Add(1)
+	return c.Store.CompleteReport(ctx, req)
+}
+
 func (c *counting) Release(ctx context.Context, req store.ReleaseRequest) error {
 	c.calls.Add(1)
 	return c.Store.Release(ctx, req)
@@ -52,6 +57,11 @@ func (c *counting) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest
 func (c *counting) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
 	c.calls.Add(1)
 	return c.Store.CompleteBatch(ctx, reqs)
+}
+
+func (c *counting) CompleteBatchReport(ctx context.Context, reqs []store.CompleteRequest) []store.CompleteOutcome {
+	c.calls.Add(1)
+	return c.Store.CompleteBatchReport(ctx, reqs)
 }
 
 func (c *counting) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []error {
@@ -96,6 +106,26 @@ func TestConformanceOverMemstore(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		s, _, clk := setup(t, &tieredstore.Options{ClockSkew: time.Nanosecond})
+		return storetest.Harness{Store: s, Advance: clk.Advance, Now: clk.Now}
+	})
+}
+
+// TestConformanceOverPlainRemote: over a remote store that cannot tell
+// what a Complete wrote (no store.CompleteReporter, as pgstore), the
+// contract holds all the same, and CompleteReport answers
+// store.CompletionUnknown (its storetest subtests skip).
+func TestConformanceOverPlainRemote(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		clk := clock.NewFake(epoch)
+		m, err := memstore.New(&memstore.Options{Clock: clk})
+		require.NoError(t, err)
+		plain := struct {
+			store.BatchStore
+			store.Inspector
+		}{m, m}
+		s, err := tieredstore.New(plain, &tieredstore.Options{Clock: clk, ClockSkew: time.Nanosecond})
+		require.NoError(t, err)
 		return storetest.Harness{Store: s, Advance: clk.Advance, Now: clk.Now}
 	})
 }
