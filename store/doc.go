@@ -1,6 +1,7 @@
 // Package store is the contract between a dedup.Receiver and the stores that
 // keep its records: [Store], the records it keeps, and the optional abilities
-// ([Peeker], [BatchStore], [Inspector]) a receiver finds by type assertion.
+// ([Peeker], [BatchStore], [Inspector], [CompleteReporter], [Bounded],
+// [InProcess]) a receiver or a wrapping store finds by type assertion.
 //
 // Handler writers never need this package: they pick a store
 // (store/memstore, store/redisstore, store/tieredstore, store/pgstore) and
