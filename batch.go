@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dedup-go/dedup/store"
 )
@@ -25,10 +26,60 @@ import (
 // time) where a repeated effect is costly, or complete inside the
 // handler's own transaction (pgstore), which closes the window.
 func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R] {
+	if r.cfg.Observer == nil {
+		return r.handleBatch(ctx, msgs, nil)
+	}
+	ds := r.DeliverBatch(ctx, msgs)
+	out := make([]Outcome[R], len(ds))
+	for i := range ds {
+		r.emit(ds[i].ctx, &ds[i].ev)
+		out[i] = Outcome[R]{Result: ds[i].Result, Err: ds[i].Err}
+	}
+	return out
+}
+
+// DeliverBatch is HandleBatch and Decide for an adapter: one Delivery per
+// message, in order, each to be carried out and reported with Settled.
+// With an Observer that is a [DeliveryStarter], each message's handler
+// runs under the context StartDelivery returned for it.
+func (r *Receiver[M, R]) DeliverBatch(ctx context.Context, msgs []M) []Delivery[R] {
+	ds := make([]Delivery[R], len(msgs))
+	if r.cfg.Observer == nil {
+		for i, o := range r.handleBatch(ctx, msgs, nil) {
+			ds[i] = Delivery[R]{Result: o.Result, Err: o.Err, Decision: r.Decide(o.Result, o.Err), ctx: ctx, rcv: r}
+		}
+		return ds
+	}
+	ctxs := make([]context.Context, len(msgs))
+	origins := make([]Origin, len(msgs))
+	for i, m := range msgs {
+		ctxs[i], origins[i] = r.startDelivery(ctx, m)
+	}
+	begin := time.Now()
+	out := r.handleBatch(ctx, msgs, ctxs)
+	took := time.Since(begin)
+	for i, o := range out {
+		d := &ds[i]
+		*d = Delivery[R]{Result: o.Result, Err: o.Err, Decision: r.Decide(o.Result, o.Err), ctx: ctxs[i], rcv: r, observed: true}
+		d.ev = r.event(origins[i], o.Result.Key, o.Result.Status, o.Result.Attempt, o.Result.Problem, o.Err, d.Decision)
+		d.ev.Duration = took
+	}
+	return ds
+}
+
+// handleBatch is HandleBatch; ctxs, when not nil, holds the context each
+// message's handler runs under.
+func (r *Receiver[M, R]) handleBatch(ctx context.Context, msgs []M, ctxs []context.Context) []Outcome[R] {
 	out := make([]Outcome[R], len(msgs))
+	ctxOf := func(i int) context.Context {
+		if ctxs == nil {
+			return ctx
+		}
+		return ctxs[i]
+	}
 	if r.batcher == nil {
 		for i, m := range msgs {
-			out[i].Result, out[i].Err = r.Handle(ctx, m)
+			out[i].Result, out[i].Err = r.handle(ctxOf(i), m, nil)
 		}
 		return out
 	}
@@ -66,7 +117,7 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 	}
 
 	if len(reqs) > 0 {
-		r.runBatch(ctx, msgs, keys, todo, reqs, out)
+		r.runBatch(ctx, msgs, ctxOf, keys, todo, reqs, out)
 	}
 
 	// Later messages of a key repeated inside the batch follow the first.
@@ -78,18 +129,13 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 		f := out[first[key]]
 		out[i].Result, out[i].Err = r.share(ctx, key, fps[i], msgs[i], fps[first[key]], f.Result, f.Err, nil)
 	}
-	if r.cfg.Observer != nil {
-		for _, o := range out {
-			r.Observe(ctx, Event{Kind: EventHandled, Key: o.Result.Key, Status: o.Result.Status, Attempt: o.Result.Attempt, Err: o.Err, Problem: o.Result.Problem})
-		}
-	}
 	return out
 }
 
 // runBatch claims reqs in one round trip, runs the handlers of the claimed
 // ones in order under one heartbeat, and completes the successes in a second
 // round trip. todo[k] is the index in msgs of reqs[k]; outcomes go to out.
-func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, todo []int, reqs []store.AcquireRequest, out []Outcome[R]) {
+func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int) context.Context, keys []string, todo []int, reqs []store.AcquireRequest, out []Outcome[R]) {
 	if ctx.Err() != nil {
 		for _, i := range todo {
 			out[i] = Outcome[R]{Result: Result[R]{Key: keys[i]}, Err: fmt.Errorf("%w: before claiming %q: %w", ErrCanceled, keys[i], context.Cause(ctx))}
@@ -150,7 +196,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, keys []string, 
 		attempt := c.Claim.Record.Attempt
 		held, hctx := &running[k].held, &running[k].hctx
 		*held = store.HeldClaim{Key: keys[i], Token: c.Claim.Token, Attempt: attempt, Retention: r.cfg.Retention}
-		hctx.init(ctx, held)
+		hctx.init(ctxOf(i), held)
 		v, herr := r.runClaimed(hctx, msgs[i], hb, hbIndex[k], nil)
 		if herr != nil {
 			hb.finish(hbIndex[k])

@@ -257,8 +257,11 @@ func TestForget(t *testing.T) {
 // plainStore hides every optional ability of its store.
 type plainStore struct{ store.Store }
 
-// TestObserver: the observer hears one event per delivery, with its status,
-// attempt, problem and durations; a panicking observer is recovered.
+// TestObserver: a caller of Handle has the observer hear one event per
+// delivery as soon as it is answered, with its status, attempt, decision,
+// whether the outcome is stored, and durations; a panicking observer is
+// recovered; Observe fills the namespace of an event an adapter reports
+// itself.
 func TestObserver(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(epoch)
@@ -282,21 +285,28 @@ func TestObserver(t *testing.T) {
 	for _, o := range []order{{ID: "o-1"}, {ID: "o-1"}, {ID: "o-2", Amount: -1}, {ID: "panic"}} {
 		_, _ = rcv.Handle(t.Context(), o)
 	}
-	rcv.Observe(t.Context(), dedup.Event{Kind: dedup.EventSettled, Key: "billing:o-1", Decision: dedup.Decision{Action: dedup.Ack}, Broker: "fake"})
+	rcv.Observe(t.Context(), dedup.Event{Key: "billing:o-3", Decision: dedup.Decision{Action: dedup.Retry, Reason: dedup.ReasonCanceled}, Settled: true,
+		Origin: dedup.Origin{Broker: "fake"}})
 
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, events, 5)
-	require.Equal(t, dedup.EventHandled, events[0].Kind)
 	require.Equal(t, "billing", events[0].Namespace)
 	require.Equal(t, "billing:o-1", events[0].Key)
 	require.Equal(t, dedup.StatusProcessed, events[0].Status)
 	require.Equal(t, 1, events[0].Attempt)
+	require.Equal(t, dedup.Decision{Action: dedup.Ack, Reason: dedup.ReasonProcessed}, events[0].Decision)
+	require.True(t, events[0].Stored)
+	require.False(t, events[0].Settled, "nobody settled a Handle")
 	require.Positive(t, events[0].Duration)
 	require.LessOrEqual(t, events[0].HandlerDuration+events[0].StoreDuration, events[0].Duration)
 	require.Equal(t, dedup.StatusDuplicate, events[1].Status)
+	require.True(t, events[1].Stored)
 	require.Error(t, events[2].Err)
 	require.Equal(t, dedup.StatusNone, events[2].Status)
-	require.Equal(t, dedup.EventSettled, events[4].Kind)
+	require.Equal(t, dedup.Retry, events[2].Decision.Action)
+	require.Equal(t, dedup.ReasonHandlerError, events[2].Decision.Reason)
+	require.False(t, events[2].Stored)
+	require.Equal(t, "fake", events[4].Broker)
 	require.Equal(t, "billing", events[4].Namespace, "Observe fills the namespace")
 }

@@ -11,26 +11,23 @@ import (
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
-// An Observer hears of every delivery the receiver handled (EventHandled)
-// and of what was done with it (EventSettled: every broker adapter reports
-// its ack, retry or dead letter there; a loop of your own can too). It is
-// called on the delivery's goroutine, so it must be quick and safe for
-// concurrent use: count, record a span, log, and return.
+// An Observer hears of every delivery once, with everything about it: its
+// status, the decision and whether it was carried out. A loop of your own
+// (or an adapter) gets a Delivery from Deliver, carries out its Decision
+// and reports it with Settled. The observer is called on the delivery's
+// goroutine, so it must be quick and safe for concurrent use: count,
+// record a span, log, and return.
 func ExampleObserver() {
 	var mu sync.Mutex
-	handled := map[dedup.Status]int{} // a metric: deliveries by status
+	byStatus := map[dedup.Status]int{} // a metric: deliveries by status
 	obs := dedup.ObserverFunc(func(ctx context.Context, e dedup.Event) {
-		switch e.Kind {
-		case dedup.EventHandled:
-			mu.Lock()
-			handled[e.Status]++
-			mu.Unlock()
-			if e.Err != nil {
-				fmt.Println("handled", e.Key, "failed:", errors.Unwrap(e.Err))
-			}
-		case dedup.EventSettled:
-			fmt.Println("settled", e.Key, e.Decision.Action, e.Decision.Reason)
+		mu.Lock()
+		byStatus[e.Status]++
+		mu.Unlock()
+		if e.Err != nil {
+			fmt.Println(e.Key, "failed:", errors.Unwrap(e.Err))
 		}
+		fmt.Println(e.Key, e.Decision.Action, e.Decision.Reason, "settled:", e.Settled, "stored:", e.Stored)
 	})
 
 	st, err := memstore.New(nil)
@@ -52,20 +49,18 @@ func ExampleObserver() {
 
 	ctx := context.Background()
 	for _, p := range []Payment{{"order-1", 500}, {"order-1", 500}, {"order-2", 0}} {
-		res, err := rcv.Handle(ctx, p) // reports EventHandled
-		d := rcv.Decide(res, err)
-		// ... carry out d (ack, retry after d.Delay, dead letter), then
-		// report it as an adapter does:
-		rcv.Observe(ctx, dedup.Event{Kind: dedup.EventSettled, Key: res.Key, Status: res.Status,
-			Attempt: res.Attempt, Decision: d, Err: err})
+		d := rcv.Deliver(ctx, p)
+		// ... carry out d.Decision (ack, retry after d.Decision.Delay, dead
+		// letter), then report it:
+		d.Settled(dedup.Settlement{})
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	fmt.Println("processed:", handled[dedup.StatusProcessed], "duplicate:", handled[dedup.StatusDuplicate])
+	fmt.Println("processed:", byStatus[dedup.StatusProcessed], "duplicate:", byStatus[dedup.StatusDuplicate])
 	// Output:
-	// settled billing:order-1 ack processed
-	// settled billing:order-1 ack duplicate
-	// handled billing:order-2 failed: nothing to charge
-	// settled billing:order-2 retry handler-error
+	// billing:order-1 ack processed settled: true stored: true
+	// billing:order-1 ack duplicate settled: true stored: true
+	// billing:order-2 failed: nothing to charge
+	// billing:order-2 retry handler-error settled: true stored: false
 	// processed: 1 duplicate: 1
 }

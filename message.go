@@ -86,6 +86,16 @@ type Message[T any] struct {
 	FingerprintData bool
 }
 
+// Origin says where m comes from, for an Observer ([Originer]).
+func (m *Message[T]) Origin() Origin {
+	o := Origin{Broker: m.Broker, Source: m.Source, Stream: m.Stream, Partition: m.Partition, Offset: m.Offset,
+		DeliveryCount: m.DeliveryCount, MessageID: m.ID}
+	if m.Header != nil {
+		o.Header = m.Header.Get
+	}
+	return o
+}
+
 // HeaderValue returns the first value of the named header and whether it is
 // present. The name is matched exactly, case included.
 func (m *Message[T]) HeaderValue(name string) (string, bool) {

@@ -5,11 +5,13 @@ import (
 	"time"
 )
 
-// Observer hears of every outcome: the receiver reports each delivery it
-// handled (EventHandled), and broker adapters report what they did with it
-// (EventSettled). Metrics, tracing and logs plug in here. Observe is called
-// synchronously on the delivery's goroutine, so it must be fast and safe
-// for concurrent use; a panic in it is recovered and logged.
+// Observer hears of every delivery once: when an adapter settled it (see
+// [Receiver.Deliver] and [Delivery.Settled]), or, for a caller of Handle
+// and HandleBatch, when the receiver answered it. Metrics, tracing and
+// logs plug in here (the dedupotel module is one). Observe is called
+// synchronously on the delivery's goroutine, with the delivery's context,
+// so it must be fast and safe for concurrent use; a panic in it is
+// recovered and logged.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
@@ -20,61 +22,81 @@ type ObserverFunc func(ctx context.Context, e Event)
 // Observe calls f.
 func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
-// EventKind says who reports an Event.
-type EventKind uint8
-
-const (
-	// EventHandled: the receiver finished Handle (or one message of
-	// HandleBatch).
-	EventHandled EventKind = iota + 1
-	// EventSettled: an adapter carried out its decision on the delivery
-	// (ack, retry, dead letter), or failed to.
-	EventSettled
-)
-
-// String returns the kind's name.
-func (k EventKind) String() string {
-	switch k {
-	case EventHandled:
-		return "handled"
-	case EventSettled:
-		return "settled"
-	default:
-		return "unknown"
-	}
+// DeliveryStarter is an optional ability of an Observer: StartDelivery is
+// called before a delivery is handled, and the context it returns is the
+// one the key function, the handler and Observe get. A tracing observer
+// starts a span in it (so the handler's own spans nest under it) and ends
+// it in Observe.
+type DeliveryStarter interface {
+	StartDelivery(ctx context.Context, o Origin) context.Context
 }
 
-// Event is one report to an Observer.
+// Origin says where a delivery comes from. Adapters fill it from the
+// broker's message ([Message] implements [Originer]); a message type of
+// one's own can implement Originer too. Zero fields are unknown.
+type Origin struct {
+	// Broker names the adapter: "jetstream", "nats", "rabbitmq", "kafka",
+	// "http", "grpc".
+	Broker string
+	// Source is where the message was consumed from: the subject, the
+	// queue, the topic, the HTTP route or the gRPC method.
+	Source string
+	// Stream is the log the message is stored in (the JetStream stream,
+	// the Kafka topic); Partition and Offset its position there.
+	Stream    string
+	Partition int
+	Offset    int64
+	// DeliveryCount is the broker's count, 1 for a first delivery.
+	DeliveryCount int
+	// MessageID is the producer's id, when it set one. Never a metric
+	// attribute: it is unbounded.
+	MessageID string
+	// Header looks a message header up (for a trace context the producer
+	// sent); nil when the message has none.
+	Header func(name string) (string, bool)
+}
+
+// Originer is implemented by messages that know their Origin.
+type Originer interface {
+	Origin() Origin
+}
+
+// Event is one delivery of one message, from the start of its handling to
+// what the adapter did with it: everything a dashboard needs, the same on
+// every broker and middleware.
 type Event struct {
-	Kind EventKind
+	// Origin is where the delivery came from.
+	Origin
 	// Namespace is the receiver's namespace; Key the record's key (empty
-	// when the message had no usable id).
+	// when the message had no usable id). The key is never a metric
+	// attribute: it is unbounded.
 	Namespace string
 	Key       string
 	// Status is what the receiver did; Attempt the claim's attempt.
 	Status  Status
 	Attempt int
-	// Err is the error Handle returned (EventHandled), or the error that
-	// kept an adapter from carrying out its decision (EventSettled).
-	Err error
-	// Problem is Result.Problem: what went wrong beside a done status.
-	Problem error
-	// Decision is what the adapter did (EventSettled only).
+	// Decision is what was done with the delivery: what the adapter carried
+	// out when Settled, else what Decide answers.
 	Decision Decision
-	// Broker and Source say where the message came from (EventSettled):
-	// "jetstream" and the subject, "rabbitmq" and the queue, ...
-	Broker, Source string
-	// MessageID, Stream, Partition, Offset and DeliveryCount are the
-	// envelope's (EventSettled): which delivery of which message this was.
-	// They are zero where the broker has none.
-	MessageID     string
-	Stream        string
-	Partition     int
-	Offset        int64
-	DeliveryCount int
-	// Duration is the time Handle took; HandlerDuration the part of it the
-	// handler ran, StoreDuration the part spent waiting on the store
-	// (claim and completion). Zero for EventSettled, and for a batch the
-	// whole batch's, shared by its messages.
+	// Err is the error Handle returned; Problem is Result.Problem, what
+	// went wrong beside a done status.
+	Err     error
+	Problem error
+	// Stored reports whether the store holds this delivery's outcome: a
+	// completed record (this delivery's, or the one a duplicate was
+	// answered from). False for a bypassed run, a result not stored, a
+	// failure.
+	Stored bool
+	// Duration is the time the receiver took; HandlerDuration the part of
+	// it the handler ran, StoreDuration the part spent waiting on the
+	// store (claim and completion). For a batch, the whole batch's, shared
+	// by its messages.
 	Duration, HandlerDuration, StoreDuration time.Duration
+	// Settled reports whether an adapter carried out the Decision (acked,
+	// retried, dead-lettered), taking SettleDuration; SettleErr is what
+	// kept it from doing so (the ack failed, the dead letter was not
+	// confirmed), nil when it did.
+	Settled        bool
+	SettleDuration time.Duration
+	SettleErr      error
 }

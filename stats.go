@@ -22,18 +22,54 @@ type Stats struct {
 	// value. Undecodable message bodies (ErrUndecodable) are the adapters'
 	// to count.
 	ResultsUndecodable uint64
+	// DeadLetters counts, by reason, the dead letters adapters reported
+	// settled (Delivery.Settled): poison the broker took. Nil when there
+	// were none.
+	DeadLetters map[Reason]uint64
 }
 
+// deadLetterReasons are the reasons Decide dead-letters for, in the order
+// of stats.deadLetters.
+var deadLetterReasons = [...]Reason{ReasonNoKey, ReasonInvalidKey, ReasonUndecodable, ReasonKeyReused, ReasonAttemptsExhausted, ReasonPermanent}
+
 type stats struct {
+	deadLetters                                  [len(deadLetterReasons) + 1]atomic.Uint64 // the last: any other reason
 	processed, duplicates, inFlight, bypassed    atomic.Uint64
 	handlerErrors, storeErrors, resultsNotStored atomic.Uint64
 	leaseLost, resultsUndecodable                atomic.Uint64
 }
 
+// deadLettered counts a dead letter for reason.
+func (s *stats) deadLettered(reason Reason) {
+	for i, r := range deadLetterReasons {
+		if r == reason {
+			s.deadLetters[i].Add(1)
+			return
+		}
+	}
+	s.deadLetters[len(deadLetterReasons)].Add(1)
+}
+
 // Stats returns the receiver's counters.
 func (r *Receiver[M, R]) Stats() Stats {
 	s := &r.stats
+	var dead map[Reason]uint64
+	for i := range s.deadLetters {
+		n := s.deadLetters[i].Load()
+		if n == 0 {
+			continue
+		}
+		if dead == nil {
+			dead = make(map[Reason]uint64)
+		}
+		reason := Reason("other")
+		if i < len(deadLetterReasons) {
+			reason = deadLetterReasons[i]
+		}
+		dead[reason] += n
+	}
 	return Stats{
+		DeadLetters:        dead,
 		Processed:          s.processed.Load(),
 		Duplicates:         s.duplicates.Load(),
 		InFlight:           s.inFlight.Load(),

@@ -1,0 +1,50 @@
+package dedup
+
+import "context"
+
+// ConsumerStats counts what a broker adapter did with its deliveries: the
+// same shape on NATS, RabbitMQ and Kafka, so that one dashboard serves
+// every broker. A counter a broker has no use for stays zero.
+type ConsumerStats struct {
+	// Delivered counts the deliveries the broker handed the consumer.
+	Delivered uint64
+	// Acked counts deliveries acknowledged (committed, on Kafka) because
+	// their effect happened: processed, duplicate, bypassed.
+	Acked uint64
+	// RetriedInPlace counts retries without a copy: held and handed to the
+	// receiver again, or returned to the broker (nak, requeue).
+	RetriedInPlace uint64
+	// RetriedLater counts retries through a copy: a RabbitMQ retry tier, a
+	// Kafka retry topic.
+	RetriedLater uint64
+	// DeadLettered counts dead letters the broker confirmed.
+	DeadLettered uint64
+	// PoisonDropped counts poison dropped on purpose (DropPoison).
+	PoisonDropped uint64
+	// SettleFailures counts acks, naks, commits, retries and dead letters
+	// that failed; the broker redelivers such a delivery.
+	SettleFailures uint64
+	// Reconnects counts connections or sessions made again after a loss.
+	Reconnects uint64
+	// StaleDeliveries counts deliveries that could no longer be settled
+	// (of a closed channel, of a partition taken away): the broker
+	// redelivers them.
+	StaleDeliveries uint64
+}
+
+// Injector is an optional ability of an Observer: Inject writes the trace
+// context of ctx into a message's headers through set. Adapters call it
+// (through [Receiver.Inject]) on the dead letters and retry copies they
+// publish, so that the trace goes on; producer helpers take one in their
+// options.
+type Injector interface {
+	Inject(ctx context.Context, set func(key, value string))
+}
+
+// Inject writes the trace context of ctx through set when the Observer is
+// an [Injector]; else it does nothing.
+func (r *Receiver[M, R]) Inject(ctx context.Context, set func(key, value string)) {
+	if in, ok := r.cfg.Observer.(Injector); ok {
+		in.Inject(ctx, set)
+	}
+}
