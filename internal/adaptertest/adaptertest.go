@@ -10,11 +10,11 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 )
 
-// OnSettled is an Observer that calls fn with every event an adapter
-// reports (dedup.EventSettled), and ignores the receiver's own.
+// OnSettled is an Observer that calls fn with every delivery an adapter
+// settled (Event.Settled), and ignores any other.
 func OnSettled(fn func(e dedup.Event)) dedup.Observer {
 	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind == dedup.EventSettled {
+		if e.Settled {
 			fn(e)
 		}
 	})
