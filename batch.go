@@ -108,7 +108,7 @@ func (r *Receiver[M, R]) handleBatch(ctx context.Context, msgs []M, ctxs []conte
 		first[key] = i
 		if r.peeker != nil {
 			if rec := r.peeker.Peek(r.prefix, id); rec != nil {
-				out[i].Result, out[i].Err = r.replay(m, rec)
+				out[i].Result, out[i].Err = r.replay(ctxOf(i), m, rec)
 				continue
 			}
 		}

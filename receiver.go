@@ -192,7 +192,7 @@ func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[
 	}
 	if r.peeker != nil {
 		if rec := r.peeker.Peek(r.prefix, id); rec != nil {
-			return r.replay(msg, rec)
+			return r.replay(ctx, msg, rec)
 		}
 	}
 	key := r.prefix + id // the one allocation of a new message's key
@@ -321,7 +321,7 @@ func (r *Receiver[M, R]) fingerprintOf(msg M) (fp string, err error) {
 }
 
 // replay answers a delivery whose key is completed.
-func (r *Receiver[M, R]) replay(msg M, rec *store.Record) (Result[R], error) {
+func (r *Receiver[M, R]) replay(ctx context.Context, msg M, rec *store.Record) (Result[R], error) {
 	res := Result[R]{Status: StatusDuplicate, Key: rec.Key, Attempt: rec.Attempt}
 	if r.fingerprints != fingerprintNever && rec.Fingerprint != "" {
 		fp, err := r.fingerprintOf(msg)
@@ -342,7 +342,7 @@ func (r *Receiver[M, R]) replay(msg M, rec *store.Record) (Result[R], error) {
 		// acknowledged, but the caller learns that the value is missing.
 		r.stats.resultsUndecodable.Add(1)
 		res.Problem = fmt.Errorf("%w: %q: %w", ErrResultUndecodable, rec.Key, err)
-		r.cfg.Logger.Warn("dedup: stored result cannot be decoded; the duplicate gets the zero value",
+		r.cfg.Logger.WarnContext(ctx, "dedup: stored result cannot be decoded; the duplicate gets the zero value",
 			slog.String("key", rec.Key), slog.Any("error", err))
 	}
 	return res, nil
@@ -472,7 +472,7 @@ func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, clai
 	switch {
 	case !claim.Acquired && rec.State == store.StateCompleted:
 		r.waits.forget(key)
-		res, err := r.replay(msg, &rec)
+		res, err := r.replay(ctx, msg, &rec)
 		return res, err, true
 	case !claim.Acquired:
 		r.stats.inFlight.Add(1)
