@@ -1,0 +1,22 @@
+module github.com/dedup-go/dedup/otel
+
+go 1.26.0
+
+require (
+	github.com/dedup-go/dedup v0.1.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/metric v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+)
+
+// The module is developed against the root module in this repository; the
+// replace is ignored by users, who get the version they require.
+replace github.com/dedup-go/dedup => ..
