@@ -41,6 +41,7 @@ func (p *partition) setMark(m kafka.Message) {
 type committer struct {
 	reader *kafka.Reader
 	opts   Options
+	stats  *counters
 	closed func() // called when a commit finds the reader closed
 
 	mu    sync.Mutex // guards parts
@@ -55,9 +56,9 @@ type committer struct {
 	finalErr error // the last flush's error, read after done
 }
 
-func newCommitter(r *kafka.Reader, opts Options, closed func()) *committer {
+func newCommitter(r *kafka.Reader, opts Options, stats *counters, closed func()) *committer {
 	dead, kill := context.WithCancelCause(context.Background())
-	return &committer{reader: r, opts: opts, closed: closed, dead: dead, kill: kill, quit: make(chan struct{}), done: make(chan struct{})}
+	return &committer{reader: r, opts: opts, stats: stats, closed: closed, dead: dead, kill: kill, quit: make(chan struct{}), done: make(chan struct{})}
 }
 
 func (cm *committer) add(p *partition) {
@@ -79,9 +80,9 @@ func (cm *committer) start() {
 		for {
 			select {
 			case <-t.C:
-				_ = cm.flush(nil)
+				_ = cm.flush(context.Background(), nil)
 			case <-cm.quit:
-				cm.finalErr = cm.flush(nil)
+				cm.finalErr = cm.flush(context.Background(), nil)
 				return
 			}
 		}
@@ -101,8 +102,9 @@ func (cm *committer) stop() {
 func (cm *committer) readerGone(err error) { cm.kill(err) }
 
 // flush commits the watermarks of only, or of every partition when only
-// is nil, that moved since their last commit, in one OffsetCommit.
-func (cm *committer) flush(only *partition) error {
+// is nil, that moved since their last commit, in one OffsetCommit. ctx
+// is for the log: the commit has its own deadline, SettleTimeout.
+func (cm *committer) flush(ctx context.Context, only *partition) error {
 	cm.commitMu.Lock()
 	defer cm.commitMu.Unlock()
 	if cm.gone != nil {
@@ -129,10 +131,11 @@ func (cm *committer) flush(only *partition) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(cm.dead, cm.opts.SettleTimeout)
-	err := cm.reader.CommitMessages(ctx, msgs...)
+	cctx, cancel := context.WithTimeout(cm.dead, cm.opts.SettleTimeout)
+	err := cm.reader.CommitMessages(cctx, msgs...)
 	cancel()
 	if err != nil {
+		cm.stats.settleFailures.Add(1)
 		err = fmt.Errorf("%w: %d partitions: %w", ErrCommit, len(msgs), err)
 		if errors.Is(err, io.ErrClosedPipe) || cm.dead.Err() != nil {
 			// The reader was closed under the consumer: nothing it handles
@@ -141,7 +144,7 @@ func (cm *committer) flush(only *partition) error {
 			cm.gone = err
 			cm.closed()
 		}
-		cm.opts.Logger.Error("dedupkafka: committing offsets failed; retrying on the next tick (a crash meanwhile re-reads more messages, answered as duplicates)",
+		cm.opts.Logger.ErrorContext(ctx, "dedupkafka: committing offsets failed; retrying on the next tick (a crash meanwhile re-reads more messages, answered as duplicates)",
 			slog.Int("partitions", len(msgs)), slog.Any("error", err))
 		return err
 	}

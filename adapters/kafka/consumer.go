@@ -13,12 +13,10 @@ import (
 	"github.com/dedup-go/dedup"
 )
 
-// Stats counts what the Consumer did beside what the receiver's Stats and
-// Observer report.
-type Stats struct {
-	// PoisonDropped counts poison messages committed past without a dead
-	// letter, under Options.DropPoison.
-	PoisonDropped int64
+// counters are the Consumer's [dedup.ConsumerStats], shared with its
+// committer.
+type counters struct {
+	delivered, acked, retriedInPlace, retriedLater, deadLettered, poisonDropped, settleFailures atomic.Uint64
 }
 
 // Consumer runs a dedup.Receiver over a kafka-go consumer-group Reader: it
@@ -48,7 +46,7 @@ type Consumer[T, R any] struct {
 	ownRTW bool          // rtw was made by Start (and is not dlw), and is closed by the shutdown
 	sem    chan struct{}
 
-	poisonDropped atomic.Int64 // under DropPoison
+	stats *counters
 
 	mu          sync.Mutex
 	started     bool
@@ -97,6 +95,7 @@ func NewConsumer[T, R any](r *kafka.Reader, rcv *dedup.Receiver[*dedup.Message[T
 		opts:     o,
 		group:    r.Config().GroupID,
 		sem:      make(chan struct{}, o.Concurrency),
+		stats:    &counters{},
 		parts:    map[partitionID]*partition{},
 		stopping: make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -149,7 +148,7 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(ctx)
 	fetchCtx, cancelFetch := context.WithCancel(workCtx)
 	c.cancelWork, c.cancelFetch = cancelWork, cancelFetch
-	c.committer = newCommitter(c.reader, c.opts, c.readerClosed)
+	c.committer = newCommitter(c.reader, c.opts, c.stats, c.readerClosed)
 	c.committer.start()
 	fetched := make(chan struct{})
 	go func() { // the fetch loop, owned by the consumer: ends with fetchCtx
@@ -333,9 +332,30 @@ func (c *Consumer[T, R]) stoppedUnasked(ctx context.Context, cause error) {
 // closed under it), which Err then reports.
 func (c *Consumer[T, R]) Stopped() <-chan struct{} { return c.stopped }
 
-// Stats returns the Consumer's counters.
-func (c *Consumer[T, R]) Stats() Stats {
-	return Stats{PoisonDropped: c.poisonDropped.Load()}
+// Stats returns what the Consumer did with its deliveries, in the shape
+// every adapter of dedup shares:
+//
+//	Delivered        messages fetched from the reader (a retry in place is not fetched again)
+//	Acked            acks settled: the watermark moved past the message, committed or queued for the next
+//	                 commit (not one whose commit made at once, under CommitEveryOutcome, failed)
+//	RetriedInPlace   retries in place: the message is handed to the receiver again after the delay
+//	RetriedLater     messages written to a retry topic (acknowledged by all in-sync replicas)
+//	DeadLettered     dead letters written (acknowledged by all in-sync replicas)
+//	PoisonDropped    poison committed past without a dead letter (Options.DropPoison)
+//	SettleFailures   failed OffsetCommits, and failed dead-letter and retry-topic writes (each try)
+//	Reconnects       0: kafka-go reconnects inside the reader, unreported
+//	StaleDeliveries  0: kafka-go does not say when a partition is taken away
+func (c *Consumer[T, R]) Stats() dedup.ConsumerStats {
+	s := c.stats
+	return dedup.ConsumerStats{
+		Delivered:      s.delivered.Load(),
+		Acked:          s.acked.Load(),
+		RetriedInPlace: s.retriedInPlace.Load(),
+		RetriedLater:   s.retriedLater.Load(),
+		DeadLettered:   s.deadLettered.Load(),
+		PoisonDropped:  s.poisonDropped.Load(),
+		SettleFailures: s.settleFailures.Load(),
+	}
 }
 
 // Err returns why the consumer stopped when nobody asked it to (it was not
@@ -363,6 +383,7 @@ func (c *Consumer[T, R]) fetch(workCtx, fetchCtx context.Context) {
 			}
 			return
 		}
+		c.stats.delivered.Add(1)
 		p := c.partition(workCtx, m)
 		select {
 		case p.queue <- m:

@@ -36,6 +36,7 @@ type deadLetter struct {
 	key       string
 	attempt   int
 	firstFail time.Time
+	trace     func(set func(key, value string)) // writes the delivery's trace context; nil for none
 }
 
 // deadLetterID is the dead letter's HeaderMessageID: the original's
@@ -79,6 +80,9 @@ func (dl deadLetter) message(topic string) kafka.Message {
 	if !dl.firstFail.IsZero() {
 		add(HeaderFirstFailure, dl.firstFail.UTC().Format(time.RFC3339Nano))
 	}
+	if dl.trace != nil {
+		dl.trace(func(k, v string) { h = setHeader(h, k, v) })
+	}
 	return kafka.Message{Topic: topic, Key: dl.msg.Key, Value: dl.msg.Value, Headers: h}
 }
 
@@ -89,6 +93,28 @@ func writeDeadLetter(ctx context.Context, w *kafka.Writer, topic string, dl dead
 		return fmt.Errorf("%w to %q: %w", ErrDeadLetter, topic, err)
 	}
 	return nil
+}
+
+// setHeader sets the header k of h to v: the first header named k takes
+// the value and any later one is dropped (a trace context of the
+// original's, say, which the one written now replaces), or, without one,
+// the header is added. h must be the caller's own slice.
+func setHeader(h []kafka.Header, k, v string) []kafka.Header {
+	out := h[:0]
+	set := false
+	for _, kv := range h {
+		if kv.Key == k {
+			if set {
+				continue
+			}
+			kv.Value, set = []byte(v), true
+		}
+		out = append(out, kv)
+	}
+	if !set {
+		out = append(out, kafka.Header{Key: k, Value: []byte(v)})
+	}
+	return out
 }
 
 // oneLine keeps a header value on one line and bounded: a panic's stack

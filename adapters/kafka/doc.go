@@ -238,10 +238,52 @@
 //
 // # Observing
 //
-// The adapter has no callback of its own: after settling each message it
-// reports a dedup.EventSettled event (broker, topic, partition, offset,
-// key, status, attempt, decision, error) to the receiver's
-// dedup.Config.Observer, beside the receiver's own dedup.EventHandled.
+// The adapter has no callback of its own. Each handing of a message to the
+// receiver is one delivery (dedup.Receiver.Deliver, DeliverBatch for a
+// batch, Refused for a value that does not decode), and the receiver's
+// dedup.Config.Observer hears of it once, when the adapter settled it, as
+// one dedup.Event: Broker "kafka" ([BrokerKafka]), Source and Stream the
+// topic, Partition and Offset the message's (for a message of a retry
+// topic, Stream, Partition and Offset are where it was first read), the
+// receiver's answer, and what was done:
+//
+//	Ack                  Decision Ack, settled once the watermark moved past it. Under
+//	                     CommitEveryOutcome, SettleDuration and SettleErr are the commit's, made
+//	                     at once; otherwise the commit is queued for the next tick (SettleDuration 0)
+//	Retry in place       Decision Retry, settled at once (SettleDuration 0): each try is a
+//	                     delivery of its own, reported with its own event
+//	Retry topic          Decision Retry, settled once the copy was acknowledged
+//	Dead letter          Decision DeadLetter, settled once the dead letter was acknowledged
+//	Dropped (DropPoison) Decision Ack with the poison's reason (undecodable, permanent-error, ...):
+//	                     committed past, timed as an ack
+//
+// A failed dead-letter or retry-topic write is tried again (after the
+// receiver's StoreRetryDelay) without handing the message to the receiver
+// again, so it is part of the same delivery: its SettleDuration runs from
+// the first write to the one acknowledged. When the consumer stops first,
+// the delivery is reported with SettleErr the last write's error
+// (matching [ErrDeadLetter] or [ErrRetryWrite]), and the message is left
+// uncommitted for the next owner. Messages fetched but never handed over
+// when the consumer stops are not reported: they are left uncommitted.
+//
+// The handler, the Observer and the adapter's logs about a delivery get
+// the delivery's context (with the span a dedup.DeliveryStarter Observer,
+// such as dedupotel's, started), and every log line is written with
+// slog's Context methods. Dead letters and retry copies carry the
+// delivery's trace context in their headers, written by the Observer when
+// it is a dedup.Injector (a header of the same name the original had, the
+// producer's traceparent say, takes the new value): the next consumer's
+// span links to this delivery's. On the producer side, [Writer]'s
+// Injector does the same with the ctx given to WriteMessages.
+//
+// [Consumer.Stats] counts what the Consumer did, in the dedup.ConsumerStats
+// shape every adapter shares: Delivered (messages fetched; a retry in
+// place is not fetched again), Acked, RetriedInPlace (each try),
+// RetriedLater (copies written to retry topics), DeadLettered (dead
+// letters written), PoisonDropped (DropPoison), SettleFailures (failed
+// OffsetCommits, and failed dead-letter and retry-topic writes, each try);
+// Reconnects and StaleDeliveries stay 0 (kafka-go reports neither). The
+// receiver's Stats counts the dead letters written by reason.
 //
 // # Lifecycle
 //

@@ -38,7 +38,9 @@ func (b *lockedBuffer) String() string {
 // TestDropPoisonLogsAndCounts: without a dead-letter topic, poison is
 // dropped only on purpose (DropPoison): logged at error level with its
 // position and reason, counted, and committed past; valid orders behind it
-// are processed.
+// are processed. The drop is reported as what was done, an ack with the
+// poison's reason, timed by the commit made at once (CommitEveryOutcome);
+// the receiver counts no dead letter.
 func TestDropPoisonLogsAndCounts(t *testing.T) {
 	t.Parallel()
 	const topic, group = "orders", "billing"
@@ -51,6 +53,13 @@ func TestDropPoisonLogsAndCounts(t *testing.T) {
 	var logs lockedBuffer
 	cfg := fastConfig("billing")
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	var mu sync.Mutex
+	var events []dedup.Event
+	cfg.Observer = onSettled(func(e dedup.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, e)
+	})
 	fx := newEffects()
 	s, err := memstore.New(nil)
 	require.NoError(t, err)
@@ -69,7 +78,18 @@ func TestDropPoisonLogsAndCounts(t *testing.T) {
 	defer cancel()
 	require.NoError(t, c.Stop(ctx))
 
-	require.Equal(t, int64(1), c.Stats().PoisonDropped)
+	require.Equal(t, dedup.ConsumerStats{Delivered: 2, Acked: 1, PoisonDropped: 1}, c.Stats())
+	require.Nil(t, rcv.Stats().DeadLetters, "a dropped message is no dead letter")
+	mu.Lock()
+	require.Len(t, events, 2)
+	drop := events[0]
+	mu.Unlock()
+	require.Equal(t, int64(0), drop.Offset)
+	require.Equal(t, dedup.Ack, drop.Decision.Action)
+	require.Equal(t, dedup.ReasonUndecodable, drop.Decision.Reason)
+	require.ErrorIs(t, drop.Err, dedup.ErrUndecodable)
+	require.NoError(t, drop.SettleErr)
+	require.Positive(t, drop.SettleDuration, "settled when the commit past it was made")
 	require.Contains(t, logs.String(), "level=ERROR msg=\"dedupkafka: poison message dropped")
 	require.Contains(t, logs.String(), "offset=0")
 	require.Contains(t, logs.String(), "reason=undecodable")

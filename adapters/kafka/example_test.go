@@ -45,15 +45,13 @@ func ExampleNewConsumer() {
 		charged[m.Body.ID] += m.Body.Cents
 		return "receipt-" + m.Body.ID, nil
 	}
-	// The adapter reports what it did with each message to the receiver's
-	// Observer.
+	// The adapter reports each delivery, once settled, to the receiver's
+	// Observer: where it came from and what was done with it.
 	var wg sync.WaitGroup
 	wg.Add(3)
 	settled := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind == dedup.EventSettled {
-			defer wg.Done()
-			fmt.Println(e.Broker, e.Stream, e.Partition, e.Offset, e.Decision.Reason)
-		}
+		defer wg.Done()
+		fmt.Println(e.Broker, e.Stream, e.Partition, e.Offset, e.Decision.Reason, e.Settled)
 	})
 	store, _ := memstore.New(nil)
 	rcv, _ := dedup.NewReceiver(store, idstrategy.MessageHeader[Order](dedupkafka.HeaderMessageID), charge,
@@ -81,8 +79,8 @@ func ExampleNewConsumer() {
 	}
 	fmt.Println(charged)
 	// Output:
-	// kafka orders 0 0 processed
-	// kafka orders 0 1 processed
-	// kafka orders 0 2 duplicate
+	// kafka orders 0 0 processed true
+	// kafka orders 0 1 processed true
+	// kafka orders 0 2 duplicate true
 	// map[o-1:500 o-2:700]
 }

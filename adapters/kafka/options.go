@@ -32,12 +32,9 @@ const CommitEveryOutcome time.Duration = -1
 // it on purpose), so NewConsumer refuses a nil *Options, as it refuses
 // options that choose neither, with an error naming both.
 //
-// There is no callback among them: what each delivery came to is reported
-// to the receiver's dedup.Config.Observer, as a dedup.EventSettled event
-// whose Broker is BrokerKafka, Source and Stream the topic, Partition and
-// Offset the message's, Decision what was done, and Err the error that kept
-// the decision from being carried out (a failed dead-letter write), else the
-// one the decision was taken on.
+// There is no callback among them: each delivery is reported once, when
+// settled, to the receiver's dedup.Config.Observer (see Observing in the
+// package documentation), and Consumer.Stats counts what was done.
 type Options struct {
 	// Concurrency is how many partitions are handled at once. Each
 	// partition is handled in offset order, one message (or batch) at a
@@ -92,8 +89,9 @@ type Options struct {
 
 	// DropPoison commits past poison messages instead of writing them to a
 	// dead-letter topic: each is logged at error level with its topic,
-	// partition, offset and reason, and counted (PoisonDropped). It is the
-	// explicit way to run without a DeadLetterTopic. Defaults to false.
+	// partition, offset and reason, and counted (Stats().PoisonDropped).
+	// It is the explicit way to run without a DeadLetterTopic. Defaults to
+	// false.
 	DropPoison bool
 
 	// DeadLetterWriter writes dead letters. Its Topic must be empty (the

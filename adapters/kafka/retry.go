@@ -148,6 +148,7 @@ type retryLetter struct {
 	attempt   int
 	firstFail time.Time
 	notBefore time.Time
+	trace     func(set func(key, value string)) // writes the delivery's trace context; nil for none
 }
 
 // message builds the retry message: the original key, value and headers
@@ -174,6 +175,9 @@ func (rl retryLetter) message(topic string) kafka.Message {
 		add(HeaderFirstFailure, rl.firstFail.UTC().Format(time.RFC3339Nano))
 	}
 	add(HeaderNotBefore, rl.notBefore.UTC().Format(time.RFC3339Nano))
+	if rl.trace != nil {
+		rl.trace(func(k, v string) { h = setHeader(h, k, v) })
+	}
 	return kafka.Message{Topic: topic, Key: rl.msg.Key, Value: rl.msg.Value, Headers: h}
 }
 

@@ -405,6 +405,10 @@ func TestRetryTopicWriteBeforeCommit(t *testing.T) {
 	require.Len(t, cl.of(orderID(1)), 2)
 	readAll(t, brokers, retry1, 1)
 	require.Equal(t, map[int]int64{0: 3}, committed(t, brokers, group, topic, 1))
+	st := main.Stats()
+	require.GreaterOrEqual(t, st.SettleFailures, uint64(1), "the failed retry-topic writes")
+	st.SettleFailures = 0
+	require.Equal(t, dedup.ConsumerStats{Delivered: 3, Acked: 2, RetriedLater: 1}, st, "a failed write is no retry in place")
 }
 
 func ExampleRetryTopic() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -14,8 +15,10 @@ import (
 // item is one fetched message on its way to an outcome.
 type item[T, R any] struct {
 	msg       kafka.Message
+	idx       int // in its batch
 	env       *dedup.Message[T]
 	decodeErr error
+	dlv       *dedup.Delivery[R] // the delivery being settled; nil before it is handed over and once settled
 	res       dedup.Result[R]
 	err       error
 	dead      *dedup.Decision // decided to dead-letter, the write not done yet
@@ -23,6 +26,8 @@ type item[T, R any] struct {
 	tier      time.Duration   // later's tier
 	from      origin
 	firstFail time.Time
+	writing   time.Time // when the first write of the dead letter or retry copy began
+	writeErr  error     // why the last write of the dead letter or retry copy failed
 	done      bool
 }
 
@@ -85,14 +90,17 @@ fill:
 // receiver, settles each message as Decide says, and hands the messages to
 // retry back, in order, after the longest of their delays, until every
 // message has an outcome or the consumer stops. The watermark moves past
-// the batch's finished prefix after each round.
+// the batch's finished prefix after each round. Each handing over is one
+// delivery, settled (reported to the Observer) once: a retry in place at
+// once, a dead letter or retry copy once its write is acknowledged (or
+// the consumer stops first), an ack once the watermark moved.
 func (c *Consumer[T, R]) process(ctx context.Context, p *partition, batch []kafka.Message) {
 	items := make([]item[T, R], len(batch))
 	pending := make([]*item[T, R], len(batch))
 	var notBefore time.Time
 	for i, m := range batch {
 		it := &items[i]
-		it.msg = m
+		it.msg, it.idx = m, i
 		it.from = originOf(m)
 		it.firstFail = it.from.firstFail
 		it.env = envelope[T](m, c.opts.Fingerprint)
@@ -105,6 +113,7 @@ func (c *Consumer[T, R]) process(ctx context.Context, p *partition, batch []kafk
 		it.decodeErr = dedup.DecodeBody(c.opts.Decoder, it.env)
 		pending[i] = it
 	}
+	defer abandon(items)
 	if d := time.Until(notBefore); d > 0 && !c.wait(ctx, d) {
 		// Stopping: the batch is left uncommitted, for the next owner.
 		return
@@ -117,18 +126,71 @@ func (c *Consumer[T, R]) process(ctx context.Context, p *partition, batch []kafk
 		<-c.sem
 		var retry []*item[T, R]
 		var delay time.Duration
+		var past []passed[T, R]
 		for _, it := range pending {
-			if d, again := c.settle(ctx, it); again {
+			d, again, pass := c.settle(it)
+			if again {
 				retry = append(retry, it)
 				delay = max(delay, d)
 			}
+			if pass != nil {
+				past = append(past, passed[T, R]{it, *pass})
+			}
 		}
-		c.advance(p, items)
+		last, commit := c.advance(ctx, p, items)
+		for _, ps := range past {
+			s := dedup.Settlement{Decision: ps.decision}
+			if commit != nil && ps.it.idx <= last {
+				s.Duration, s.Err = commit.took, commit.err
+			}
+			if ps.decision.Action == dedup.Ack && ps.it.dead == nil && s.Err == nil {
+				c.stats.acked.Add(1)
+			}
+			ps.it.dlv.Settled(s)
+			ps.it.dlv = nil
+		}
 		if len(retry) == 0 || !c.wait(ctx, max(delay, c.opts.MinRetryDelay)) {
 			return
 		}
 		pending = retry
 	}
+}
+
+// passed is an item the watermark may move past: acked, or poison
+// dropped; decision is what was done.
+type passed[T, R any] struct {
+	it       *item[T, R]
+	decision dedup.Decision
+}
+
+// abandon settles the deliveries of items still waiting for their dead
+// letter or retry copy to be written when the consumer stops: not done,
+// for the reason the last write failed. They stay uncommitted, for the
+// next owner.
+func abandon[T, R any](items []item[T, R]) {
+	for i := range items {
+		it := &items[i]
+		if it.dlv == nil {
+			continue
+		}
+		err := it.writeErr
+		if err == nil {
+			err = errStopped
+		}
+		it.dlv.Settled(dedup.Settlement{Duration: sinceOrZero(it.writing), Err: err})
+		it.dlv = nil
+	}
+}
+
+// errStopped is the settlement error of a delivery the consumer stopped
+// before settling.
+var errStopped = errors.New("dedupkafka: the consumer stopped first; left uncommitted for the next owner")
+
+func sinceOrZero(t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return time.Since(t)
 }
 
 // acquire takes a handling slot, and reports false when the consumer stops
@@ -146,9 +208,10 @@ func (c *Consumer[T, R]) acquire() bool {
 	return true
 }
 
-// handle runs the pending messages through the receiver: one Handle, or a
-// HandleBatch for several. A message that did not decode, or whose dead
-// letter is still to be written, does not reach the receiver again.
+// handle runs the pending messages through the receiver: one Deliver, or
+// a DeliverBatch for several; a message that did not decode is Refused. A
+// message whose dead letter or retry copy is still to be written does not
+// reach the receiver again: its delivery is still being settled.
 func (c *Consumer[T, R]) handle(ctx context.Context, pending []*item[T, R]) {
 	var envs []*dedup.Message[T]
 	var at []*item[T, R]
@@ -156,7 +219,8 @@ func (c *Consumer[T, R]) handle(ctx context.Context, pending []*item[T, R]) {
 		switch {
 		case it.dead != nil, it.later != nil:
 		case it.decodeErr != nil:
-			it.res, it.err = dedup.Result[R]{}, it.decodeErr
+			d := c.rcv.Refused(ctx, it.env, it.decodeErr)
+			it.dlv, it.res, it.err = &d, dedup.Result[R]{}, it.decodeErr
 		default:
 			envs = append(envs, it.env)
 			at = append(at, it)
@@ -165,17 +229,22 @@ func (c *Consumer[T, R]) handle(ctx context.Context, pending []*item[T, R]) {
 	switch len(envs) {
 	case 0:
 	case 1:
-		at[0].res, at[0].err = c.rcv.Handle(ctx, envs[0])
+		d := c.rcv.Deliver(ctx, envs[0])
+		at[0].dlv, at[0].res, at[0].err = &d, d.Result, d.Err
 	default:
-		for i, o := range c.rcv.HandleBatch(ctx, envs) {
-			at[i].res, at[i].err = o.Result, o.Err
+		ds := c.rcv.DeliverBatch(ctx, envs)
+		for i := range ds {
+			at[i].dlv, at[i].res, at[i].err = &ds[i], ds[i].Result, ds[i].Err
 		}
 	}
 }
 
-// settle carries out the decision on it. It reports whether it must be
-// retried, after how long.
-func (c *Consumer[T, R]) settle(ctx context.Context, it *item[T, R]) (time.Duration, bool) {
+// settle carries out the decision on it's delivery, and settles the
+// delivery unless the watermark is to move past it (then it returns what
+// was done: the caller settles it once the watermark moved). It reports
+// whether it must be retried, after how long.
+func (c *Consumer[T, R]) settle(it *item[T, R]) (retryAfter time.Duration, again bool, pass *dedup.Decision) {
+	dlv := it.dlv
 	var d dedup.Decision
 	switch {
 	case it.dead != nil:
@@ -183,7 +252,7 @@ func (c *Consumer[T, R]) settle(ctx context.Context, it *item[T, R]) (time.Durat
 	case it.later != nil:
 		d = *it.later
 	default:
-		d = c.rcv.Decide(it.res, it.err)
+		d = dlv.Decision
 		if tier, ok := tierFor(c.opts.RetryTopics, d); ok {
 			it.later, it.tier = &d, tier
 		}
@@ -191,71 +260,113 @@ func (c *Consumer[T, R]) settle(ctx context.Context, it *item[T, R]) (time.Durat
 	if d.Action != dedup.Ack && it.firstFail.IsZero() {
 		it.firstFail = time.Now()
 	}
-	var serr error
-	retryAfter, again := d.Delay, false
 	switch d.Action {
 	case dedup.Ack:
 		it.done = true
+		return 0, false, &d
 	case dedup.Retry:
 		if it.later == nil {
-			again = true
-		} else if serr = c.retryLater(ctx, it, d); serr != nil {
-			retryAfter, again = c.rcv.StoreRetryDelay(), true
-		} else {
-			it.done = true
+			c.stats.retriedInPlace.Add(1)
+			dlv.Settled(dedup.Settlement{})
+			it.dlv = nil
+			return d.Delay, true, nil
+		}
+		if !c.written(it, c.retryLater(dlv.Context(), it, d), &c.stats.retriedLater) {
+			return c.rcv.StoreRetryDelay(), true, nil
 		}
 	case dedup.DeadLetter:
 		it.dead = &d
-		if serr = c.deadLetter(ctx, it, d); serr != nil {
-			retryAfter, again = c.rcv.StoreRetryDelay(), true
-		} else {
+		if c.dlw == nil {
+			c.dropPoison(dlv.Context(), it, d)
 			it.done = true
+			drop := dedup.Decision{Action: dedup.Ack, Reason: d.Reason, Err: d.Err}
+			return 0, false, &drop
+		}
+		if !c.written(it, c.deadLetter(dlv.Context(), it, d), &c.stats.deadLettered) {
+			return c.rcv.StoreRetryDelay(), true, nil
 		}
 	}
-	settled(ctx, c.rcv, it.env, it.res, d, serr)
-	return retryAfter, again
+	return 0, false, nil
 }
 
-// deadLetter writes it to the dead-letter topic and waits for the write to
-// be acknowledged; under DropPoison it logs the message at error level,
-// counts it and lets it be committed past.
-func (c *Consumer[T, R]) deadLetter(ctx context.Context, it *item[T, R], d dedup.Decision) error {
+// written settles the delivery of it once its dead letter or retry copy
+// was written (write is the write's error, timed from it.writing), and
+// reports whether it was. A failed write leaves the delivery unsettled:
+// the write is tried again after the receiver's StoreRetryDelay, without
+// handing the message to the receiver again.
+func (c *Consumer[T, R]) written(it *item[T, R], write func() error, count *atomic.Uint64) bool {
+	if it.writing.IsZero() {
+		it.writing = time.Now()
+	}
+	if err := write(); err != nil {
+		c.stats.settleFailures.Add(1)
+		it.writeErr = err
+		return false
+	}
+	count.Add(1)
+	it.done = true
+	it.dlv.Settled(dedup.Settlement{Duration: time.Since(it.writing)})
+	it.dlv = nil
+	return true
+}
+
+// dropPoison logs it, poison, at error level and counts it: under
+// DropPoison it is committed past without a dead letter.
+func (c *Consumer[T, R]) dropPoison(ctx context.Context, it *item[T, R], d dedup.Decision) {
 	m := it.msg
-	if c.dlw == nil {
-		c.poisonDropped.Add(1)
-		c.opts.Logger.ErrorContext(ctx, "dedupkafka: poison message dropped (DropPoison): committed past without a dead letter",
-			slog.String("reason", string(d.Reason)), slog.String("topic", m.Topic), slog.Int("partition", m.Partition),
-			slog.Int64("offset", m.Offset), slog.Any("error", d.Err))
-		return nil
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
-	defer cancel()
-	err := writeDeadLetter(sctx, c.dlw, c.opts.DeadLetterTopic, deadLetter{
-		msg: m, from: it.from, group: c.group, reason: d.Reason, err: d.Err, key: it.res.Key, attempt: attemptOf(it, d), firstFail: it.firstFail,
-	})
-	if err != nil {
-		c.opts.Logger.WarnContext(ctx, "dedupkafka: dead-letter write failed; the message is retried in place",
-			slog.String("topic", m.Topic), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset), slog.Any("error", err))
-	}
-	return err
+	c.stats.poisonDropped.Add(1)
+	c.opts.Logger.ErrorContext(ctx, "dedupkafka: poison message dropped (DropPoison): committed past without a dead letter",
+		slog.String("reason", string(d.Reason)), slog.String("topic", m.Topic), slog.Int("partition", m.Partition),
+		slog.Int64("offset", m.Offset), slog.Any("error", d.Err))
 }
 
-// retryLater writes it to the retry topic of its tier, due a tier from
-// now, and waits for the write to be acknowledged.
-func (c *Consumer[T, R]) retryLater(ctx context.Context, it *item[T, R], d dedup.Decision) error {
-	topic := RetryTopic(retryBase(it.from.topic, c.opts.RetryTopics), it.tier)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
-	defer cancel()
-	err := writeRetry(sctx, c.rtw, topic, retryLetter{
-		msg: it.msg, from: it.from, group: c.group, reason: d.Reason, err: d.Err,
-		attempt: attemptOf(it, d), firstFail: it.firstFail, notBefore: time.Now().Add(it.tier),
-	})
-	if err != nil {
+// deadLetter returns the write of it to the dead-letter topic, which
+// waits for the write to be acknowledged. ctx is the delivery's: the dead
+// letter carries its trace context.
+func (c *Consumer[T, R]) deadLetter(ctx context.Context, it *item[T, R], d dedup.Decision) func() error {
+	return func() error {
 		m := it.msg
-		c.opts.Logger.WarnContext(ctx, "dedupkafka: retry-topic write failed; tried again in place",
-			slog.String("topic", m.Topic), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset), slog.Any("error", err))
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
+		defer cancel()
+		err := writeDeadLetter(sctx, c.dlw, c.opts.DeadLetterTopic, deadLetter{
+			msg: m, from: it.from, group: c.group, reason: d.Reason, err: d.Err, key: it.res.Key, attempt: attemptOf(it, d), firstFail: it.firstFail,
+			trace: c.tracer(ctx),
+		})
+		if err != nil {
+			c.opts.Logger.WarnContext(ctx, "dedupkafka: dead-letter write failed; the message is retried in place",
+				slog.String("topic", m.Topic), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset), slog.Any("error", err))
+		}
+		return err
 	}
-	return err
+}
+
+// retryLater returns the write of it to the retry topic of its tier, due
+// a tier from now, which waits for the write to be acknowledged. ctx is
+// the delivery's: the copy carries its trace context.
+func (c *Consumer[T, R]) retryLater(ctx context.Context, it *item[T, R], d dedup.Decision) func() error {
+	return func() error {
+		topic := RetryTopic(retryBase(it.from.topic, c.opts.RetryTopics), it.tier)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
+		defer cancel()
+		err := writeRetry(sctx, c.rtw, topic, retryLetter{
+			msg: it.msg, from: it.from, group: c.group, reason: d.Reason, err: d.Err,
+			attempt: attemptOf(it, d), firstFail: it.firstFail, notBefore: time.Now().Add(it.tier),
+			trace: c.tracer(ctx),
+		})
+		if err != nil {
+			m := it.msg
+			c.opts.Logger.WarnContext(ctx, "dedupkafka: retry-topic write failed; tried again in place",
+				slog.String("topic", m.Topic), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset), slog.Any("error", err))
+		}
+		return err
+	}
+}
+
+// tracer returns what writes the trace context of ctx, a delivery's, into
+// a message's headers: the receiver's Observer, when it is a
+// dedup.Injector.
+func (c *Consumer[T, R]) tracer(ctx context.Context) func(set func(key, value string)) {
+	return func(set func(key, value string)) { c.rcv.Inject(ctx, set) }
 }
 
 // attemptOf is the attempt a decision on it was taken after.
@@ -268,9 +379,18 @@ func attemptOf[T, R any](it *item[T, R], d dedup.Decision) int {
 	return attempt
 }
 
+// commitResult is what the commit made at once after a watermark moved
+// (CommitEveryOutcome) came to.
+type commitResult struct {
+	took time.Duration
+	err  error
+}
+
 // advance moves p's watermark past the longest finished prefix of items,
-// and commits it at once under CommitEveryOutcome.
-func (c *Consumer[T, R]) advance(p *partition, items []item[T, R]) {
+// and commits it at once under CommitEveryOutcome. It returns the index of
+// the prefix's last item (-1 for none), and what the commit came to when
+// one was made.
+func (c *Consumer[T, R]) advance(ctx context.Context, p *partition, items []item[T, R]) (int, *commitResult) {
 	last := -1
 	for i := range items {
 		if !items[i].done {
@@ -279,16 +399,19 @@ func (c *Consumer[T, R]) advance(p *partition, items []item[T, R]) {
 		last = i
 	}
 	if last < 0 {
-		return
+		return last, nil
 	}
 	p.setMark(items[last].msg)
-	if c.opts.CommitInterval == CommitEveryOutcome {
-		// Every partition's watermark: the partitions that moved while the
-		// previous commit was on its way go out together (a group commit),
-		// and find theirs already committed when their turn comes. A
-		// failure is logged, and retried by the ticker.
-		_ = c.committer.flush(nil)
+	if c.opts.CommitInterval != CommitEveryOutcome {
+		return last, nil
 	}
+	// Every partition's watermark: the partitions that moved while the
+	// previous commit was on its way go out together (a group commit), and
+	// find theirs already committed when their turn comes. A failure is
+	// logged, and retried by the ticker.
+	begin := time.Now()
+	err := c.committer.flush(ctx, nil)
+	return last, &commitResult{took: time.Since(begin), err: err}
 }
 
 // wait waits d before a retry, and reports false when the consumer stops
@@ -304,18 +427,4 @@ func (c *Consumer[T, R]) wait(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// settled reports what was done with a delivery to the receiver's
-// Observer: err is the error that kept the decision from being carried out,
-// or else the one it was taken on.
-func settled[T, R any](ctx context.Context, rcv *dedup.Receiver[*dedup.Message[T], R], env *dedup.Message[T], res dedup.Result[R], d dedup.Decision, err error) {
-	if err == nil {
-		err = d.Err
-	}
-	rcv.Observe(ctx, dedup.Event{
-		Kind: dedup.EventSettled, Broker: env.Broker, Source: env.Source,
-		MessageID: env.ID, Stream: env.Stream, Partition: env.Partition, Offset: env.Offset, DeliveryCount: env.DeliveryCount,
-		Key: res.Key, Status: res.Status, Attempt: res.Attempt, Decision: d, Err: err, Problem: res.Problem,
-	})
 }

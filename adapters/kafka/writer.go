@@ -5,8 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/dedup-go/dedup"
 )
 
 // HeaderMessageID is the header [Writer] and [StampMessageID] put the
@@ -51,14 +54,31 @@ type Writer struct {
 	W *kafka.Writer
 	// NewID makes the id of a message without one. Defaults to NewMessageID.
 	NewID func() string
+	// Injector, when set, writes the trace context of the ctx given to
+	// WriteMessages into each message's headers (a header of the same name
+	// the message already has takes the new value), so that the consumer's
+	// delivery is linked to the producer's trace: the dedupotel Observer is
+	// one (W3C traceparent and tracestate). Defaults to none.
+	Injector dedup.Injector
 }
 
 // WriteMessages stamps the messages that have no HeaderMessageID (in
-// place: retrying with the same slice keeps their ids) and writes them.
+// place: retrying with the same slice keeps their ids), writes the trace
+// context of ctx into their headers when the Writer has an Injector (in
+// place too), and writes them.
 func (w *Writer) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
 	if w == nil || w.W == nil {
 		return errors.New("dedupkafka: Writer has no kafka.Writer")
 	}
 	StampMessageID(msgs, w.NewID)
+	if w.Injector != nil {
+		for i := range msgs {
+			// A fresh slice: the caller's headers may share a backing array
+			// between messages.
+			h := slices.Clone(msgs[i].Headers)
+			w.Injector.Inject(ctx, func(k, v string) { h = setHeader(h, k, v) })
+			msgs[i].Headers = h
+		}
+	}
 	return w.W.WriteMessages(ctx, msgs...)
 }

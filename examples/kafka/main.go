@@ -100,8 +100,11 @@ func run(ctx context.Context, brokers []string, w io.Writer) error {
 		charged[m.Body.ID] += m.Body.Cents
 		return "receipt-" + m.Body.ID, nil
 	}
+	// The Observer hears of each delivery once, when the adapter settled
+	// it. A retry in place is a delivery of its own: only final outcomes
+	// (acked, dead-lettered) count here.
 	observer := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind != dedup.EventSettled {
+		if e.Decision.Action == dedup.Retry {
 			return
 		}
 		mu.Lock()
@@ -164,6 +167,9 @@ func run(ctx context.Context, brokers []string, w io.Writer) error {
 	defer mu.Unlock()
 	fmt.Fprintf(w, "%d messages: %d processed, %d duplicates, %d dead-lettered (%d undecodable)\n", total,
 		reasons[dedup.ReasonProcessed], reasons[dedup.ReasonDuplicate], dead, reasons[dedup.ReasonUndecodable])
+	st := c.Stats() // the dedup.ConsumerStats every adapter returns
+	fmt.Fprintf(w, "consumer: %d delivered, %d acked, %d dead-lettered, %d settle failures\n",
+		st.Delivered, st.Acked, st.DeadLettered, st.SettleFailures)
 	for _, id := range slices.Sorted(func(yield func(string) bool) {
 		for id := range charged {
 			if !yield(id) {

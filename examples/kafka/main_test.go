@@ -23,6 +23,7 @@ func TestRun(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(ctx, cluster.ListenAddrs(), &out))
 	require.Equal(t, `9 messages: 6 processed, 2 duplicates, 1 dead-lettered (1 undecodable)
+consumer: 9 delivered, 8 acked, 1 dead-lettered, 0 settle failures
 o-1 charged 100
 o-2 charged 200
 o-3 charged 300
