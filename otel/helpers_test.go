@@ -108,7 +108,7 @@ func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
 }
 
 // producer is a producer's span context, as a traceparent carries it.
-func producer(t *testing.T) (trace.SpanContext, dedup.MapHeader) {
+func producer(t testing.TB) (trace.SpanContext, dedup.MapHeader) {
 	t.Helper()
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID:    trace.TraceID{0x0a, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},

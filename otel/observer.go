@@ -11,10 +11,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // ScopeName is the instrumentation scope of the Observer's tracer and
@@ -46,12 +47,13 @@ type Options struct {
 // with New and set it as dedup.Config.Observer. It is safe for concurrent
 // use.
 type Observer struct {
-	tracer  trace.Tracer
-	tracing bool // false for a noop.TracerProvider: no span work at all
-	prop    propagation.TextMapPropagator
-	group   string
-	m       instruments
-	attrs   attrCache
+	tracer   trace.Tracer
+	tracing  bool // false for a noop.TracerProvider: no span work at all
+	metering bool // false for a noop.MeterProvider: no metric work at all
+	prop     propagation.TextMapPropagator
+	group    string
+	m        instruments
+	attrs    attrCache
 }
 
 var (
@@ -80,12 +82,14 @@ func New(opts *Options) (*Observer, error) {
 			o.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 		}
 	}
-	_, off := o.TracerProvider.(noop.TracerProvider)
+	_, noTracing := o.TracerProvider.(tracenoop.TracerProvider)
+	_, noMetering := o.MeterProvider.(metricnoop.MeterProvider)
 	ob := &Observer{
-		tracer:  o.TracerProvider.Tracer(ScopeName),
-		tracing: !off,
-		prop:    o.Propagator,
-		group:   o.ConsumerGroup,
+		tracer:   o.TracerProvider.Tracer(ScopeName),
+		tracing:  !noTracing,
+		metering: !noMetering,
+		prop:     o.Propagator,
+		group:    o.ConsumerGroup,
 	}
 	ob.attrs.group = o.ConsumerGroup
 	if err := ob.m.init(o.MeterProvider.Meter(ScopeName)); err != nil {
@@ -119,8 +123,11 @@ func server(broker string) bool { return broker == "http" || broker == "grpc" }
 // and Observe annotates it. The context returned carries the span, so the
 // handler's spans nest under it.
 func (ob *Observer) StartDelivery(ctx context.Context, o dedup.Origin) context.Context {
+	if !ob.tracing && !ob.metering {
+		return ctx
+	}
 	var active []metric.AddOption
-	if ob.m.active.Enabled(ctx) {
+	if ob.metering && ob.m.active.Enabled(ctx) {
 		active = ob.attrs.activeOf(o.Broker, o.Source)
 		ob.m.active.Add(ctx, 1, active...)
 	}
@@ -185,6 +192,9 @@ func (ob *Observer) start(ctx context.Context, o dedup.Origin, at time.Time) tra
 // never saw (one an adapter returned unhandled at Stop) gets a span
 // started and ended now.
 func (ob *Observer) Observe(ctx context.Context, e dedup.Event) {
+	if !ob.tracing && !ob.metering {
+		return
+	}
 	d, _ := trace.SpanFromContext(ctx).(*delivery)
 	if d != nil && (d.ob != ob || d.ended) {
 		d = nil
@@ -195,7 +205,6 @@ func (ob *Observer) Observe(ctx context.Context, e dedup.Event) {
 			ob.m.active.Add(ctx, -1, d.active...)
 		}
 	}
-	now := time.Now()
 	switch {
 	case server(e.Broker):
 		span := trace.SpanFromContext(ctx)
@@ -206,11 +215,12 @@ func (ob *Observer) Observe(ctx context.Context, e dedup.Event) {
 			ob.annotate(span, &e)
 		}
 	case d != nil && d.own:
-		ob.end(d.Span, &e, now)
+		ob.end(d.Span, &e, time.Now())
 	case d == nil && ob.tracing:
+		now := time.Now()
 		ob.end(ob.start(ctx, e.Origin, now.Add(-e.Duration-e.SettleDuration)), &e, now)
 	}
-	if ob.m.deliveries.Enabled(ctx) {
+	if ob.metering && ob.m.deliveries.Enabled(ctx) {
 		ob.record(ctx, &e)
 	}
 }
