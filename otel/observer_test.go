@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dedup-go/dedup"
 	dedupotel "github.com/dedup-go/dedup/otel"
@@ -230,6 +232,7 @@ func TestMetrics(t *testing.T) {
 	deliver(kafkaMsg("d", -1, nil), dedup.Settlement{Err: errors.New("dead letter not confirmed")}) // dead letter, failed
 	deliver(kafkaMsg("e", 1, nil), dedup.Settlement{Err: errors.New("commit failed")})              // processed, ack failed
 	rcv.Handle(ctx, kafkaMsg("a", 1, nil))                                                          // duplicate, unsettled
+	rcv.Handle(ctx, kafkaMsg("f", -1, nil))                                                         // to dead-letter, unsettled: no dead letter
 
 	rm := e.collect(t)
 	ns := attribute.String("dedup.namespace", "billing")
@@ -237,20 +240,20 @@ func TestMetrics(t *testing.T) {
 	reason := func(s string) attribute.KeyValue { return attribute.String("dedup.reason", s) }
 	decision := func(s string) attribute.KeyValue { return attribute.String("dedup.decision", s) }
 
-	require.EqualValues(t, 8, sum(t, rm, dedupotel.MetricDeliveries, ns, sys, dest))
+	require.EqualValues(t, 9, sum(t, rm, dedupotel.MetricDeliveries, ns, sys, dest))
 	require.EqualValues(t, 2, sum(t, rm, dedupotel.MetricDeliveries, status("processed"), decision("ack"), reason("processed")))
 	require.EqualValues(t, 2, sum(t, rm, dedupotel.MetricDeliveries, status("duplicate"), decision("ack"), reason("duplicate")))
 	require.EqualValues(t, 2, sum(t, rm, dedupotel.MetricDeliveries, status("none"), decision("retry"), reason("handler-error")))
-	require.EqualValues(t, 2, sum(t, rm, dedupotel.MetricDeliveries, status("none"), decision("dead-letter"), reason("permanent-error")))
+	require.EqualValues(t, 3, sum(t, rm, dedupotel.MetricDeliveries, status("none"), decision("dead-letter"), reason("permanent-error")))
 
 	group := attribute.String("messaging.consumer.group.name", "billing-workers")
 	op := attribute.String("messaging.operation.name", "process")
-	require.EqualValues(t, 8, sum(t, rm, dedupotel.MetricConsumedMessages, sys, dest, group, op))
+	require.EqualValues(t, 9, sum(t, rm, dedupotel.MetricConsumedMessages, sys, dest, group, op))
 	require.EqualValues(t, 2, sum(t, rm, dedupotel.MetricConsumedMessages, attribute.String("error.type", "handler-error")))
-	require.EqualValues(t, 2, sum(t, rm, dedupotel.MetricConsumedMessages, attribute.String("error.type", "permanent-error")))
-	require.EqualValues(t, 8, count(t, rm, dedupotel.MetricProcessDuration, sys, dest, group, op))
-	require.EqualValues(t, 8, count(t, rm, dedupotel.MetricStoreDuration, ns, sys, dest))
-	require.EqualValues(t, 6, count(t, rm, dedupotel.MetricHandlerDuration, ns, sys, dest), "the handler ran for all but the duplicates")
+	require.EqualValues(t, 3, sum(t, rm, dedupotel.MetricConsumedMessages, attribute.String("error.type", "permanent-error")))
+	require.EqualValues(t, 9, count(t, rm, dedupotel.MetricProcessDuration, sys, dest, group, op))
+	require.EqualValues(t, 9, count(t, rm, dedupotel.MetricStoreDuration, ns, sys, dest))
+	require.EqualValues(t, 7, count(t, rm, dedupotel.MetricHandlerDuration, ns, sys, dest), "the handler ran for all but the duplicates")
 
 	require.EqualValues(t, 1, sum(t, rm, dedupotel.MetricDeadLetters, ns, sys, dest, reason("permanent-error")), "only the dead letter the broker took")
 	require.EqualValues(t, 1, sum(t, rm, dedupotel.MetricDeadLetters))
@@ -299,4 +302,26 @@ func TestMetricsProblems(t *testing.T) {
 	require.EqualValues(t, 1, sum(t, rm, dedupotel.MetricResultsNotStored, attribute.String("messaging.system", "kafka")))
 	require.Equal(t, "result-not-stored", attrs(e.ended("process orders")[1].Attributes())["dedup.reason"].AsString())
 	require.Contains(t, attrs(e.ended("process orders")[1].Attributes()), attribute.Key("dedup.problem"))
+}
+
+// TestNoopProviders: over no-op providers the Observer does no work: the
+// delivery's context is the caller's and nothing is allocated.
+func TestNoopProviders(t *testing.T) {
+	ob, err := dedupotel.New(&dedupotel.Options{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: metricnoop.NewMeterProvider()})
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, h := producer(t)
+	m := kafkaMsg("a", 1, h)
+	o := m.Origin()
+	ev := dedup.Event{Origin: o, Status: dedup.StatusDuplicate, Decision: dedup.Decision{Action: dedup.Ack, Reason: dedup.ReasonDuplicate},
+		Settled: true, Duration: time.Millisecond}
+	require.Equal(t, ctx, ob.StartDelivery(ctx, o))
+	if raceEnabled {
+		t.Skip("allocations are not counted under the race detector")
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		c := ob.StartDelivery(ctx, o)
+		ob.Observe(c, ev)
+	})
+	require.Zero(t, allocs)
 }

@@ -1,0 +1,5 @@
+//go:build race
+
+package dedupotel_test
+
+const raceEnabled = true
