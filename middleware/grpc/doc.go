@@ -127,6 +127,46 @@
 // does not recover panics, so keep a recovery interceptor first in the
 // chain (go-grpc-middleware's recovery, say) as for any gRPC server.
 //
+// # Observability
+//
+// Config.Observer hears one dedup.Event per protected call (a method
+// Options.Methods selects) that carries a key, or that RequireKey refuses
+// for lacking one; a call without a key that runs unprotected is no event.
+// What happened is in the event:
+//
+//	handler ran, outcome recorded         Status processed, Stored
+//	replayed                              Status duplicate, Stored
+//	in flight (Aborted)                   Status in-flight
+//	key reused (FailedPrecondition)       Err matches dedup.ErrKeyReused
+//	outcome not recorded (not-stored)     Status processed, Problem (dedup.ErrLeaseLost,
+//	                                      dedup.ErrStoreUnavailable), not Stored
+//	handler error, panic                  Err
+//	refused by the interceptor itself     Err is a *RefusedError (Code, Reason), matching
+//	                                      dedup.ErrNoKey (no key; a Principal that failed),
+//	                                      dedup.ErrInvalidKey (a bad key, with ErrBadKey; a
+//	                                      KeyCheck refusal, with its error; a user func that
+//	                                      panicked, with a *dedup.PanicError)
+//
+// The events of calls the receiver answered come from Handle, as for any
+// caller of Handle; the interceptor's own refusals are reported with
+// Receiver.Observe (no StartDelivery: they never reach the receiver). Their
+// Decision is what Receiver.Decide answers for the error (Reason no-key,
+// invalid-key), as Handle's events carry Decide's answer: a gRPC call has
+// no adapter to carry an Action out, so read Decision.Reason, a bounded
+// label; Settled is always false.
+//
+// The Origin: Broker "grpc"; Source the full method
+// ("/package.Service/Method"); MessageID empty. Header looks the incoming
+// metadata up, case-insensitively (traceparent, say), all but the
+// idempotency-key metadata: the key is in the event's Key (its record id,
+// with the principal), never in the Origin.
+//
+// The context Observe, the Key, Principal and KeyCheck funcs and the
+// handler get is the call's, as the interceptors before this one made it:
+// the server span otelgrpc started is in it, and the dedupotel Observer
+// annotates that span rather than start one of its own. The interceptor's
+// log lines go through slog's *Context methods with the call's context.
+//
 // # Leases
 //
 // A call holds its key for the receiver's Lease (30 s by default), which

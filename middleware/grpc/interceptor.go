@@ -78,9 +78,9 @@ func (ic *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 	if ic.s.Methods != nil && !ic.s.Methods(info.FullMethod) {
 		return handler(ctx, req)
 	}
-	c, err := ic.newCall(ctx, req, info.FullMethod, handler)
+	c, err, cause := ic.newCall(ctx, req, info.FullMethod, handler)
 	if err != nil {
-		return nil, err
+		return nil, ic.refuse(ctx, info.FullMethod, err, cause)
 	}
 	if c == nil {
 		return handler(ctx, req)
@@ -94,6 +94,8 @@ func (ic *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 
 // call is one unary call through the receiver, its message type.
 type call struct {
+	// ctx is the call's, for its Origin's metadata.
+	ctx     context.Context
 	id      string // the scoped id
 	method  string
 	req     any
@@ -142,45 +144,52 @@ var (
 )
 
 // newCall finds the call's key, principal and scoped id. It returns nil
-// and no error for a call without a key that may run unprotected.
-func (ic *Interceptor) newCall(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (c *call, err error) {
+// and no error for a call without a key that may run unprotected; for a
+// call it refuses, the status to answer and, for the Observer, the cause
+// (see RefusedError).
+func (ic *Interceptor) newCall(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (c *call, st, cause error) {
 	defer func() {
 		if p := recover(); p != nil {
+			stack := debug.Stack()
 			ic.log.ErrorContext(ctx, "dedupgrpc: a Key, Principal or KeyCheck func panicked",
-				slog.String("method", method), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
-			c, err = nil, status.Error(codes.Internal, "dedupgrpc: the idempotency key could not be checked")
+				slog.String("method", method), slog.Any("panic", p), slog.String("stack", string(stack)))
+			c, st = nil, status.Error(codes.Internal, "dedupgrpc: the idempotency key could not be checked")
+			cause = fmt.Errorf("%w: %w", dedup.ErrInvalidKey, &dedup.PanicError{Func: "Key, Principal or KeyCheck func", Value: p, Stack: stack})
 		}
 	}()
 	key, err := ic.s.Key(ctx, method, req)
 	if err != nil {
-		return nil, keyError(err)
+		return nil, keyError(err), fmt.Errorf("%w: %w", dedup.ErrInvalidKey, err)
 	}
 	if key == "" {
 		if ic.s.RequireKey {
-			return nil, refuse(codes.InvalidArgument, ReasonKeyMissing, "dedupgrpc: this method requires an idempotency key ("+MetadataKey+" metadata)", 0)
+			return nil, refuse(codes.InvalidArgument, ReasonKeyMissing, "dedupgrpc: this method requires an idempotency key ("+MetadataKey+" metadata)", 0), dedup.ErrNoKey
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err := ValidateKey(key); err != nil {
-		return nil, keyError(err)
+		return nil, keyError(err), fmt.Errorf("%w: %w", dedup.ErrInvalidKey, err)
 	}
 	var principal string
 	if ic.s.Principal != nil {
 		if principal, err = ic.s.Principal(ctx); err != nil {
+			// No scope to put the key in: no usable key, as the receiver
+			// takes a failing key func.
+			cause := fmt.Errorf("%w: the principal: %w", dedup.ErrNoKey, err)
 			if _, ok := status.FromError(err); ok {
-				return nil, err
+				return nil, err, cause
 			}
-			return nil, status.Error(codes.Unauthenticated, err.Error())
+			return nil, status.Error(codes.Unauthenticated, err.Error()), cause
 		}
 	}
 	if ic.s.KeyCheck != nil {
 		if err := ic.s.KeyCheck(ctx, key, principal, method); err != nil {
-			return nil, checkError(err)
+			return nil, checkError(err), fmt.Errorf("%w: %w", dedup.ErrInvalidKey, err)
 		}
 	}
 	// The scope is the principal alone: the method is in the fingerprint,
 	// so that the key on another method is refused as reused.
-	return &call{id: scopedID(principal, key, ic.s.maxIDLength), method: method, req: req, handler: handler}, nil
+	return &call{ctx: ctx, id: scopedID(principal, key, ic.s.maxIDLength), method: method, req: req, handler: handler}, nil, nil
 }
 
 // keyError is the status of a key that cannot be used.

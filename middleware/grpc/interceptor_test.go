@@ -468,7 +468,8 @@ func TestKeyCheck(t *testing.T) {
 }
 
 // A Principal, Key or KeyCheck func that panics is Internal, and the server
-// survives; a Principal error is Unauthenticated.
+// survives; a Principal error is Unauthenticated. Each is one event, whose
+// Err says why.
 func TestUserFuncsThatFail(t *testing.T) {
 	st := stores[0].new(t)
 	principal := func(ctx context.Context) (string, error) {
@@ -481,12 +482,22 @@ func TestUserFuncsThatFail(t *testing.T) {
 			return v[0], nil
 		}
 	}
-	svc, s := setup(t, st, &dedupgrpc.Options{Principal: principal})
+	var rec recorder
+	svc, s := setup(t, st, &dedupgrpc.Options{Principal: principal, Config: &dedup.Config{Namespace: "payments", Observer: &rec}})
 	req := chargeReq("acct-1", 500, "")
 	_, _, err := s.charge(t, req, dedupgrpc.MetadataKey, "k")
 	requireStatus(t, err, codes.Unauthenticated, "")
+	require.ErrorIs(t, rec.one(t, "no principal").Err, dedup.ErrNoKey)
 	_, _, err = s.charge(t, req, "x-tenant", "panic", dedupgrpc.MetadataKey, "k")
 	requireStatus(t, err, codes.Internal, "")
+	e := rec.one(t, "a panic")
+	var pe *dedup.PanicError
+	require.ErrorAs(t, e.Err, &pe, "the event says what panicked")
+	require.Equal(t, "principal func", pe.Value)
+	require.ErrorIs(t, e.Err, dedup.ErrInvalidKey)
+	var re *dedupgrpc.RefusedError
+	require.ErrorAs(t, e.Err, &re)
+	require.Equal(t, codes.Internal, re.Code)
 	_, _, err = s.charge(t, req, "x-tenant", "alice", dedupgrpc.MetadataKey, "k")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), svc.runs.Load())

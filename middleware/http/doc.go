@@ -135,6 +135,49 @@
 // cannot be read, the answer is 503 idempotency-store-unavailable, in
 // fail-open mode too: an expired key never runs unprotected.
 //
+// # Observability
+//
+// Config.Observer hears one dedup.Event per request the middleware
+// deduplicates: one that carries an Idempotency-Key, or that RequireKey
+// refuses for lacking one. A method outside Options.Methods, or a request
+// without a key that passes through, is no event: dedup had no part in it.
+// What happened is in the event:
+//
+//	handler ran, outcome recorded         Status processed, Stored
+//	replayed                              Status duplicate, Stored
+//	in flight (409)                       Status in-flight
+//	key reused (422)                      Err matches dedup.ErrKeyReused
+//	outcome not recorded (Not-Stored)     Status processed, Problem (dedup.ErrLeaseLost,
+//	                                      dedup.ErrStoreUnavailable), not Stored
+//	5xx, 429, stream, panic               Err: the key was released
+//	refused by the middleware itself      Err is a *RefusedError (Status, Code), matching
+//	                                      dedup.ErrNoKey (no key), dedup.ErrInvalidKey (a bad
+//	                                      key; a key the Verifier refused or an expired one,
+//	                                      with the issuedkey error), dedup.ErrUndecodable (the
+//	                                      body: 413, unreadable), dedup.ErrStoreUnavailable
+//
+// The events of requests the receiver answered come from Handle, as for any
+// caller of Handle; the middleware's own refusals are reported with
+// Receiver.Observe (no StartDelivery: they never reach the receiver). Their
+// Decision is what Receiver.Decide answers for the error (Reason no-key,
+// invalid-key, undecodable, store-unavailable), as Handle's events carry
+// Decide's answer: an HTTP request has no adapter to carry an Action out,
+// so read Decision.Reason, a bounded label; Settled is always false.
+//
+// The Origin: Broker "http"; Source the route, never the path (it holds
+// ids, and Source is a metric attribute): r.Pattern when a mux routed the
+// request before the middleware (it wraps a route's handler), else the
+// pattern the wrapped *http.ServeMux will route it to, else the method
+// alone ("POST"); MessageID empty. Header looks the request's headers up
+// (traceparent, say), all but the Idempotency-Key: the key is in the
+// event's Key (its record id, with the principal), never in the Origin.
+//
+// The context Observe and the handler get is the request's, as the
+// middlewares before this one made it: the server span otelhttp started
+// is in it, and the dedupotel Observer annotates that span rather than
+// start one of its own. The middleware's log lines go
+// through slog's *Context methods with the request's context.
+//
 // # Lifecycle
 //
 // A Middleware has no goroutine and nothing to start or stop; the store

@@ -173,7 +173,8 @@ type plainStore struct{ store.Store }
 
 // TestExpiredKeyStoreDown: when the record of an expired key cannot be
 // read, the answer is 503, fail-open too: an expired key never runs the
-// handler unprotected.
+// handler unprotected; its event is a refusal matching
+// dedup.ErrStoreUnavailable.
 func TestExpiredKeyStoreDown(t *testing.T) {
 	t.Parallel()
 	own := redistest.StartServer(t)
@@ -195,14 +196,18 @@ func TestExpiredKeyStoreDown(t *testing.T) {
 	var runs counter
 	c := client(t)
 	for _, failOpen := range []bool{false, true} {
+		var rec recorder
 		m := newMiddleware(t, s, &deduphttp.Options{Verifier: iss, Config: &dedup.Config{
-			FailOpen: failOpen, StoreRetryDelay: 3 * time.Second, Logger: slog.New(slog.DiscardHandler),
+			FailOpen: failOpen, StoreRetryDelay: 3 * time.Second, Logger: slog.New(slog.DiscardHandler), Observer: &rec,
 		}})
 		srv := serve(t, m.Wrap(payHandler(&runs, false, nil)))
 		r := do(t, c, srv, req{key: k.Key, tenant: "acme", path: "/orders/o-1/pay"})
 		require.Equal(t, http.StatusServiceUnavailable, r.Status, "fail-open %v: %s", failOpen, r.Body)
 		require.Equal(t, deduphttp.CodeStoreDown, r.problem(t).Code)
 		require.Equal(t, "3", r.Header.Get("Retry-After"))
+		e := rec.one(t, "expired key, store down")
+		requireRefused(t, e, http.StatusServiceUnavailable, deduphttp.CodeStoreDown, dedup.ErrStoreUnavailable, dedup.ReasonStoreUnavailable)
+		require.Equal(t, 3*time.Second, e.Decision.Delay)
 	}
 	require.Zero(t, runs.total())
 }

@@ -108,25 +108,27 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	values := r.Header[HeaderKey]
 	switch {
 	case len(values) == 0 && m.o.RequireKey:
-		writeProblem(w, http.StatusBadRequest, CodeKeyMissing, "this endpoint requires an Idempotency-Key header", 0)
+		m.refuse(w, r, next, "", refusal{status: http.StatusBadRequest, code: CodeKeyMissing,
+			detail: "this endpoint requires an Idempotency-Key header", err: dedup.ErrNoKey})
 		return
 	case len(values) == 0:
 		next.ServeHTTP(w, r)
 		return
 	case len(values) > 1:
-		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, errKeyMany.Error(), 0)
+		m.refuse(w, r, next, "", invalidKey(errKeyMany))
 		return
 	}
 	key, err := parseKey(values[0])
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, CodeKeyInvalid, err.Error(), 0)
+		m.refuse(w, r, next, "", invalidKey(err))
 		return
 	}
 	principal := m.o.principal(r)
 	expired := false
 	if m.o.Verifier != nil {
-		var ok bool
-		if ok, expired = m.verify(w, r, key, principal); !ok {
+		var ref *refusal
+		if expired, ref = m.verify(r, key, principal); ref != nil {
+			m.refuse(w, r, next, "", *ref)
 			return
 		}
 	}
@@ -134,9 +136,6 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	c := calls.Get().(*call)
 	defer c.release()
 	c.m, c.next, c.w, c.r, c.key, c.expired = m, next, w, r, key, expired
-	if !c.readBody() {
-		return
-	}
 	// The scope is the principal, and the operation only when the user
 	// names one: the method and path are in the fingerprint, so that the
 	// key on another endpoint is refused, not run again.
@@ -145,6 +144,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		op = m.o.Operation(r)
 	}
 	c.scoped = appendScopedID(c.scoped[:0], principal, op, key, m.o.cfg.MaxIDLength)
+	if !c.readBody() {
+		return
+	}
 	if expired && !m.completedRecord(c) {
 		return
 	}
@@ -152,25 +154,33 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	m.respond(c, res, err)
 }
 
-// verify checks a server-issued key, answering the request when it is
-// refused. An expired key (issued here, to this principal, for this
+// invalidKey is the refusal of a key that breaks the rules of parseKey.
+func invalidKey(err error) refusal {
+	return refusal{status: http.StatusBadRequest, code: CodeKeyInvalid, detail: err.Error(),
+		err: fmt.Errorf("%w: %w", dedup.ErrInvalidKey, err)}
+}
+
+// verify checks a server-issued key, returning the refusal of a key that
+// is refused. An expired key (issued here, to this principal, for this
 // operation) is not refused yet: expired reports it, and a completed
 // record is still replayed for it.
-func (m *Middleware) verify(w http.ResponseWriter, r *http.Request, key, principal string) (ok, expired bool) {
+func (m *Middleware) verify(r *http.Request, key, principal string) (expired bool, ref *refusal) {
 	err := m.o.Verifier.Verify(key, principal, m.operation(r))
-	switch {
-	case err == nil:
-		return true, false
-	case errors.Is(err, issuedkey.ErrExpired):
-		return true, true
-	case errors.Is(err, issuedkey.ErrWrongPrincipal):
-		writeProblem(w, http.StatusForbidden, CodeKeyPrincipal, "the Idempotency-Key was issued to another principal", 0)
-	case errors.Is(err, issuedkey.ErrWrongOperation):
-		writeProblem(w, http.StatusUnprocessableEntity, CodeKeyOperation, "the Idempotency-Key was issued for another operation", 0)
-	default:
-		writeProblem(w, http.StatusBadRequest, CodeKeyNotIssued, "the Idempotency-Key was not issued by this server", 0)
+	if err == nil {
+		return false, nil
 	}
-	return false, false
+	if errors.Is(err, issuedkey.ErrExpired) {
+		return true, nil
+	}
+	ref = &refusal{status: http.StatusBadRequest, code: CodeKeyNotIssued, detail: "the Idempotency-Key was not issued by this server",
+		err: fmt.Errorf("%w: %w", dedup.ErrInvalidKey, err)}
+	switch {
+	case errors.Is(err, issuedkey.ErrWrongPrincipal):
+		ref.status, ref.code, ref.detail = http.StatusForbidden, CodeKeyPrincipal, "the Idempotency-Key was issued to another principal"
+	case errors.Is(err, issuedkey.ErrWrongOperation):
+		ref.status, ref.code, ref.detail = http.StatusUnprocessableEntity, CodeKeyOperation, "the Idempotency-Key was issued for another operation"
+	}
+	return false, ref
 }
 
 // completedRecord reports whether the request of an expired key may go on
@@ -189,18 +199,26 @@ func (m *Middleware) completedRecord(c *call) bool {
 	rec, err := m.inspect.Get(ctx, m.rcv.Namespace()+":"+string(c.scoped))
 	switch {
 	case errors.Is(err, dedup.ErrNotFound), err == nil && rec.State == store.StateFailed:
-		writeExpired(c.w)
+		m.refuse(c.w, c.r, c.next, string(c.scoped), expiredKey)
 		return false
 	case err != nil:
 		m.log.WarnContext(c.r.Context(), "deduphttp: the record of an expired key could not be read", slog.String("key", c.key), slog.Any("error", err))
-		writeProblem(c.w, http.StatusServiceUnavailable, CodeStoreDown, "the idempotency store is unavailable; retry later", m.rcv.StoreRetryDelay())
+		m.refuse(c.w, c.r, c.next, string(c.scoped), refusal{status: http.StatusServiceUnavailable, code: CodeStoreDown,
+			detail: "the idempotency store is unavailable; retry later", retry: m.rcv.StoreRetryDelay(),
+			err: fmt.Errorf("%w: %w", dedup.ErrStoreUnavailable, err)})
 		return false
 	}
 	return true
 }
 
+// expiredKey is the refusal of an expired server-issued key with no
+// completed record.
+var expiredKey = refusal{status: http.StatusBadRequest, code: CodeKeyExpired,
+	detail: "the Idempotency-Key has expired and no completed request holds it; ask for a new one",
+	err:    fmt.Errorf("%w: %w", dedup.ErrInvalidKey, issuedkey.ErrExpired)}
+
 func writeExpired(w http.ResponseWriter) {
-	writeProblem(w, http.StatusBadRequest, CodeKeyExpired, "the Idempotency-Key has expired and no completed request holds it; ask for a new one", 0)
+	writeProblem(w, expiredKey.status, expiredKey.code, expiredKey.detail, 0)
 }
 
 // operation is Options.Operation, or its default.
@@ -216,8 +234,8 @@ func (m *Middleware) operation(r *http.Request) string {
 func (c *call) readBody() bool {
 	r, limit := c.r, c.m.o.MaxRequestSize
 	if r.ContentLength > limit {
-		writeProblem(c.w, http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
-			fmt.Sprintf("the request body is %d bytes, over the limit of %d", r.ContentLength, limit), 0)
+		c.refuseBody(http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
+			fmt.Sprintf("the request body is %d bytes, over the limit of %d", r.ContentLength, limit))
 		return false
 	}
 	if r.Body == nil || r.Body == http.NoBody {
@@ -235,18 +253,25 @@ func (c *call) readBody() bool {
 		n, err := r.Body.Read(c.body[len(c.body):cap(c.body)])
 		c.body = c.body[:len(c.body)+n]
 		if int64(len(c.body)) > limit {
-			writeProblem(c.w, http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
-				fmt.Sprintf("the request body is over the limit of %d bytes", limit), 0)
+			c.refuseBody(http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
+				fmt.Sprintf("the request body is over the limit of %d bytes", limit))
 			return false
 		}
 		if err == io.EOF {
 			return true
 		}
 		if err != nil {
-			writeProblem(c.w, http.StatusBadRequest, CodeBodyUnreadable, "reading the request body failed: "+err.Error(), 0)
+			c.refuseBody(http.StatusBadRequest, CodeBodyUnreadable, "reading the request body failed: "+err.Error())
 			return false
 		}
 	}
+}
+
+// refuseBody refuses a request for its body: it matches
+// dedup.ErrUndecodable, as a broker message whose body cannot be used.
+func (c *call) refuseBody(status int, code Code, detail string) {
+	c.m.refuse(c.w, c.r, c.next, string(c.scoped), refusal{status: status, code: code, detail: detail,
+		err: fmt.Errorf("%w: %s", dedup.ErrUndecodable, detail)})
 }
 
 // Read serves the buffered body to the handler as its r.Body.
@@ -283,7 +308,8 @@ var errReleased = errors.New("deduphttp: response not stored")
 // errExpired is the handler's error for an expired server-issued key that
 // reached it: the record was not completed, so nothing is replayed and the
 // handler does not run.
-var errExpired = errors.New("deduphttp: the issued key has expired")
+// It matches issuedkey.ErrExpired.
+var errExpired = fmt.Errorf("deduphttp: %w", issuedkey.ErrExpired)
 
 // run is the receiver's handler: it runs the next handler with the
 // capture and returns the response to store, or errReleased.

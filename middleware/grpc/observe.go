@@ -1,0 +1,76 @@
+package dedupgrpc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/dedup-go/dedup"
+)
+
+// Broker is the Origin.Broker of the interceptor's events.
+const Broker = "grpc"
+
+// RefusedError is the Event.Err of a call the interceptor answered itself,
+// without handing it to the receiver: no key with RequireKey, a bad key
+// (the Key func failed, or ValidateKey refused it), a failing Principal, a
+// key KeyCheck refused, a Key, Principal or KeyCheck func that panicked.
+// Err says what it matches: dedup.ErrNoKey (no key, or no principal to
+// scope it by), dedup.ErrInvalidKey (with ErrBadKey, ErrKeyForbidden or
+// KeyCheck's own error).
+type RefusedError struct {
+	// Code is the status code answered; Reason its ErrorInfo reason (a
+	// Reason constant), empty for a status a user func returned.
+	Code   codes.Code
+	Reason string
+	// Err is why.
+	Err error
+}
+
+// Error returns the code, the reason and why.
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("dedupgrpc: refused with %s %s: %v", e.Code, e.Reason, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// refuse reports a call the interceptor answers with st itself to the
+// Observer, with cause, and returns st: the one event of a call that never
+// reaches the receiver.
+func (ic *Interceptor) refuse(ctx context.Context, method string, st, cause error) error {
+	if ic.s.cfg.Observer != nil {
+		err := &RefusedError{Code: status.Code(st), Reason: ReasonOf(st), Err: cause}
+		ic.rcv.Observe(ctx, dedup.Event{Origin: origin(ctx, method), Err: err, Decision: ic.rcv.Decide(dedup.Result[*reply]{}, err)})
+	}
+	return st
+}
+
+// Origin is the call's origin, for the receiver's Observer.
+func (c *call) Origin() dedup.Origin { return origin(c.ctx, c.method) }
+
+var _ dedup.Originer = (*call)(nil)
+
+// origin is the Origin of a call of method: Broker "grpc", Source the full
+// method, Header the incoming metadata but the idempotency-key. The key is
+// in the event's Key (scoped), never in the Origin.
+func origin(ctx context.Context, method string) dedup.Origin {
+	return dedup.Origin{
+		Broker: Broker,
+		Source: method,
+		Header: func(name string) (string, bool) {
+			name = strings.ToLower(name)
+			if name == MetadataKey {
+				return "", false
+			}
+			if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
+				return v[0], true
+			}
+			return "", false
+		},
+	}
+}
