@@ -97,7 +97,7 @@ func serve(ctx context.Context, addr, redisAddr string) error {
 	srv := &http.Server{Addr: addr, Handler: api.routes(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	slog.Info("order API listening", "addr", addr, "store", name)
+	slog.InfoContext(ctx, "order API listening", "addr", addr, "store", name)
 	select {
 	case err := <-errc:
 		return err
