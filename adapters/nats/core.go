@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dedup-go/dedup"
 	natsgo "github.com/nats-io/nats.go"
@@ -232,14 +233,42 @@ func (s *Subscriber[T, R]) Err() error {
 	return s.err
 }
 
-// Stats returns what the subscriber dropped or cut so far, slow-consumer
-// drops included.
-func (s *Subscriber[T, R]) Stats() Stats {
+// Stats returns what the subscriber did with its messages so far, in the
+// shape every adapter of dedup shares:
+//
+//	Delivered        messages taken from the subscription and handled (undecodable ones included)
+//	Acked            done: processed, duplicate or bypassed (a request replied to with
+//	                 its result), or a plain message in flight elsewhere, which its holder finishes
+//	RetriedInPlace   requests answered with Dedup-Retry-After: the requester sends them again
+//	DeadLettered     dead letters published (acknowledged by their stream; flushed, for
+//	                 core dead letters)
+//	PoisonDropped    poison dropped without a dead letter (DropPoison)
+//	SettleFailures   dead letters and replies that could not be published, results that
+//	                 could not be encoded into a reply
+//
+// Each delivery counts in one of the last five. RetriedLater, Reconnects
+// and StaleDeliveries stay 0: core NATS neither retries nor acknowledges,
+// and the connection, whose reconnects nats.Conn.Stats counts, is the
+// caller's. Messages the client dropped before they reached the subscriber
+// (a slow consumer) are not deliveries: [Subscriber.Dropped] counts them.
+func (s *Subscriber[T, R]) Stats() dedup.ConsumerStats { return s.stats.snapshot() }
+
+// Dropped returns how many messages the client dropped so far because the
+// subscription's pending limits were exceeded (a slow consumer; see
+// Options.PendingMsgsLimit). Core NATS does not redeliver: they are lost,
+// never handed to the receiver, so no Observer event reports them and
+// Stats does not count them. Each drop is also logged at error level.
+func (s *Subscriber[T, R]) Dropped() uint64 {
 	if sub := s.live.Load(); sub != nil {
 		s.checkDropped(context.Background(), sub)
 	}
-	return s.stats.snapshot()
+	return s.stats.slowConsumerDropped.Load()
 }
+
+// DeadLettersTruncated returns how many dead letters were cut (their data,
+// and their original headers if those alone were too large) to fit the
+// server's max payload or the dead-letter stream's MaxMsgSize.
+func (s *Subscriber[T, R]) DeadLettersTruncated() uint64 { return s.stats.truncated.Load() }
 
 // checkDropped reports messages the client dropped since the last check
 // because the subscription's pending limits were exceeded: core NATS has no
@@ -292,62 +321,76 @@ func (s *Subscriber[T, R]) dispatch(ctx context.Context, m *natsgo.Msg) {
 	}()
 }
 
-// handle runs one message through the receiver and answers it.
+// handle runs one message through the receiver and answers it: one
+// delivery, reported to the receiver's Observer once it is settled.
 func (s *Subscriber[T, R]) handle(ctx context.Context, m *natsgo.Msg) {
+	s.stats.delivered.Add(1)
 	env := coreMessage[T](m, s.opts.Fingerprint)
-	res, herr := decodeAndHandle(ctx, s.rcv, s.opts.Decoder, env)
-	d := s.rcv.Decide(res, herr)
+	dlv := deliver(ctx, s.rcv, s.opts.Decoder, env)
+	d := dlv.Decision
 	if m.Reply == "" && d.Action == dedup.Retry {
 		if d.Reason == dedup.ReasonInFlight {
 			d = dedup.Decision{Action: dedup.Ack, Reason: dedup.ReasonInFlight}
 		} else {
 			why := fmt.Errorf("dedupnats: %s, and core NATS does not redeliver", d.Reason)
-			if herr != nil {
-				why = fmt.Errorf("%w: %w", why, herr)
+			if dlv.Err != nil {
+				why = fmt.Errorf("%w: %w", why, dlv.Err)
 			}
 			d = dedup.Decision{Action: dedup.DeadLetter, Reason: ReasonNoRedelivery, Err: why}
 		}
 	}
-	serr := s.settle(ctx, m, res, d)
-	settled(ctx, s.rcv, env, res, d, serr)
+	s.settle(m, &dlv, d)
 }
 
-// settle replies to a request and publishes a dead letter where the
-// decision says so. A done request whose result cannot be encoded into a
-// reply is answered with reason result-not-stored instead, and the encoding
-// error returned.
-func (s *Subscriber[T, R]) settle(ctx context.Context, m *natsgo.Msg, res dedup.Result[R], d dedup.Decision) error {
-	sctx, cancel := settleContext(ctx, s.opts.SettleTimeout)
-	defer cancel()
+// settle publishes a dead letter where d says so and replies to a
+// request, both carrying the delivery's trace context, then settles dlv
+// with what was done, how long it took and what failed. A done request
+// whose result cannot be encoded into a reply is answered with reason
+// result-not-stored instead, and the encoding error is the settlement's.
+func (s *Subscriber[T, R]) settle(m *natsgo.Msg, dlv *dedup.Delivery[R], d dedup.Decision) {
+	ctx := dlv.Context()
+	begin := time.Now()
 	var err error
+	drop := false
 	if d.Action == dedup.DeadLetter {
 		if s.dl == nil { // DropPoison: Start refuses a subscriber without either
-			s.stats.poisonDropped.Add(1)
+			drop = true
 			s.opts.Logger.ErrorContext(ctx, "dedupnats: poison message dropped (DropPoison, no DeadLetterSubject)",
-				slog.String("reason", string(d.Reason)), slog.String("subject", m.Subject), slog.String("key", res.Key), slog.Any("error", d.Err))
+				slog.String("reason", string(d.Reason)), slog.String("subject", m.Subject), slog.String("key", dlv.Result.Key), slog.Any("error", d.Err))
 		} else {
-			err = s.dl.publish(sctx, deadLetter{subject: m.Subject, header: m.Header, data: m.Data, reason: d.Reason, err: d.Err, key: res.Key})
+			sctx, cancel := settleContext(ctx, s.opts.SettleTimeout)
+			err = s.dl.publish(sctx, deadLetter{subject: m.Subject, header: m.Header, data: m.Data, reason: d.Reason, err: d.Err, key: dlv.Result.Key,
+				inject: injector(ctx, s.rcv)})
+			cancel()
 		}
 	}
 	if m.Reply != "" {
 		var reply *natsgo.Msg
 		if d.Action == dedup.Ack {
-			body, encErr := s.encoder.Marshal(res.Value)
+			body, encErr := s.encoder.Marshal(dlv.Result.Value)
 			if encErr != nil {
 				err = fmt.Errorf("dedupnats: encode reply: %w", encErr)
 				reply = errorReply(m.Reply, dedup.Decision{Action: dedup.DeadLetter, Reason: dedup.ReasonNotStored, Err: err})
 			} else {
-				reply = resultReply(m.Reply, res.Status, body)
+				reply = resultReply(m.Reply, dlv.Result.Status, body)
 			}
 		} else {
 			reply = errorReply(m.Reply, d)
 		}
+		s.rcv.Inject(ctx, reply.Header.Set)
 		if rerr := s.nc.PublishMsg(reply); rerr != nil {
 			err = cmp.Or(err, fmt.Errorf("dedupnats: reply to %q: %w", m.Subject, rerr))
 		}
 	}
+	took := time.Since(begin)
 	if err != nil {
 		s.opts.Logger.WarnContext(ctx, "dedupnats: settling a message failed", slog.String("subject", m.Subject), slog.Any("error", err))
 	}
-	return err
+	if drop {
+		// Dropped without a dead letter: done with, as an ack is, for the
+		// poison's reason.
+		d = dedup.Decision{Action: dedup.Ack, Reason: d.Reason, Err: d.Err}
+	}
+	s.stats.count(d, drop, err)
+	dlv.Settled(dedup.Settlement{Decision: d, Duration: took, Err: err})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -100,6 +101,9 @@ type deadLetter struct {
 	consumer     string
 	sequence     uint64
 	numDelivered uint64
+	// inject writes the delivery's trace context into the dead letter's
+	// headers (the receiver's dedup.Injector); nil for none.
+	inject func(set func(key, value string))
 }
 
 // message builds the dead-letter message, cut to fit d.maxSize.
@@ -108,6 +112,16 @@ func (d *deadLetterer) message(dl deadLetter) *natsgo.Msg {
 	m.Data = dl.data
 	for k, vs := range dl.header {
 		m.Header[movedAside(k)] = append([]string(nil), vs...)
+	}
+	// The delivery's trace context replaces the producer's (a traceparent
+	// of the original): whoever reads the dead letter continues this
+	// delivery's trace, which links to the producer's.
+	var traced []string
+	if dl.inject != nil {
+		dl.inject(func(k, v string) {
+			m.Header.Set(k, v)
+			traced = append(traced, k)
+		})
 	}
 	if d.stream != "" {
 		// What jetstream.WithExpectStream would add after fit: the stream
@@ -133,7 +147,7 @@ func (d *deadLetterer) message(dl deadLetter) *natsgo.Msg {
 		m.Header.Set(HeaderSequence, strconv.FormatUint(dl.sequence, 10))
 		m.Header.Set(HeaderDeliveryCount, strconv.FormatUint(dl.numDelivered, 10))
 	}
-	d.fit(m)
+	d.fit(m, traced)
 	return m
 }
 
@@ -152,10 +166,10 @@ func movedAside(name string) string {
 }
 
 // fit cuts m to d.maxSize: the data first, then, if the headers alone are
-// too large, the original headers, saying so in Dedup-Truncated and
-// Dedup-Original-Size. A dead letter the server would refuse as too large
+// too large, the original headers (not the trace context headers, keep),
+// saying so in Dedup-Truncated and Dedup-Original-Size. A dead letter the server would refuse as too large
 // would be Nak'd on every delivery, and lost at MaxDeliver.
-func (d *deadLetterer) fit(m *natsgo.Msg) {
+func (d *deadLetterer) fit(m *natsgo.Msg, keep []string) {
 	if d.maxSize <= 0 || headerSize(m.Header)+len(m.Data) <= d.maxSize {
 		return
 	}
@@ -166,7 +180,7 @@ func (d *deadLetterer) fit(m *natsgo.Msg) {
 		m.Data = m.Data[:min(room, size)]
 	} else {
 		for k := range m.Header {
-			if !strings.HasPrefix(k, "Dedup-") && k != jetstream.MsgIDHeader {
+			if !strings.HasPrefix(k, "Dedup-") && k != jetstream.MsgIDHeader && !slices.Contains(keep, k) {
 				delete(m.Header, k)
 			}
 		}

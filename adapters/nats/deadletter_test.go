@@ -167,7 +167,7 @@ func TestDeadLetterAtMaxPayload(t *testing.T) {
 		cfg := fastConfig("big")
 		var failed atomic.Int64
 		cfg.Observer = onSettled(func(e dedup.Event) {
-			if e.Err != nil && e.Decision.Action == dedup.DeadLetter && e.Decision.Reason != dedup.ReasonUndecodable {
+			if e.SettleErr != nil && e.Decision.Action == dedup.DeadLetter {
 				failed.Add(1)
 			}
 		})
@@ -193,7 +193,7 @@ func TestDeadLetterAtMaxPayload(t *testing.T) {
 		require.NotEmpty(t, dead[0].Data())
 		require.Less(t, len(dead[0].Data()), size)
 		require.True(t, bytes.HasPrefix(big, dead[0].Data()))
-		require.EqualValues(t, 1, c.Stats().DeadLettersTruncated)
+		require.EqualValues(t, 1, c.DeadLettersTruncated())
 		require.Zero(t, failed.Load())
 	})
 }

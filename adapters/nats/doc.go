@@ -108,7 +108,7 @@
 // across a deleted and recreated stream of the same name. A dead letter
 // that would exceed the server's max payload or the dead-letter stream's
 // MaxMsgSize is a cut copy saying so (Dedup-Truncated, Dedup-Original-Size),
-// counted in Stats().DeadLettersTruncated, rather than a publish refused on
+// counted by DeadLettersTruncated, rather than a publish refused on
 // every delivery.
 //
 // What would lose poison silently is refused: NewConsumer and
@@ -125,7 +125,8 @@
 // Core NATS has no acknowledgements, and no redelivery: a message the
 // client drops because the subscription's pending limits are exceeded (a
 // slow consumer) is gone. The Subscriber logs each drop at error level and
-// counts it in Stats().SlowConsumerDropped; Options.PendingMsgsLimit and
+// counts it in [Subscriber.Dropped] (not in Stats: they never reached the
+// subscriber); Options.PendingMsgsLimit and
 // PendingBytesLimit set the limits. A duplicate is dropped, and a
 // duplicate request is answered with the stored result (Dedup-Status:
 // duplicate), encoded like the first reply by a [ReplyEncoder]. A request
@@ -152,11 +153,61 @@
 //
 // # Observing
 //
-// The adapter has no callback of its own: after settling each delivery it
-// reports a dedup.EventSettled event (broker, subject, key, status,
-// attempt, decision, error, problem) to the receiver's
-// dedup.Config.Observer, beside the receiver's own dedup.EventHandled. Its
-// warnings go to Options.Logger, by default the receiver's logger.
+// The adapter has no callback of its own. Each handing of a message to the
+// receiver is one delivery (dedup.Receiver.Deliver; Refused for a body
+// that does not decode), and the receiver's dedup.Config.Observer hears of
+// it once, when the adapter settled it, as one dedup.Event: Broker
+// "jetstream" or "nats" ([BrokerJetStream], [BrokerNATS]), Source the
+// subject, MessageID the Nats-Msg-Id, and on JetStream Stream, Offset (the
+// stream sequence) and DeliveryCount (NumDelivered); the receiver's answer;
+// and what was done, SettleDuration and SettleErr being those of the
+// broker call that did it:
+//
+//	JetStream
+//	  Ack                  Decision Ack; the Ack (DoubleAck with AckSync)
+//	  Retry                Decision Retry; the NakWithDelay
+//	  Dead letter          Decision DeadLetter; the dead letter's publish and the Term. A
+//	                       failed publish (SettleErr matches [ErrDeadLetter]) is Nak'd for a
+//	                       later delivery, itself reported
+//	  Last delivery        a retry on it becomes a dead letter, Decision.Reason
+//	                       [ReasonMaxDeliver]; one in flight elsewhere is held: each wait
+//	                       for the holder settles the try before it as Decision Retry
+//	                       (SettleDuration the wait, InProgress meanwhile), and the message
+//	                       is handed to the receiver again, a delivery of its own
+//	  Dropped (DropPoison) Decision Ack with the poison's reason (undecodable, ...); the Term
+//	Core NATS
+//	  Ack                  Decision Ack; nothing to do, or the reply with the result (a result
+//	                       that does not encode is a SettleErr)
+//	  Retry                a request only: Decision Retry; the reply with Dedup-Retry-After.
+//	                       A plain message becomes a dead letter, [ReasonNoRedelivery], or an
+//	                       Ack with reason in-flight when another delivery holds its key
+//	  Dead letter          Decision DeadLetter; the dead letter's publish, and a request's reply
+//	  Dropped (DropPoison) Decision Ack with the poison's reason; a request's reply
+//
+// A message that is not a JetStream delivery (no metadata) is logged and
+// ignored, and core NATS messages still buffered at a hard stop are lost
+// without being handled: neither is reported.
+//
+// The handler, the Observer and the adapter's logs about a delivery get
+// the delivery's context (with the span a dedup.DeliveryStarter Observer,
+// such as dedupotel's, started), and every log line is written with
+// slog's Context methods. Dead letters and replies carry the delivery's
+// trace context in their headers, written by the Observer when it is a
+// dedup.Injector (a header of the same name the original had, the
+// producer's traceparent say, takes the new value; a dead letter cut to
+// fit keeps it): whoever reads them continues this delivery's trace.
+//
+// Stats returns what a Consumer or Subscriber did, in the
+// dedup.ConsumerStats shape every adapter shares (see [Consumer.Stats]
+// and [Subscriber.Stats]): Delivered, Acked, RetriedInPlace (NakWithDelay
+// and the holds of a last delivery on JetStream; requests asked to retry
+// on core NATS), DeadLettered, PoisonDropped and SettleFailures; a
+// settlement that failed counts only as a SettleFailure. RetriedLater,
+// Reconnects and StaleDeliveries stay 0. What is not a delivery has
+// methods of its own: [Subscriber.Dropped] (core NATS messages the client
+// dropped, a slow consumer) and DeadLettersTruncated (dead letters cut to
+// fit). The receiver's Stats counts the dead letters published by reason.
+// Warnings go to Options.Logger, by default the receiver's logger.
 //
 // # Options
 //

@@ -140,7 +140,7 @@ func TestJetStreamEnvelope(t *testing.T) {
 			require.Equal(t, dedupnats.BrokerJetStream, e.Broker)
 			require.Equal(t, n.subject, e.Source)
 			require.Equal(t, "env", e.Namespace)
-			require.Equal(t, dedup.EventSettled, e.Kind)
+			require.True(t, e.Settled)
 			reasons[e.Decision.Reason]++
 		}
 		require.Equal(t, map[dedup.Reason]int{dedup.ReasonHandlerError: 1, dedup.ReasonProcessed: 2}, reasons)
@@ -257,7 +257,7 @@ func TestDeadLetterPublishFails(t *testing.T) {
 		failures := make(chan dedup.Event, 100)
 		var deadLettered atomic.Bool
 		cfg.Observer = onSettled(func(e dedup.Event) {
-			if errors.Is(e.Err, dedupnats.ErrDeadLetter) {
+			if errors.Is(e.SettleErr, dedupnats.ErrDeadLetter) {
 				select {
 				case failures <- e:
 				default: // the test has seen enough
@@ -287,11 +287,15 @@ func TestDeadLetterPublishFails(t *testing.T) {
 			}
 		}
 		require.False(t, deadLettered.Load())
+		// Counted before each failure is reported.
+		require.GreaterOrEqual(t, c.Stats().SettleFailures, uint64(2))
+		require.Zero(t, c.Stats().DeadLettered)
 
 		dlq, err := js.Stream(ctx, n.dlqStream)
 		require.NoError(t, err)
 		require.NoError(t, dlq.Purge(ctx))
 		require.Eventually(t, deadLettered.Load, 20*time.Second, 20*time.Millisecond, "the dead letter never went out")
+		require.EqualValues(t, 1, c.Stats().DeadLettered)
 		settled(t, cons, 10*time.Second)
 		dead := deadLetters(t, js, n, 1, 10*time.Second)
 		require.Len(t, dead, 1)

@@ -26,9 +26,10 @@ type fakeDelivery struct {
 
 // fakeConsumer is the whole of a broker adapter, for a broker without
 // acknowledgements: it fills the envelope, decodes the body, hands the
-// message to the receiver, asks the receiver what to do with the outcome,
-// and reports what it did. A RabbitMQ or Kafka adapter does the same, then
-// acks, retries or dead-letters with its broker's calls.
+// message to the receiver (Deliver; Refused for a body that does not
+// decode), carries out the decision and reports what it did (Settled): the
+// Observer hears of the delivery once. A RabbitMQ or Kafka adapter does the
+// same, acking, retrying or dead-lettering with its broker's calls.
 type fakeConsumer[T, R any] struct {
 	rcv *dedup.Receiver[*dedup.Message[T], R]
 }
@@ -42,17 +43,16 @@ func (c fakeConsumer[T, R]) deliver(ctx context.Context, d fakeDelivery) dedup.D
 		Timestamp:     time.Now(),
 		Broker:        "fake",
 	}
-	var res dedup.Result[R]
-	err := dedup.DecodeBody(dedup.JSONDecoder{}, m)
-	if err == nil {
-		res, err = c.rcv.Handle(ctx, m)
+	var dlv dedup.Delivery[R]
+	if err := dedup.DecodeBody(dedup.JSONDecoder{}, m); err != nil {
+		dlv = c.rcv.Refused(ctx, m, err)
+	} else {
+		dlv = c.rcv.Deliver(ctx, m)
 	}
-	decision := c.rcv.Decide(res, err)
-	c.rcv.Observe(ctx, dedup.Event{
-		Kind: dedup.EventSettled, Broker: m.Broker, Source: m.Source,
-		Key: res.Key, Status: res.Status, Attempt: res.Attempt, Decision: decision, Err: decision.Err, Problem: res.Problem,
-	})
-	return decision
+	// Nothing to acknowledge on this broker: the decision is carried out
+	// at once.
+	dlv.Settled(dedup.Settlement{})
+	return dlv.Decision
 }
 
 // One Receiver and one handler serve a JetStream consumer and a consumer of
@@ -87,7 +87,7 @@ func Example_multiBroker() {
 	var both sync.WaitGroup
 	both.Add(2)
 	observer := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind != dedup.EventSettled {
+		if !e.Settled {
 			return
 		}
 		mu.Lock()

@@ -68,7 +68,7 @@ func ExampleNewConsumer() {
 	// The adapter reports what it did with each delivery to the receiver's
 	// Observer.
 	settled := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind == dedup.EventSettled {
+		if e.Settled {
 			defer wg.Done()
 			fmt.Println(e.Broker, e.Key, e.Decision.Reason)
 		}

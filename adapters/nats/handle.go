@@ -7,28 +7,22 @@ import (
 	"github.com/dedup-go/dedup"
 )
 
-// decodeAndHandle decodes env's data into its Body and hands env to the
-// receiver. A body that does not decode never reaches the receiver: the
-// error matches dedup.ErrUndecodable, which Decide dead-letters.
-func decodeAndHandle[T, R any](ctx context.Context, rcv *dedup.Receiver[*dedup.Message[T], R], dec dedup.Decoder, env *dedup.Message[T]) (dedup.Result[R], error) {
+// deliver decodes env's data into its Body and hands env to the receiver,
+// as one delivery the adapter settles. A body that does not decode never
+// reaches the receiver: it is Refused, with an error matching
+// dedup.ErrUndecodable, which Decide dead-letters.
+func deliver[T, R any](ctx context.Context, rcv *dedup.Receiver[*dedup.Message[T], R], dec dedup.Decoder, env *dedup.Message[T]) dedup.Delivery[R] {
 	if err := dedup.DecodeBody(dec, env); err != nil {
-		return dedup.Result[R]{}, err
+		return rcv.Refused(ctx, env, err)
 	}
-	return rcv.Handle(ctx, env)
+	return rcv.Deliver(ctx, env)
 }
 
-// settled reports what was done with a delivery to the receiver's
-// Observer: err is the error that kept the decision from being carried out,
-// or else the one it was taken on.
-func settled[T, R any](ctx context.Context, rcv *dedup.Receiver[*dedup.Message[T], R], env *dedup.Message[T], res dedup.Result[R], d dedup.Decision, err error) {
-	if err == nil {
-		err = d.Err
-	}
-	rcv.Observe(ctx, dedup.Event{
-		Kind: dedup.EventSettled, Broker: env.Broker, Source: env.Source,
-		MessageID: env.ID, Stream: env.Stream, Partition: env.Partition, Offset: env.Offset, DeliveryCount: env.DeliveryCount,
-		Key: res.Key, Status: res.Status, Attempt: res.Attempt, Decision: d, Err: err, Problem: res.Problem,
-	})
+// injector returns what writes the trace context of ctx, a delivery's,
+// into a message's headers: the receiver's Observer, when it is a
+// dedup.Injector.
+func injector[T, R any](ctx context.Context, rcv *dedup.Receiver[*dedup.Message[T], R]) func(set func(key, value string)) {
+	return func(set func(key, value string)) { rcv.Inject(ctx, set) }
 }
 
 // settleContext is the context of an Ack, Nak, Term, reply or dead letter:

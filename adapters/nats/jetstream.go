@@ -196,8 +196,25 @@ func (c *Consumer[T, R]) Err() error {
 	return c.err
 }
 
-// Stats returns what the consumer dropped or cut so far.
-func (c *Consumer[T, R]) Stats() Stats { return c.stats.snapshot() }
+// Stats returns what the consumer did with its deliveries so far, in the
+// shape every adapter of dedup shares:
+//
+//	Delivered        JetStream deliveries fetched and handled (undecodable ones included)
+//	Acked            Acks (DoubleAcks with AckSync) that went out
+//	RetriedInPlace   NakWithDelays, and the holds of a last delivery waiting for the key's holder
+//	DeadLettered     dead letters the dead-letter stream acknowledged, the message then terminated
+//	PoisonDropped    poison terminated without a dead letter (DropPoison)
+//	SettleFailures   Acks, Naks, Terms and dead-letter publishes that failed: JetStream redelivers
+//
+// RetriedLater, Reconnects and StaleDeliveries stay 0: JetStream retries
+// by redelivery, and the connection, whose reconnects nats.Conn.Stats
+// counts, is the caller's.
+func (c *Consumer[T, R]) Stats() dedup.ConsumerStats { return c.stats.snapshot() }
+
+// DeadLettersTruncated returns how many dead letters were cut (their data,
+// and their original headers if those alone were too large) to fit the
+// server's max payload or the dead-letter stream's MaxMsgSize.
+func (c *Consumer[T, R]) DeadLettersTruncated() uint64 { return c.stats.truncated.Load() }
 
 // work is one worker: it takes the next message and handles it until the
 // iterator closes. An iterator that closes, or fails for good, without a
@@ -249,33 +266,34 @@ func (c *Consumer[T, R]) ended(ctx context.Context, err error) {
 	}
 }
 
-// handle runs one message through the receiver and settles it.
+// handle runs one message through the receiver and settles it: one
+// delivery, reported to the receiver's Observer once it is settled (more
+// than one when its last delivery waits for the key's holder).
 func (c *Consumer[T, R]) handle(ctx context.Context, m jetstream.Msg) {
 	meta, err := m.Metadata()
 	if err != nil {
-		// Not a JetStream delivery: nothing to acknowledge.
+		// Not a JetStream delivery: nothing to acknowledge, nothing handed
+		// to the receiver.
 		c.opts.Logger.WarnContext(ctx, "dedupnats: message without JetStream metadata ignored", slog.String("subject", m.Subject()), slog.Any("error", err))
 		return
 	}
+	c.stats.delivered.Add(1)
 	env := jetStreamMessage[T](m, meta, c.opts.Fingerprint)
-	res, herr := decodeAndHandle(ctx, c.rcv, c.opts.Decoder, env)
-	d := c.rcv.Decide(res, herr)
-	if d.Action == dedup.Retry && c.lastDelivery(meta) {
-		if d.Reason == dedup.ReasonInFlight {
-			res, herr, d = c.awaitHolder(ctx, m, env, res, herr, d)
-		}
-		if d.Action == dedup.Retry {
-			// JetStream would not deliver it again: without a dead letter
-			// the message would be lost to this consumer.
-			why := fmt.Errorf("dedupnats: %s on delivery %d of at most %d", d.Reason, meta.NumDelivered, c.maxDeliver)
-			if herr != nil {
-				why = fmt.Errorf("%w: %w", why, herr)
-			}
-			d = dedup.Decision{Action: dedup.DeadLetter, Reason: ReasonMaxDeliver, Err: why}
-		}
+	dlv := deliver(ctx, c.rcv, c.opts.Decoder, env)
+	if dlv.Decision.Action == dedup.Retry && c.lastDelivery(meta) && dlv.Decision.Reason == dedup.ReasonInFlight {
+		dlv = c.awaitHolder(ctx, m, env, dlv)
 	}
-	serr := c.settle(ctx, m, meta, env, res.Key, d)
-	settled(ctx, c.rcv, env, res, d, serr)
+	d := dlv.Decision
+	if d.Action == dedup.Retry && c.lastDelivery(meta) {
+		// JetStream would not deliver it again: without a dead letter the
+		// message would be lost to this consumer.
+		why := fmt.Errorf("dedupnats: %s on delivery %d of at most %d", d.Reason, meta.NumDelivered, c.maxDeliver)
+		if dlv.Err != nil {
+			why = fmt.Errorf("%w: %w", why, dlv.Err)
+		}
+		d = dedup.Decision{Action: dedup.DeadLetter, Reason: ReasonMaxDeliver, Err: why}
+	}
+	c.settle(m, meta, env, &dlv, d)
 }
 
 // lastDelivery reports whether JetStream will not deliver the message
@@ -284,9 +302,16 @@ func (c *Consumer[T, R]) lastDelivery(meta *jetstream.MsgMetadata) bool {
 	return c.maxDeliver > 0 && meta.NumDelivered >= uint64(c.maxDeliver)
 }
 
-// settle tells JetStream what became of the message.
-func (c *Consumer[T, R]) settle(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, env *dedup.Message[T], key string, d dedup.Decision) error {
+// settle tells JetStream what became of the message, as d says (Ack,
+// NakWithDelay, a dead letter then Term, or Term alone under DropPoison),
+// and settles dlv with what was done, how long it took and what failed.
+// It runs under the delivery's context, which the dead letter's trace
+// context and the logs come from.
+func (c *Consumer[T, R]) settle(m jetstream.Msg, meta *jetstream.MsgMetadata, env *dedup.Message[T], dlv *dedup.Delivery[R], d dedup.Decision) {
+	ctx := dlv.Context()
+	begin := time.Now()
 	var err error
+	drop := false
 	switch {
 	case d.Action == dedup.Ack && !c.opts.AckSync:
 		err = m.Ack() // no context: it does not wait, and a timer per message costs
@@ -296,35 +321,48 @@ func (c *Consumer[T, R]) settle(ctx context.Context, m jetstream.Msg, meta *jets
 		cancel()
 	case d.Action == dedup.Retry:
 		err = m.NakWithDelay(max(d.Delay, c.opts.MinRetryDelay))
+	case d.Action == dedup.DeadLetter && c.dl == nil: // DropPoison: Start refuses a consumer without either
+		drop = true
+		err = m.Term()
 	case d.Action == dedup.DeadLetter:
 		sctx, cancel := settleContext(ctx, c.opts.SettleTimeout)
-		err = c.deadLetter(sctx, m, meta, env, key, d)
+		err = c.deadLetter(sctx, m, meta, env, dlv.Result.Key, d)
 		cancel()
 	}
+	took := time.Since(begin)
 	if err != nil {
+		what := d.Action.String()
+		if drop {
+			what = "term"
+		}
 		c.opts.Logger.WarnContext(ctx, "dedupnats: settling a message failed; JetStream will redeliver it",
-			slog.String("action", d.Action.String()), slog.String("stream", meta.Stream), slog.Uint64("sequence", meta.Sequence.Stream), slog.Any("error", err))
-		return fmt.Errorf("dedupnats: %s %s #%d: %w", d.Action, meta.Stream, meta.Sequence.Stream, err)
+			slog.String("action", what), slog.String("stream", meta.Stream), slog.Uint64("sequence", meta.Sequence.Stream), slog.Any("error", err))
+		err = fmt.Errorf("dedupnats: %s %s #%d: %w", what, meta.Stream, meta.Sequence.Stream, err)
 	}
-	return nil
+	if drop {
+		if err == nil {
+			c.opts.Logger.ErrorContext(ctx, "dedupnats: poison message dropped (DropPoison, no DeadLetterSubject)",
+				slog.String("reason", string(d.Reason)), slog.String("stream", meta.Stream), slog.Uint64("sequence", meta.Sequence.Stream),
+				slog.String("subject", env.Source), slog.String("key", dlv.Result.Key), slog.Any("error", d.Err))
+		}
+		// Terminated without a dead letter: done with, as an ack is, for
+		// the poison's reason.
+		d = dedup.Decision{Action: dedup.Ack, Reason: d.Reason, Err: d.Err}
+	}
+	c.stats.count(d, drop, err)
+	dlv.Settled(dedup.Settlement{Decision: d, Duration: took, Err: err})
 }
 
-// deadLetter publishes the dead letter, then terminates the message; when
-// the publish fails, the message is Nak'd instead (after the receiver's
-// StoreRetryDelay), so that nothing is lost. Plain Term, not
-// TermWithReason: servers before 2.10 do not know the latter and leave the
-// message unacknowledged.
+// deadLetter publishes the dead letter, carrying the delivery's trace
+// context (ctx), then terminates the message; when the publish fails, the
+// message is Nak'd instead (after the receiver's StoreRetryDelay), so that
+// nothing is lost. Plain Term, not TermWithReason: servers before 2.10 do
+// not know the latter and leave the message unacknowledged.
 func (c *Consumer[T, R]) deadLetter(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, env *dedup.Message[T], key string, d dedup.Decision) error {
-	if c.dl == nil { // DropPoison: Start refuses a consumer without either
-		c.stats.poisonDropped.Add(1)
-		c.opts.Logger.ErrorContext(ctx, "dedupnats: poison message dropped (DropPoison, no DeadLetterSubject)",
-			slog.String("reason", string(d.Reason)), slog.String("stream", meta.Stream), slog.Uint64("sequence", meta.Sequence.Stream),
-			slog.String("subject", env.Source), slog.String("key", key), slog.Any("error", d.Err))
-		return m.Term()
-	}
 	err := c.dl.publish(ctx, deadLetter{
 		subject: env.Source, header: m.Headers(), data: env.Data, reason: d.Reason, err: d.Err, key: key,
 		stream: meta.Stream, consumer: meta.Consumer, sequence: meta.Sequence.Stream, numDelivered: meta.NumDelivered,
+		inject: injector(ctx, c.rcv),
 	})
 	if err != nil {
 		return errors.Join(err, m.NakWithDelay(c.rcv.StoreRetryDelay()))

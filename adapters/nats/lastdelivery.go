@@ -12,32 +12,36 @@ import (
 // awaitHolder handles the last delivery of a message whose key another
 // delivery holds (in flight elsewhere). JetStream will not deliver it
 // again, and dead-lettering it would be wrong while the holder may still
-// complete it: so it waits for the holder's outcome, asking the receiver
-// again each time the holder's remaining lease (or a third of AckWait,
-// sooner) has passed, and calling InProgress meanwhile so that JetStream
-// does not let this last delivery time out.
+// complete it: so it waits for the holder's outcome, handing the message
+// to the receiver again each time the holder's remaining lease (or a third
+// of AckWait, sooner) has passed, and calling InProgress meanwhile so that
+// JetStream does not let this last delivery time out. Each wait settles
+// the try before it as a retry in place (its SettleDuration the wait), and
+// each new try is a delivery of its own.
 //
 // The holder's lease bounds each wait: a holder that completes makes this
 // a duplicate (Ack); one that fails, crashes or loses its lease leaves the
 // key to this delivery, whose receiver then claims it and runs the handler
 // itself (Ack on success; a failure is dead-lettered by the caller, as
-// max-deliver). It returns the last outcome and decision; a decision still
-// in flight means ctx ended (a hard stop) first.
-func (c *Consumer[T, R]) awaitHolder(ctx context.Context, m jetstream.Msg, env *dedup.Message[T], res dedup.Result[R], herr error, d dedup.Decision) (dedup.Result[R], error, dedup.Decision) {
+// max-deliver). It returns the last try, unsettled; a decision still in
+// flight means ctx ended (a hard stop) first.
+func (c *Consumer[T, R]) awaitHolder(ctx context.Context, m jetstream.Msg, env *dedup.Message[T], dlv dedup.Delivery[R]) dedup.Delivery[R] {
 	poll := max(c.ackWait/3, c.opts.MinRetryDelay)
-	for d.Action == dedup.Retry && d.Reason == dedup.ReasonInFlight {
+	for dlv.Decision.Action == dedup.Retry && dlv.Decision.Reason == dedup.ReasonInFlight {
+		begin := time.Now()
 		if err := m.InProgress(); err != nil {
-			c.opts.Logger.WarnContext(ctx, "dedupnats: InProgress failed while waiting for the key's holder", slog.String("key", res.Key), slog.Any("error", err))
+			c.opts.Logger.WarnContext(dlv.Context(), "dedupnats: InProgress failed while waiting for the key's holder", slog.String("key", dlv.Result.Key), slog.Any("error", err))
 		}
-		t := time.NewTimer(min(max(d.Delay, c.opts.MinRetryDelay), poll))
+		t := time.NewTimer(min(max(dlv.Decision.Delay, c.opts.MinRetryDelay), poll))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return res, herr, d
+			return dlv
 		}
-		res, herr = c.rcv.Handle(ctx, env)
-		d = c.rcv.Decide(res, herr)
+		c.stats.retriedInPlace.Add(1)
+		dlv.Settled(dedup.Settlement{Duration: time.Since(begin)})
+		dlv = c.rcv.Deliver(ctx, env)
 	}
-	return res, herr, d
+	return dlv
 }

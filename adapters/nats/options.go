@@ -33,12 +33,12 @@ const ReasonNoRedelivery dedup.Reason = "no-redelivery"
 // with an error matching ErrNoDeadLetter that names the field.
 //
 // There is no callback among them: what each delivery came to is reported
-// to the receiver's dedup.Config.Observer, as a dedup.EventSettled event
-// whose Broker is BrokerJetStream or BrokerNATS, Source the subject,
-// Decision what was done (its Reason is ReasonMaxDeliver or
+// to the receiver's dedup.Config.Observer, once it is settled, as one
+// dedup.Event whose Broker is BrokerJetStream or BrokerNATS, Source the
+// subject, Decision what was done (its Reason is ReasonMaxDeliver or
 // ReasonNoRedelivery when the adapter turned a retry into a dead letter),
-// and Err the error that kept the decision from being carried out (a failed
-// Ack or dead-letter publish), else the one the decision was taken on.
+// and SettleErr the error that kept it from being done (a failed Ack or
+// dead-letter publish); see the package documentation.
 type Options struct {
 	// Concurrency is how many messages are handled at once. Defaults to 8.
 	Concurrency int
@@ -110,7 +110,7 @@ type Options struct {
 	// subscription buffers while its workers are busy (nats.go's
 	// SetPendingLimits; a negative value is no limit). Past them, core NATS
 	// drops messages (a slow consumer): the Subscriber logs each drop at
-	// error level and counts it in Stats().SlowConsumerDropped. JetStream
+	// error level and counts it in Subscriber.Dropped. JetStream
 	// consumers ignore them (Prefetch bounds their buffer). Default to
 	// nats.go's 512K messages and 64 MiB.
 	PendingMsgsLimit  int

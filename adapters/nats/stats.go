@@ -1,33 +1,46 @@
 package dedupnats
 
-import "sync/atomic"
+import (
+	"sync/atomic"
 
-// Stats counts what a Consumer or Subscriber lost or changed at its edges,
-// for metrics. Every count is also logged as it happens.
-type Stats struct {
-	// PoisonDropped counts poison messages terminated or dropped without a
-	// dead letter (Options.DropPoison).
-	PoisonDropped uint64
-	// SlowConsumerDropped counts core NATS messages the client dropped
-	// because the subscription's pending limits were exceeded (Subscriber
-	// only; see Options.PendingMsgsLimit).
-	SlowConsumerDropped uint64
-	// DeadLettersTruncated counts dead letters whose data was cut (and
-	// whose original headers were dropped, if they alone were too large) to
-	// fit the server's max payload or the dead-letter stream's message
-	// size.
-	DeadLettersTruncated uint64
-}
+	"github.com/dedup-go/dedup"
+)
 
-// counters are a Stats being counted.
+// counters are a Consumer's or Subscriber's dedup.ConsumerStats being
+// counted, with the adapter's own counts beside them.
 type counters struct {
-	poisonDropped, slowConsumerDropped, truncated atomic.Uint64
+	delivered, acked, retriedInPlace, deadLettered, poisonDropped, settleFailures atomic.Uint64
+	// truncated counts dead letters cut to fit (DeadLettersTruncated).
+	truncated atomic.Uint64
+	// slowConsumerDropped counts core NATS messages the client dropped
+	// (Subscriber.Dropped).
+	slowConsumerDropped atomic.Uint64
 }
 
-func (c *counters) snapshot() Stats {
-	return Stats{
-		PoisonDropped:        c.poisonDropped.Load(),
-		SlowConsumerDropped:  c.slowConsumerDropped.Load(),
-		DeadLettersTruncated: c.truncated.Load(),
+func (c *counters) snapshot() dedup.ConsumerStats {
+	return dedup.ConsumerStats{
+		Delivered:      c.delivered.Load(),
+		Acked:          c.acked.Load(),
+		RetriedInPlace: c.retriedInPlace.Load(),
+		DeadLettered:   c.deadLettered.Load(),
+		PoisonDropped:  c.poisonDropped.Load(),
+		SettleFailures: c.settleFailures.Load(),
+	}
+}
+
+// count counts a settlement of decision d (what was done, or tried) that
+// came to err: a dropped poison (drop) is counted as such, not as an ack.
+func (c *counters) count(d dedup.Decision, drop bool, err error) {
+	switch {
+	case err != nil:
+		c.settleFailures.Add(1)
+	case drop:
+		c.poisonDropped.Add(1)
+	case d.Action == dedup.Ack:
+		c.acked.Add(1)
+	case d.Action == dedup.Retry:
+		c.retriedInPlace.Add(1)
+	case d.Action == dedup.DeadLetter:
+		c.deadLettered.Add(1)
 	}
 }
