@@ -106,7 +106,7 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	var settled sync.WaitGroup
 	settled.Add(21)
 	observer := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind != dedup.EventSettled {
+		if !e.Settled {
 			return
 		}
 		mu.Lock()

@@ -355,7 +355,7 @@ type tally struct {
 
 func (t *tally) observer(worker string) dedup.Observer {
 	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind != dedup.EventSettled {
+		if !e.Settled {
 			return
 		}
 		id := strings.TrimPrefix(e.Key, "orders:")
@@ -365,8 +365,8 @@ func (t *tally) observer(worker string) dedup.Observer {
 		}
 		what := fmt.Sprintf("%s  delivery %d: %s -> %s", worker, e.DeliveryCount, status, e.Decision.Action)
 		switch {
-		case e.Err != nil && e.Status.Done():
-			what += " lost with the process (" + rootCause(e.Err) + ")"
+		case e.SettleErr != nil && e.Status.Done():
+			what += " lost with the process (" + rootCause(e.SettleErr) + ")"
 		case e.Decision.Err != nil && e.Status != dedup.StatusDuplicate:
 			what += " (" + rootCause(e.Decision.Err) + ")"
 		}

@@ -353,10 +353,10 @@ type event struct {
 }
 
 // record returns the Observer of worker's receiver: it keeps what the
-// consumer did with each delivery (dedup.EventSettled).
+// consumer did with each delivery, one settled event per delivery.
 func (t *tally) record(worker string) dedup.Observer {
 	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind != dedup.EventSettled || e.Decision.Action == dedup.DeadLetter {
+		if !e.Settled || e.Decision.Action == dedup.DeadLetter {
 			return // dead letters are read back from their stream
 		}
 		_, id, _ := strings.Cut(e.Key, ":")
@@ -398,7 +398,7 @@ func (t *tally) print(w io.Writer, gw *gateway, dead []jetstream.Msg) {
 func describe(e dedup.Event) string {
 	d := e.Decision
 	switch {
-	case d.Action == dedup.Ack && e.Err != nil && d.Reason == dedup.ReasonProcessed:
+	case d.Action == dedup.Ack && e.SettleErr != nil && d.Reason == dedup.ReasonProcessed:
 		return "processed, but the ack was lost with the process"
 	case d.Reason == dedup.ReasonDuplicate:
 		return "duplicate: answered with the first receipt -> ack"
