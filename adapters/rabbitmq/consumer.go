@@ -192,8 +192,36 @@ func (c *Consumer[T, R]) Err() error {
 	return c.err
 }
 
-// Stats returns the consumer's counters.
-func (c *Consumer[T, R]) Stats() Stats { return c.stats.snapshot() }
+// Stats returns what the Consumer did with its deliveries since it
+// started, in the shape every adapter of dedup shares:
+//
+//	Delivered        deliveries the broker handed the consumer (a try held in place is not one more)
+//	Acked            deliveries acknowledged because their effect happened: processed, duplicate, bypassed
+//	RetriedInPlace   tries held in place and handed to the receiver again (store down, key in flight),
+//	                 and deliveries returned to the queue (Reject or Nack with requeue) after the
+//	                 receiver answered them; not those returned unhandled at Stop
+//	RetriedLater     copies a retry tier's queue took (confirmed by the broker)
+//	DeadLettered     dead letters the broker confirmed (with RejectDeadLetters, the rejects sent)
+//	PoisonDropped    0: poison is always dead-lettered
+//	SettleFailures   acks, nacks and rejects the channel refused or could not send, and dead letters
+//	                 and retry copies the broker did not take: a redelivery is coming, which the
+//	                 store answers
+//	Reconnects       sessions opened after a lost connection or channel
+//	StaleDeliveries  deliveries whose channel was gone when their outcome was known: not settled
+//	                 (ErrStaleDelivery); the broker redelivers them
+func (c *Consumer[T, R]) Stats() dedup.ConsumerStats {
+	s := &c.stats
+	return dedup.ConsumerStats{
+		Delivered:       s.delivered.Load(),
+		Acked:           s.acked.Load(),
+		RetriedInPlace:  s.retriedInPlace.Load(),
+		RetriedLater:    s.retriedLater.Load(),
+		DeadLettered:    s.deadLettered.Load(),
+		SettleFailures:  s.settleFailures.Load(),
+		Reconnects:      s.reconnects.Load(),
+		StaleDeliveries: s.stale.Load(),
+	}
+}
 
 // setStoppingLocked marks the consumer stopping and wakes the workers
 // waiting for a session. c.mu is held.
@@ -268,39 +296,9 @@ func (c *Consumer[T, R]) stoppedUnasked(ctx context.Context) {
 		slog.String("queue", c.queue), slog.Any("error", cause))
 }
 
-// Stats counts what a Consumer did since it started.
-type Stats struct {
-	// Reconnects counts sessions opened after a lost connection or channel.
-	Reconnects uint64
-	// AckFailures counts acknowledgements (Ack, Nack, Reject) the channel
-	// refused or could not send: each means a redelivery is coming, which
-	// the store answers.
-	AckFailures uint64
-	// Stale counts deliveries whose channel was gone when their outcome was
-	// known: not settled (ErrStaleDelivery); the broker redelivers them.
-	Stale uint64
-	// DeadLetters counts dead letters the broker confirmed (or, with
-	// RejectDeadLetters, the rejects sent).
-	DeadLetters uint64
-	// DeadLetterFailures counts dead letters that could not be published:
-	// their originals were requeued.
-	DeadLetterFailures uint64
-	// Tiered counts retries republished to a retry tier; InPlace retries
-	// held in place: returned to the queue after the hold, or, while the
-	// store is down, handed to the receiver again without returning.
-	Tiered, InPlace uint64
-}
-
+// counters are the Consumer's [dedup.ConsumerStats].
 type counters struct {
-	reconnects, ackFailures, stale, deadLetters, deadLetterFailures, tiered, inPlace atomic.Uint64
-}
-
-func (s *counters) snapshot() Stats {
-	return Stats{
-		Reconnects: s.reconnects.Load(), AckFailures: s.ackFailures.Load(), Stale: s.stale.Load(),
-		DeadLetters: s.deadLetters.Load(), DeadLetterFailures: s.deadLetterFailures.Load(),
-		Tiered: s.tiered.Load(), InPlace: s.inPlace.Load(),
-	}
+	delivered, acked, retriedInPlace, retriedLater, deadLettered, settleFailures, reconnects, stale atomic.Uint64
 }
 
 // checkTopology makes sure the exchanges and queues the consumer publishes

@@ -117,10 +117,7 @@ func TestDecisions(t *testing.T) {
 		require.Equal(t, "undecodable", byID["p-4"].Headers[dedupamqp.HeaderReason])
 		require.Zero(t, depth(t, conn, top.Queue))
 
-		st := c.Stats()
-		require.EqualValues(t, 4, st.DeadLetters)
-		require.Zero(t, st.DeadLetterFailures)
-		require.Zero(t, st.AckFailures)
+		require.Equal(t, dedup.ConsumerStats{Delivered: 7, Acked: 3, DeadLettered: 4}, c.Stats())
 	})
 }
 
@@ -250,4 +247,13 @@ func TestStopRequeuesPrefetched(t *testing.T) {
 	mu.Unlock()
 	require.Equal(t, msgs-1, depth(t, conn, top.Queue))
 	require.Equal(t, map[dedup.Reason]int{dedup.ReasonProcessed: 1, dedup.ReasonCanceled: msgs - 1}, ev.reasons())
+	for _, e := range ev.snapshot() {
+		require.True(t, e.Settled)
+		require.NoError(t, e.SettleErr)
+		require.Equal(t, top.Queue, e.Source)
+	}
+	st := c.Stats()
+	require.GreaterOrEqual(t, st.Delivered, uint64(msgs))
+	st.Delivered = 0
+	require.Equal(t, dedup.ConsumerStats{Acked: 1}, st, "a delivery returned unhandled counted as a retry")
 }

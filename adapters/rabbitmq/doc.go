@@ -91,8 +91,9 @@
 // held, unacknowledged, and handed to the receiver again in place (after
 // the receiver's StoreRetryDelay for a store outage; after 200 ms doubling
 // up to the holder's remaining lease for a key in flight; Options.Prefetch
-// bounds how many are held), each try reported as a retry. It is returned to the queue (Nack) only when another wait
-// would keep it past its arrival plus Options.ConsumerTimeout, less the
+// bounds how many are held), each try a delivery of its own, reported as
+// a retry. It is returned to the queue (Nack) only when another wait would
+// keep it past its arrival plus Options.ConsumerTimeout, less the
 // lease and InPlaceRetryMax, where the broker would close the channel; or
 // at once when the consumer stops or the connection is lost.
 //
@@ -126,7 +127,7 @@
 // deliveries is settled anywhere (they come back from the broker, and the
 // store answers them), reconnects with Options.ReconnectBackoff, sets the
 // per-channel prefetch again and resumes. A failed acknowledgement is
-// counted (Stats.AckFailures) and logged: a redelivery is coming. A deleted
+// counted (Stats().SettleFailures) and logged: a redelivery is coming. A deleted
 // queue stops the consumer, logged at error level, with Err matching
 // [ErrQueueDeleted] and [ErrStoppedUnasked].
 //
@@ -149,12 +150,58 @@
 //
 // # Observing
 //
-// After settling each delivery the consumer reports a dedup.EventSettled
-// event (broker, queue, message id, delivery count, key, status, attempt,
-// decision, error) to the receiver's dedup.Config.Observer. Its warnings
-// go to Options.Logger, by default the receiver's logger. [Consumer.Stats]
-// counts reconnects, failed acknowledgements, stale deliveries, dead
-// letters and retries.
+// The adapter has no callback of its own. Each handing of a message to the
+// receiver is one delivery (dedup.Receiver.Deliver, or Refused for a body
+// that does not decode), and the receiver's dedup.Config.Observer hears of
+// it once, when the consumer settled it, as one dedup.Event: Broker
+// "rabbitmq" ([BrokerRabbitMQ]), Source the queue, MessageID and
+// DeliveryCount the envelope's, Header its headers, the receiver's answer,
+// and what was done:
+//
+//	Ack                 Decision Ack, settled once acknowledged
+//	Held in place       Decision Retry (store-unavailable, in-flight), settled when the hold ends and
+//	                    the message is handed to the receiver again: each try is a delivery of its
+//	                    own, with its own event (SettleDuration 0: nothing is sent to the broker)
+//	Returned in place   Decision Retry, Delay the time it was held, settled once rejected or nacked
+//	Retry tier          Decision Retry, Delay the tier's, settled once the copy was confirmed and
+//	                    the original acknowledged
+//	Dead letter         Decision DeadLetter, settled once the dead letter was confirmed and the
+//	                    original acknowledged (with RejectDeadLetters, once rejected)
+//
+// SettleDuration is the time spent acknowledging and publishing (not the
+// hold before a return), and SettleErr what kept the Decision from being
+// carried out: a failed acknowledgement, ErrStaleDelivery, a dead letter
+// the broker did not take (matching [ErrDeadLetter]: the original was
+// requeued; the receiver does not count it among its dead letters), a
+// retry tier that did not take the copy (the delivery was retried in
+// place). A delivery that arrived after Stop is returned to the queue
+// unhandled and reported as it is: Decision Retry with reason "canceled",
+// no key, no status.
+//
+// The handler, the Observer and the consumer's logs about a delivery get
+// the delivery's context (with the span a dedup.DeliveryStarter Observer,
+// such as dedupotel's, started), and every log line is written with
+// slog's Context methods. Dead letters and retry copies carry the
+// delivery's trace context in their headers, written by the Observer when
+// it is a dedup.Injector (a header of the same name the original had, the
+// producer's traceparent say, takes the new value): the next consumer's
+// span links to this delivery's. On the producer side,
+// PublisherOptions.Injector does the same with the ctx given to
+// [Publisher.Publish]. Warnings go to Options.Logger, by default the
+// receiver's logger.
+//
+// [Consumer.Stats] counts what the Consumer did, in the dedup.ConsumerStats
+// shape every adapter shares: Delivered (deliveries the broker handed it;
+// a try held in place is not one more), Acked (processed, duplicate,
+// bypassed), RetriedInPlace (each try held in place, and each delivery
+// returned to the queue after the receiver answered it; not those
+// returned unhandled at Stop),
+// RetriedLater (copies a retry tier took), DeadLettered (dead letters the
+// broker confirmed, or rejects sent with RejectDeadLetters),
+// SettleFailures (failed acknowledgements, dead letters and retry copies
+// not taken), Reconnects and StaleDeliveries; PoisonDropped stays 0. The
+// receiver's Stats counts the dead letters settled without error by
+// reason.
 //
 // # Lifecycle
 //

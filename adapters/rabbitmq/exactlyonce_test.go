@@ -308,15 +308,16 @@ func TestExactlyOnce(t *testing.T) {
 		require.Equal(t, map[string]int{"undecodable": 3, "no-key": 2}, reasons)
 		require.Zero(t, depth(t, conn, top.DeadLetterQueue), "more dead letters than poison")
 
-		var st dedupamqp.Stats
+		var st dedup.ConsumerStats
 		for _, c := range cs {
 			s := c.Stats()
-			st.DeadLetters += s.DeadLetters
-			st.AckFailures += s.AckFailures
-			st.Tiered += s.Tiered
-			st.InPlace += s.InPlace
+			st.Delivered += s.Delivered
+			st.DeadLettered += s.DeadLettered
+			st.SettleFailures += s.SettleFailures
+			st.RetriedLater += s.RetriedLater
+			st.RetriedInPlace += s.RetriedInPlace
 		}
-		require.Zero(t, st.AckFailures)
+		require.Zero(t, st.SettleFailures)
 		t.Logf("%s, this process: %+v; transient failures %d", typ, st, failed)
 	})
 }

@@ -64,15 +64,13 @@ func ExampleNewConsumer() {
 		charged[m.Body.ID] += m.Body.Cents
 		return "receipt-" + m.Body.ID, nil
 	}
-	// The consumer reports what it did with each delivery to the
-	// receiver's Observer.
+	// The consumer reports each delivery, once settled, to the receiver's
+	// Observer: where it came from and what was done with it.
 	var wg sync.WaitGroup
 	wg.Add(4)
 	settled := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind == dedup.EventSettled {
-			defer wg.Done()
-			fmt.Println(e.Broker, e.Decision.Action, e.Decision.Reason, cmp.Or(e.Key, "(no key)"))
-		}
+		defer wg.Done()
+		fmt.Println(e.Broker, e.Decision.Action, e.Decision.Reason, cmp.Or(e.Key, "(no key)"), e.Settled)
 	})
 	store, _ := memstore.New(nil)
 	rcv, _ := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
@@ -99,10 +97,10 @@ func ExampleNewConsumer() {
 	dead, _, _ := ch.Get(top.Queue+".dlq", true)
 	fmt.Printf("dead letter %q: %s\n", dead.Body, dead.Headers[dedupamqp.HeaderReason])
 	// Output:
-	// rabbitmq ack processed billing:o-1
-	// rabbitmq ack processed billing:o-2
-	// rabbitmq ack duplicate billing:o-1
-	// rabbitmq dead-letter undecodable (no key)
+	// rabbitmq ack processed billing:o-1 true
+	// rabbitmq ack processed billing:o-2 true
+	// rabbitmq ack duplicate billing:o-1 true
+	// rabbitmq dead-letter undecodable (no key) true
 	// map[o-1:500 o-2:700]
 	// dead letter "not json": undecodable
 }

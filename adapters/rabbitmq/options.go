@@ -50,9 +50,10 @@ func DialURL(url string) Dialer {
 // that set neither DeadLetterExchange nor RejectDeadLetters (nil among
 // them) with an error naming both.
 //
-// There is no callback among them: what became of each delivery is
-// reported to the receiver's dedup.Config.Observer as a dedup.EventSettled
-// event whose Broker is [BrokerRabbitMQ] and Source the queue.
+// There is no callback among them: each delivery is reported once, when
+// settled, to the receiver's dedup.Config.Observer as a dedup.Event whose
+// Broker is [BrokerRabbitMQ] and Source the queue (see Observing in the
+// package documentation), and Consumer.Stats counts what was done.
 type Options struct {
 	// Concurrency is how many deliveries are handled at once. Defaults to 8.
 	Concurrency int

@@ -153,7 +153,7 @@ func TestStoreOutageDeadLettersNothing(t *testing.T) {
 				require.Equal(t, 1, n, "order %s charged %d times", id, n)
 			}
 			require.Zero(t, depth(t, r.conn, r.top.DeadLetterQueue), "dead letters")
-			require.Zero(t, r.c.Stats().DeadLetters)
+			require.Zero(t, r.c.Stats().DeadLettered)
 			for _, e := range r.ev.snapshot() {
 				switch e.Decision.Reason {
 				case dedup.ReasonProcessed:

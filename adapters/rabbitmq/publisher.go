@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -24,6 +25,7 @@ import (
 type Publisher struct {
 	conn      *amqp.Connection
 	messageID dedup.KeyFunc[amqp.Publishing]
+	injector  dedup.Injector
 
 	mu sync.Mutex
 	ch *confirmChannel
@@ -39,6 +41,15 @@ type PublisherOptions struct {
 	// call. A producer retrying a Publish whose outcome it does not know
 	// must keep the id: set MessageId itself, or derive it.
 	MessageID dedup.KeyFunc[amqp.Publishing]
+
+	// Injector, when set, writes the trace context of the ctx given to
+	// Publish into each message's headers (a copy of them: the caller's
+	// table is not changed; a header of the same name the message already
+	// has takes the new value), so that the consumer's delivery is linked
+	// to the producer's trace: the dedupotel Observer is one (W3C
+	// traceparent and tracestate). It runs after MessageID, which never
+	// sees the trace context. Defaults to none.
+	Injector dedup.Injector
 }
 
 // NewPublisher returns a Publisher on conn. It opens its channel on first
@@ -51,14 +62,15 @@ func NewPublisher(conn *amqp.Connection, opts *PublisherOptions) (*Publisher, er
 	}
 	p := &Publisher{conn: conn}
 	if opts != nil {
-		p.messageID = opts.MessageID
+		p.messageID, p.injector = opts.MessageID, opts.Injector
 	}
 	return p, nil
 }
 
 // Publish sends msg to exchange with routing key, mandatory, and waits for
 // the broker's confirm or ctx's end. It returns the MessageId the message
-// was published with. An error matching ErrReturned means no queue is
+// was published with. With PublisherOptions.Injector, the trace context of
+// ctx is written into the message's headers. An error matching ErrReturned means no queue is
 // bound for it; ErrNacked that the broker refused it; any other error
 // leaves it unknown whether the broker stored it: publish it again with
 // the same MessageId, which consumers deduplicate on.
@@ -72,6 +84,12 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	}
 	if len(msg.MessageId) > 255 {
 		return "", fmt.Errorf("dedupamqp: %w: the MessageId is %d bytes; AMQP allows 255", dedup.ErrInvalidKey, len(msg.MessageId))
+	}
+	if p.injector != nil {
+		h := make(amqp.Table, len(msg.Headers)+2)
+		maps.Copy(h, msg.Headers)
+		p.injector.Inject(ctx, func(k, v string) { h[k] = v })
+		msg.Headers = h
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -149,7 +149,7 @@ func TestConnectionCut(t *testing.T) {
 
 		st := c.Stats()
 		require.GreaterOrEqual(t, st.Reconnects, uint64(1))
-		require.GreaterOrEqual(t, st.Stale, uint64(dedupamqp.DefaultConcurrency), "the old channel's deliveries were settled somewhere")
+		require.GreaterOrEqual(t, st.StaleDeliveries, uint64(dedupamqp.DefaultConcurrency), "the old channel's deliveries were settled somewhere")
 		require.Equal(t, int64(dedupamqp.DefaultConcurrency), cancelled.Load(), "handlers running at the cut were not cancelled")
 		for _, bad := range []string{"PRECONDITION_FAILED", "unknown delivery tag", "Exception (406)"} {
 			require.Empty(t, lg.contains(bad), "an acknowledgement reached a channel it did not belong to")

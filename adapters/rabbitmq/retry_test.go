@@ -125,8 +125,8 @@ func TestRetryTier(t *testing.T) {
 		require.NotErrorIs(t, evs[0].Err, dedupamqp.ErrReturned)
 		require.Equal(t, dedup.ReasonProcessed, evs[1].Decision.Reason)
 		st := c.Stats()
-		require.EqualValues(t, 1, st.Tiered)
-		require.Zero(t, st.InPlace)
+		require.EqualValues(t, 1, st.RetriedLater)
+		require.Zero(t, st.RetriedInPlace)
 		require.Zero(t, depth(t, conn, dedupamqp.RetryQueueName(top.Queue, tier)))
 	})
 }
@@ -192,7 +192,7 @@ func TestMaxAttemptsDeadLetter(t *testing.T) {
 		tapped := getAll(t, conn, tap, 1)[0]
 		require.NotContains(t, tapped.Headers, "x-delivery-count", "the work queue's x-delivery-count was copied into the dead letter")
 		require.Equal(t, "attempts-exhausted", tapped.Headers[dedupamqp.HeaderReason])
-		require.EqualValues(t, 2, c.Stats().InPlace)
+		require.EqualValues(t, 2, c.Stats().RetriedInPlace)
 		require.Zero(t, depth(t, conn, top.Queue))
 	})
 }
@@ -224,7 +224,7 @@ func TestRejectDeadLetters(t *testing.T) {
 	require.NotContains(t, dead.Headers, dedupamqp.HeaderReason)
 	eventually(t, "the delivery settled", func() bool { return ev.count() == 1 })
 	require.Equal(t, dedup.ReasonUndecodable, ev.snapshot()[0].Decision.Reason)
-	require.EqualValues(t, 1, c.Stats().DeadLetters)
+	require.EqualValues(t, 1, c.Stats().DeadLettered)
 }
 
 // TestDeadLetterUnroutable: a dead letter the broker returns (no queue
@@ -255,17 +255,19 @@ func TestDeadLetterUnroutable(t *testing.T) {
 	stopAtCleanup(t, c)
 	publishAll(t, conn, top.Queue, []amqp.Publishing{{MessageId: "m-1", Body: []byte("not json")}})
 
-	eventually(t, "dead letters returned", func() bool { return c.Stats().DeadLetterFailures >= 2 })
+	eventually(t, "dead letters returned", func() bool { return c.Stats().SettleFailures >= 2 })
 	first := ev.snapshot()[0]
 	require.Equal(t, dedup.DeadLetter, first.Decision.Action)
-	require.ErrorIs(t, first.Err, dedupamqp.ErrDeadLetter)
-	require.ErrorIs(t, first.Err, dedupamqp.ErrReturned)
-	require.Zero(t, c.Stats().DeadLetters, "a returned dead letter counted as delivered")
+	require.True(t, first.Settled)
+	require.ErrorIs(t, first.Err, dedup.ErrUndecodable, "Err is the receiver's")
+	require.ErrorIs(t, first.SettleErr, dedupamqp.ErrDeadLetter)
+	require.ErrorIs(t, first.SettleErr, dedupamqp.ErrReturned)
+	require.Zero(t, c.Stats().DeadLettered, "a returned dead letter counted as delivered")
 
 	require.NoError(t, admin.QueueBind(top.DeadLetterQueue, top.Queue, top.DeadLetterExchange, false, nil))
 	dead := getAll(t, conn, top.DeadLetterQueue, 1)[0]
 	require.Equal(t, "undecodable", dead.Headers[dedupamqp.HeaderReason])
-	eventually(t, "the original acknowledged", func() bool { return c.Stats().DeadLetters == 1 })
+	eventually(t, "the original acknowledged", func() bool { return c.Stats().DeadLettered == 1 })
 	require.Zero(t, depth(t, conn, top.Queue))
 	require.Zero(t, depth(t, conn, top.DeadLetterQueue), "one dead letter, not one per attempt")
 }
@@ -300,5 +302,5 @@ func TestHoldEndsAtStop(t *testing.T) {
 	defer cancel()
 	require.NoError(t, c.Stop(ctx), "Stop must not wait for a held retry's delay")
 	require.Equal(t, 1, depth(t, conn, top.Queue))
-	require.EqualValues(t, 1, c.Stats().InPlace)
+	require.EqualValues(t, 1, c.Stats().RetriedInPlace)
 }

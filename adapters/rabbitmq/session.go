@@ -102,6 +102,7 @@ func (c *Consumer[T, R]) open(ctx context.Context, gen uint64) (_ *session, err 
 func (c *Consumer[T, R]) forward(deliveries <-chan amqp.Delivery, arrivals chan<- *delivered[T]) {
 	defer close(arrivals)
 	for d := range deliveries {
+		c.stats.delivered.Add(1)
 		arrivals <- envelope[T](d, c.queue, c.opts.Fingerprint, time.Now())
 	}
 }

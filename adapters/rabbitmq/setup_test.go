@@ -228,16 +228,13 @@ func fastConfig(ns string) *dedup.Config {
 	}
 }
 
-// events records the adapter's EventSettled events.
+// events records every event the Observer hears of.
 type events struct {
 	mu  sync.Mutex
 	all []dedup.Event
 }
 
 func (e *events) Observe(_ context.Context, ev dedup.Event) {
-	if ev.Kind != dedup.EventSettled {
-		return
-	}
 	e.mu.Lock()
 	e.all = append(e.all, ev)
 	e.mu.Unlock()

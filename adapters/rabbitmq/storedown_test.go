@@ -86,5 +86,5 @@ func TestStoreDown(t *testing.T) {
 			require.ErrorIs(t, e.Err, dedup.ErrStoreUnavailable)
 		}
 	}
-	require.Zero(t, c.Stats().DeadLetters)
+	require.Zero(t, c.Stats().DeadLettered)
 }

@@ -20,6 +20,9 @@ type worker[T, R any] struct {
 	c      *Consumer[T, R]
 	pub    *confirmChannel
 	pubGen uint64 // the session pub belongs to
+	// busy is the time spent settling the current delivery: acknowledging
+	// it and publishing its dead letter or retry copy, not holding it.
+	busy time.Duration
 }
 
 // run handles the deliveries of each session in turn until the consumer
@@ -35,7 +38,7 @@ func (w *worker[T, R]) run() {
 		gen = s.gen
 		for it := range s.arrivals.(chan *delivered[T]) {
 			if w.c.isStopping() {
-				w.requeueUnhandled(s, &it.env, &it.d)
+				w.requeueUnhandled(s, it)
 				continue
 			}
 			w.handle(s, it)
@@ -46,73 +49,65 @@ func (w *worker[T, R]) run() {
 	}
 }
 
-// handle runs one delivery through the receiver and settles it. A
-// delivery refused because the store is down or its key is in flight is
-// held and handed to the receiver again in place (see heldInPlace) before
-// it is settled.
+// handle hands one delivery to the receiver (Deliver, or Refused for a
+// body that does not decode) and settles it, reporting what was done
+// (Delivery.Settled). A delivery refused because the store is down or its
+// key is in flight is held and handed to the receiver again in place (see
+// heldInPlace): each try is a delivery of its own, settled and reported
+// on its own.
 func (w *worker[T, R]) handle(s *session, it *delivered[T]) {
 	c := w.c
-	env, d := &it.env, &it.d
-	var (
-		res dedup.Result[R]
-		err error
-	)
-	if err = dedup.DecodeBody(c.opts.Decoder, env); err == nil {
-		res, err = c.rcv.Handle(s.ctx, env)
+	env := &it.env
+	var dl dedup.Delivery[R]
+	if err := dedup.DecodeBody(c.opts.Decoder, env); err != nil {
+		dl = c.rcv.Refused(s.ctx, env, err)
+	} else {
+		dl = c.rcv.Deliver(s.ctx, env)
 	}
-	dec := c.rcv.Decide(res, err)
-	for w.heldInPlace(s, it, res, dec) {
-		res, err = c.rcv.Handle(s.ctx, env)
-		dec = c.rcv.Decide(res, err)
+	for w.heldInPlace(s, it, &dl) {
+		dl = c.rcv.Deliver(s.ctx, env)
 	}
-	w.settled(s, env, res, dec, w.settle(s, d, env, res, dec))
-}
-
-// settled reports to the Observer what was done with a delivery: serr is
-// the error that kept the decision from being carried out, else the one it
-// was taken on.
-func (w *worker[T, R]) settled(s *session, env *dedup.Message[T], res dedup.Result[R], dec dedup.Decision, serr error) {
-	if serr == nil {
-		serr = dec.Err
-	}
-	w.c.rcv.Observe(s.ctx, dedup.Event{
-		Kind: dedup.EventSettled, Broker: BrokerRabbitMQ, Source: w.c.queue, MessageID: env.ID, DeliveryCount: env.DeliveryCount,
-		Key: res.Key, Status: res.Status, Attempt: res.Attempt, Decision: dec, Err: serr, Problem: res.Problem,
-	})
+	w.busy = 0
+	done, err := w.settle(s, it, &dl)
+	dl.Settled(dedup.Settlement{Decision: done, Duration: w.busy, Err: err})
 }
 
 // heldInPlace holds a delivery whose handler did not run because the
 // store is down, or because another delivery holds its key (in flight:
 // the receiver's next look comes after 200 ms, doubling up to the
-// holder's remaining lease), unacknowledged, for dec.Delay, and reports
-// true when it is to be handed to the receiver again. Returning it to the
-// queue instead would count towards a quorum queue's x-delivery-limit on
+// holder's remaining lease), unacknowledged, for its Decision's Delay,
+// and reports true when it is to be handed to the receiver again: the
+// try is then settled as a retry in place. Returning it to the queue
+// instead would count towards a quorum queue's x-delivery-limit on
 // RabbitMQ before 4.0 (Nack counts there): a store outage of a few
 // seconds, or a duplicate arriving while its original runs, would
-// dead-letter a healthy message. Each hold is reported as an in-place
-// retry.
+// dead-letter a healthy message.
 //
-// It reports false, and the delivery is settled as dec says, when the
-// consumer stops or the session ends (the delivery goes back unprocessed),
-// or when another hold would keep the delivery past its horizon: its
-// arrival plus ConsumerTimeout, less the receiver's lease and
+// It reports false, and the delivery is settled as its Decision says,
+// when the consumer stops or the session ends (the delivery goes back
+// unprocessed), or when another hold would keep the delivery past its
+// horizon: its arrival plus ConsumerTimeout, less the receiver's lease and
 // InPlaceRetryMax, after which the broker could close the channel. Only
 // then does the outage return it to the queue.
-func (w *worker[T, R]) heldInPlace(s *session, it *delivered[T], res dedup.Result[R], dec dedup.Decision) bool {
+func (w *worker[T, R]) heldInPlace(s *session, it *delivered[T], dl *dedup.Delivery[R]) bool {
 	c := w.c
+	dec := dl.Decision
 	if dec.Action != dedup.Retry || !notRun(dec.Reason) || c.isStopping() || s.ctx.Err() != nil {
 		return false
 	}
 	if time.Since(it.at)+dec.Delay > c.holdBudget {
-		c.opts.Logger.WarnContext(s.ctx, "dedupamqp: the delivery was held as long as ConsumerTimeout allows; returning it to the queue",
+		c.opts.Logger.WarnContext(dl.Context(), "dedupamqp: the delivery was held as long as ConsumerTimeout allows; returning it to the queue",
 			slog.String("reason", string(dec.Reason)),
 			slog.String("queue", c.queue), slog.String("message_id", it.d.MessageId), slog.Duration("held", time.Since(it.at)),
 			slog.Duration("consumer_timeout", c.opts.ConsumerTimeout), slog.Bool("counts_towards_delivery_limit", c.broker.nackCounts))
 		return false
 	}
-	c.stats.inPlace.Add(1)
-	w.settled(s, &it.env, res, dec, nil)
-	return w.hold(s, dec.Delay) && !c.isStopping()
+	if !w.hold(s, dec.Delay) || c.isStopping() {
+		return false
+	}
+	c.stats.retriedInPlace.Add(1)
+	dl.Settled(dedup.Settlement{})
+	return true
 }
 
 // notRun reports whether a retry is for a delivery whose handler did not
@@ -124,30 +119,37 @@ func notRun(r dedup.Reason) bool {
 
 // requeueUnhandled returns a delivery that arrived after Stop, unhandled:
 // Nack(requeue=true), which RabbitMQ 4 does not count towards a quorum
-// queue's delivery limit.
-func (w *worker[T, R]) requeueUnhandled(s *session, env *dedup.Message[T], d *amqp.Delivery) {
+// queue's delivery limit. It never reached the receiver, so it is reported
+// to the Observer as it is (a retry, canceled) and not counted as a retry.
+func (w *worker[T, R]) requeueUnhandled(s *session, it *delivered[T]) {
 	c := w.c
-	err := w.nack(s, d)
-	dec := dedup.Decision{Action: dedup.Retry, Reason: dedup.ReasonCanceled, Err: dedup.ErrCanceled}
-	if err == nil {
-		err = dec.Err
-	}
+	w.busy = 0
+	err := w.nack(s.ctx, s, &it.d)
 	c.rcv.Observe(s.ctx, dedup.Event{
-		Kind: dedup.EventSettled, Broker: BrokerRabbitMQ, Source: c.queue, MessageID: env.ID, DeliveryCount: env.DeliveryCount,
-		Decision: dec, Err: err,
+		Origin:   it.env.Origin(),
+		Decision: dedup.Decision{Action: dedup.Retry, Reason: dedup.ReasonCanceled, Err: dedup.ErrCanceled},
+		Err:      dedup.ErrCanceled,
+		Settled:  true, SettleDuration: w.busy, SettleErr: err,
 	})
 }
 
-// settle carries out the decision on the delivery's own channel. It
-// returns the error that kept the decision from being carried out.
-func (w *worker[T, R]) settle(s *session, d *amqp.Delivery, env *dedup.Message[T], res dedup.Result[R], dec dedup.Decision) error {
-	switch dec.Action {
+// settle carries out the delivery's Decision on its own channel. It
+// returns what was done when that is not the Decision as it stands (zero
+// otherwise), and the error that kept the Decision from being carried
+// out.
+func (w *worker[T, R]) settle(s *session, it *delivered[T], dl *dedup.Delivery[R]) (dedup.Decision, error) {
+	ctx := dl.Context()
+	switch dl.Decision.Action {
 	case dedup.Ack:
-		return w.ack(s, d)
+		err := w.ack(ctx, s, &it.d)
+		if err == nil {
+			w.c.stats.acked.Add(1)
+		}
+		return dedup.Decision{}, err
 	case dedup.DeadLetter:
-		return w.deadLetter(s, d, env, res, dec)
+		return dedup.Decision{}, w.deadLetter(ctx, s, it, dl)
 	default:
-		return w.retry(s, d, dec)
+		return w.retry(ctx, s, &it.d, dl.Decision)
 	}
 }
 
@@ -159,33 +161,71 @@ func handlerRan(dec dedup.Decision) bool { return dec.Reason == dedup.ReasonHand
 
 // retry hands the delivery back for another attempt after dec.Delay:
 // through a retry tier when the delay is longer than InPlaceRetryMax, else
-// (or when the tier cannot take it) in place.
-func (w *worker[T, R]) retry(s *session, d *amqp.Delivery, dec dedup.Decision) error {
+// (or when the tier cannot take it) in place. It returns the retry done:
+// dec with the tier's delay, or the time the delivery was held before it
+// was returned to the queue.
+func (w *worker[T, R]) retry(ctx context.Context, s *session, d *amqp.Delivery, dec dedup.Decision) (dedup.Decision, error) {
 	c := w.c
+	done := dec
 	if s.ctx.Err() != nil || dec.Reason == dedup.ReasonCanceled {
-		return w.nack(s, d) // not processed: back at once
+		done.Delay = 0
+		return done, w.requeue(ctx, s, d, false) // not processed: back at once
 	}
 	var tierErr error
 	if tier, ok := c.tierFor(dec.Delay); ok {
 		name := RetryQueueName(c.queue, tier)
-		tierErr = w.publish(s, "", name, retryPublishing(d, dec))
+		msg := retryPublishing(d, dec)
+		w.inject(ctx, msg.Headers)
+		tierErr = w.publish(ctx, s, "", name, msg)
 		if tierErr == nil {
-			c.stats.tiered.Add(1)
-			return w.ack(s, d)
+			c.stats.retriedLater.Add(1)
+			done.Delay = tier
+			return done, w.ack(ctx, s, d)
 		}
-		c.opts.Logger.WarnContext(s.ctx, "dedupamqp: retry tier did not take the message; retrying in place",
-			"queue", c.queue, "tier", name, "message_id", d.MessageId, "error", tierErr)
+		w.publishFailed(tierErr)
+		c.opts.Logger.WarnContext(ctx, "dedupamqp: retry tier did not take the message; retrying in place",
+			slog.String("queue", c.queue), slog.String("tier", name), slog.String("message_id", d.MessageId), slog.Any("error", tierErr))
 		tierErr = fmt.Errorf("retry tier %q: %w", name, tierErr)
 	}
-	w.hold(s, min(dec.Delay, c.opts.InPlaceRetryMax))
-	c.stats.inPlace.Add(1)
-	var err error
-	if handlerRan(dec) && s.ctx.Err() == nil {
-		err = w.reject(s, d, true)
-	} else {
-		err = w.nack(s, d)
+	began := time.Now()
+	if done.Delay = min(dec.Delay, c.opts.InPlaceRetryMax); !w.hold(s, done.Delay) {
+		done.Delay = time.Since(began) // cut short: the session ended, or Stop
 	}
-	return errors.Join(tierErr, err)
+	err := w.requeue(ctx, s, d, handlerRan(dec) && s.ctx.Err() == nil)
+	return done, errors.Join(tierErr, err)
+}
+
+// requeue returns d to the queue, with Reject when failed (a handler
+// failure), else Nack, and counts it as a retry in place when the broker
+// took it.
+func (w *worker[T, R]) requeue(ctx context.Context, s *session, d *amqp.Delivery, failed bool) error {
+	var err error
+	if failed {
+		err = w.reject(ctx, s, d, true)
+	} else {
+		err = w.nack(ctx, s, d)
+	}
+	if err == nil {
+		w.c.stats.retriedInPlace.Add(1)
+	}
+	return err
+}
+
+// inject writes the trace context of ctx, the delivery's, into the headers
+// of a dead letter or retry copy, when the receiver's Observer is a
+// dedup.Injector: a header of the same name the original had (the
+// producer's traceparent) takes the new value.
+func (w *worker[T, R]) inject(ctx context.Context, h amqp.Table) {
+	w.c.rcv.Inject(ctx, func(k, v string) { h[k] = v })
+}
+
+// publishFailed counts a dead letter or retry copy the broker did not
+// take; one not sent because the session is gone is counted as stale when
+// the original is returned.
+func (w *worker[T, R]) publishFailed(err error) {
+	if !errors.Is(err, ErrStaleDelivery) {
+		w.c.stats.settleFailures.Add(1)
+	}
 }
 
 // tierFor picks the retry tier for delay: the shortest at least as long,
@@ -225,31 +265,37 @@ func (w *worker[T, R]) hold(s *session, d time.Duration) bool {
 // the broker confirmed it; if the dead letter cannot be published, the
 // original is requeued (after a pause), never dropped. With
 // RejectDeadLetters, the broker dead-letters it (Reject, requeue=false).
-func (w *worker[T, R]) deadLetter(s *session, d *amqp.Delivery, env *dedup.Message[T], res dedup.Result[R], dec dedup.Decision) error {
+func (w *worker[T, R]) deadLetter(ctx context.Context, s *session, it *delivered[T], dl *dedup.Delivery[R]) error {
 	c := w.c
+	d, dec := &it.d, dl.Decision
 	if c.opts.RejectDeadLetters {
-		if err := w.reject(s, d, false); err != nil {
+		if err := w.reject(ctx, s, d, false); err != nil {
 			return err
 		}
-		c.stats.deadLetters.Add(1)
+		c.stats.deadLettered.Add(1)
 		return nil
 	}
-	err := w.publish(s, c.opts.DeadLetterExchange, c.opts.DeadLetterRoutingKey, deadLetterPublishing(d, c.queue, env.DeliveryCount, res, dec))
+	msg := deadLetterPublishing(d, c.queue, it.env.DeliveryCount, dl.Result, dec)
+	w.inject(ctx, msg.Headers)
+	err := w.publish(ctx, s, c.opts.DeadLetterExchange, c.opts.DeadLetterRoutingKey, msg)
 	if err == nil {
-		c.stats.deadLetters.Add(1)
-		return w.ack(s, d)
+		c.stats.deadLettered.Add(1)
+		return w.ack(ctx, s, d)
 	}
-	c.stats.deadLetterFailures.Add(1)
-	c.opts.Logger.WarnContext(s.ctx, "dedupamqp: dead letter not published; the message is requeued",
-		"queue", c.queue, "exchange", c.opts.DeadLetterExchange, "message_id", d.MessageId, "reason", string(dec.Reason), "error", err)
+	w.publishFailed(err)
+	c.opts.Logger.WarnContext(ctx, "dedupamqp: dead letter not published; the message is requeued",
+		slog.String("queue", c.queue), slog.String("exchange", c.opts.DeadLetterExchange), slog.String("message_id", d.MessageId),
+		slog.String("reason", string(dec.Reason)), slog.Any("error", err))
 	err = fmt.Errorf("%w to exchange %q: %w", ErrDeadLetter, c.opts.DeadLetterExchange, err)
 	w.hold(s, min(c.rcv.StoreRetryDelay(), c.opts.InPlaceRetryMax))
-	return errors.Join(err, w.nack(s, d))
+	return errors.Join(err, w.nack(ctx, s, d))
 }
 
 // publish sends msg with confirms and mandatory on the worker's publishing
-// channel of session s, opening one when needed.
-func (w *worker[T, R]) publish(s *session, exchange, key string, msg amqp.Publishing) error {
+// channel of session s, opening one when needed. ctx is the delivery's:
+// the publish is bounded by SettleTimeout, not by ctx's end.
+func (w *worker[T, R]) publish(ctx context.Context, s *session, exchange, key string, msg amqp.Publishing) error {
+	defer w.timed(time.Now())
 	c := w.c
 	if s.dead.Load() {
 		return ErrStaleDelivery
@@ -264,9 +310,9 @@ func (w *worker[T, R]) publish(s *session, exchange, key string, msg amqp.Publis
 		}
 		w.pub, w.pubGen = pub, s.gen
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), c.opts.SettleTimeout)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
 	defer cancel()
-	reusable, err := w.pub.publish(ctx, exchange, key, msg)
+	reusable, err := w.pub.publish(pctx, exchange, key, msg)
 	if !reusable {
 		w.closePub()
 	}
@@ -280,32 +326,38 @@ func (w *worker[T, R]) closePub() {
 	}
 }
 
+// timed adds the time since began to what settling the delivery took.
+func (w *worker[T, R]) timed(began time.Time) { w.busy += time.Since(began) }
+
 // ack, nack and reject settle d on the channel of s, the one it came on,
 // and never on another: once s is retired they do nothing and return
-// ErrStaleDelivery.
-func (w *worker[T, R]) ack(s *session, d *amqp.Delivery) error {
-	return w.c.settled(s, d, "ack", func() error { return s.ch.Ack(d.DeliveryTag, false) })
+// ErrStaleDelivery. ctx is the delivery's, for the logs.
+func (w *worker[T, R]) ack(ctx context.Context, s *session, d *amqp.Delivery) error {
+	defer w.timed(time.Now())
+	return w.c.settled(ctx, s, d, "ack", func() error { return s.ch.Ack(d.DeliveryTag, false) })
 }
 
-func (w *worker[T, R]) nack(s *session, d *amqp.Delivery) error {
-	return w.c.settled(s, d, "nack", func() error { return s.ch.Nack(d.DeliveryTag, false, true) })
+func (w *worker[T, R]) nack(ctx context.Context, s *session, d *amqp.Delivery) error {
+	defer w.timed(time.Now())
+	return w.c.settled(ctx, s, d, "nack", func() error { return s.ch.Nack(d.DeliveryTag, false, true) })
 }
 
-func (w *worker[T, R]) reject(s *session, d *amqp.Delivery, requeue bool) error {
-	return w.c.settled(s, d, "reject", func() error { return s.ch.Reject(d.DeliveryTag, requeue) })
+func (w *worker[T, R]) reject(ctx context.Context, s *session, d *amqp.Delivery, requeue bool) error {
+	defer w.timed(time.Now())
+	return w.c.settled(ctx, s, d, "reject", func() error { return s.ch.Reject(d.DeliveryTag, requeue) })
 }
 
-func (c *Consumer[T, R]) settled(s *session, d *amqp.Delivery, what string, send func() error) error {
+func (c *Consumer[T, R]) settled(ctx context.Context, s *session, d *amqp.Delivery, what string, send func() error) error {
 	var err error
 	if s.dead.Load() {
 		c.stats.stale.Add(1)
 		err = ErrStaleDelivery
 	} else if err = send(); err != nil {
-		c.stats.ackFailures.Add(1)
+		c.stats.settleFailures.Add(1)
 		err = fmt.Errorf("dedupamqp: %s of delivery %d: %w", what, d.DeliveryTag, err)
 	}
 	if err != nil {
-		c.logSettleFailure(s.ctx, what, d, err)
+		c.logSettleFailure(ctx, what, d, err)
 	}
 	return err
 }

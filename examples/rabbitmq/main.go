@@ -113,15 +113,12 @@ func run(ctx context.Context, url string, w io.Writer) error {
 		charges[m.Body.ID]++
 		return "receipt-" + m.Body.ID, nil
 	}
-	// The consumer reports what it did with each delivery to the
-	// receiver's Observer: 11 deliveries, and the retried one once more.
+	// The consumer reports each delivery to the receiver's Observer once it
+	// settled it: 11 deliveries, and the retried one once more.
 	reasons := map[dedup.Reason]int{}
 	var settled sync.WaitGroup
 	settled.Add(12)
 	observer := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Kind != dedup.EventSettled {
-			return
-		}
 		mu.Lock()
 		reasons[e.Decision.Reason]++
 		mu.Unlock()
@@ -182,7 +179,8 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	fmt.Fprintf(w, "decisions: %v\n", reasons)
 	mu.Unlock()
 	st := c.Stats()
-	fmt.Fprintf(w, "retried through the tier: %d, dead letters: %d\n", st.Tiered, st.DeadLetters)
+	fmt.Fprintf(w, "retried through the tier: %d, dead letters: %d\n", st.RetriedLater, st.DeadLettered)
+	fmt.Fprintf(w, "consumer stats: %+v\n", st)
 
 	dead, ok, err := ch.Get(top.Queue+".dlq", true)
 	if err != nil || !ok {

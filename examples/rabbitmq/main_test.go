@@ -27,5 +27,6 @@ func TestExample(t *testing.T) {
 	}
 	require.Contains(t, out.String(), "decisions: map[duplicate:5 handler-error:1 processed:5 undecodable:1]")
 	require.Contains(t, out.String(), "retried through the tier: 1, dead letters: 1")
+	require.Contains(t, out.String(), "consumer stats: {Delivered:12 Acked:10 RetriedInPlace:0 RetriedLater:1 DeadLettered:1 ")
 	require.Contains(t, out.String(), `dead letter "not json": reason undecodable`)
 }
