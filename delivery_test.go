@@ -107,7 +107,7 @@ func TestDeliverySettledOnce(t *testing.T) {
 	e := events[0]
 	require.Equal(t, dedup.Origin{Broker: "fake", Source: "orders", Stream: "ORDERS", Partition: 3, Offset: 42, DeliveryCount: 2, MessageID: "m-o-1"},
 		dedup.Origin{Broker: e.Broker, Source: e.Source, Stream: e.Stream, Partition: e.Partition, Offset: e.Offset, DeliveryCount: e.DeliveryCount, MessageID: e.MessageID})
-	tp, ok := e.Header("traceparent")
+	tp, ok := e.Header.Get("traceparent")
 	require.True(t, ok)
 	require.Equal(t, "00-abc", tp)
 	require.Equal(t, "billing:o-1", e.Key)

@@ -89,10 +89,7 @@ type Message[T any] struct {
 // Origin says where m comes from, for an Observer ([Originer]).
 func (m *Message[T]) Origin() Origin {
 	o := Origin{Broker: m.Broker, Source: m.Source, Stream: m.Stream, Partition: m.Partition, Offset: m.Offset,
-		DeliveryCount: m.DeliveryCount, MessageID: m.ID}
-	if m.Header != nil {
-		o.Header = m.Header.Get
-	}
+		DeliveryCount: m.DeliveryCount, MessageID: m.ID, Header: m.Header}
 	return o
 }
 

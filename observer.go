@@ -51,9 +51,9 @@ type Origin struct {
 	// MessageID is the producer's id, when it set one. Never a metric
 	// attribute: it is unbounded.
 	MessageID string
-	// Header looks a message header up (for a trace context the producer
-	// sent); nil when the message has none.
-	Header func(name string) (string, bool)
+	// Header is the message's headers (where a producer's trace context
+	// travels); nil when it has none.
+	Header Header
 }
 
 // Originer is implemented by messages that know their Origin.

@@ -174,7 +174,7 @@ func (ob *Observer) start(ctx context.Context, o dedup.Origin, at time.Time) tra
 	opts := make([]trace.SpanStartOption, 0, 4)
 	opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 	if o.Header != nil {
-		pctx := ob.prop.Extract(context.Background(), headerCarrier(o.Header))
+		pctx := ob.prop.Extract(context.Background(), headerCarrier{o.Header})
 		if sc := trace.SpanContextFromContext(pctx); sc.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 		}
@@ -316,13 +316,19 @@ func (ob *Observer) Inject(ctx context.Context, set func(key, value string)) {
 	ob.prop.Inject(ctx, setCarrier(set))
 }
 
-// headerCarrier reads an Origin's headers for a propagator. It cannot
-// list them: the W3C propagators only Get.
-type headerCarrier func(name string) (string, bool)
+// headerCarrier reads an Origin's headers for a propagator.
+type headerCarrier struct{ h dedup.Header }
 
-func (h headerCarrier) Get(key string) string { v, _ := h(key); return v }
-func (h headerCarrier) Set(string, string)    {}
-func (h headerCarrier) Keys() []string        { return nil }
+func (c headerCarrier) Get(key string) string { v, _ := c.h.Get(key); return v }
+func (c headerCarrier) Set(string, string)    {}
+
+func (c headerCarrier) Keys() []string {
+	var keys []string
+	for k := range c.h.All() {
+		keys = append(keys, k)
+	}
+	return keys
+}
 
 // setCarrier writes headers for a propagator.
 type setCarrier func(key, value string)

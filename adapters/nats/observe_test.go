@@ -184,7 +184,7 @@ func TestJetStreamOneEventPerDelivery(t *testing.T) {
 			require.Equal(t, "obs", e.Namespace)
 			require.NotEmpty(t, e.trace, "observed with the delivery's context")
 			require.NotNil(t, e.Header)
-			v, ok := e.Header(traceHeader)
+			v, ok := e.Header.Get(traceHeader)
 			require.True(t, ok)
 			require.Equal(t, "producer", v, "the origin's headers are the message's")
 			got = append(got, where{uint64(e.Offset), e.DeliveryCount, e.Decision.Reason, e.Decision.Action, e.MessageID, e.SettleErr == nil})

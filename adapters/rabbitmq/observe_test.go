@@ -42,7 +42,7 @@ func (tr *tracer) StartDelivery(ctx context.Context, o dedup.Origin) context.Con
 	tr.started++
 	span := "span-" + strconv.Itoa(tr.started) + "-" + o.MessageID + "-" + strconv.Itoa(o.DeliveryCount)
 	if o.Header != nil {
-		if tp, ok := o.Header("traceparent"); ok {
+		if tp, ok := o.Header.Get("traceparent"); ok {
 			if tr.links == nil {
 				tr.links = map[string]string{}
 			}

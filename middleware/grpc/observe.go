@@ -3,6 +3,7 @@ package dedupgrpc
 import (
 	"context"
 	"fmt"
+	"iter"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -59,18 +60,39 @@ var _ dedup.Originer = (*call)(nil)
 // method, Header the incoming metadata but the idempotency-key. The key is
 // in the event's Key (scoped), never in the Origin.
 func origin(ctx context.Context, method string) dedup.Origin {
-	return dedup.Origin{
-		Broker: Broker,
-		Source: method,
-		Header: func(name string) (string, bool) {
-			name = strings.ToLower(name)
-			if name == MetadataKey {
-				return "", false
+	md, _ := metadata.FromIncomingContext(ctx)
+	return dedup.Origin{Broker: Broker, Source: method, Header: metadataHeader(md)}
+}
+
+// metadataHeader is a call's incoming metadata as a dedup.Header, without
+// the idempotency-key. Names are matched in any case (metadata keys are
+// lower case).
+type metadataHeader metadata.MD
+
+// Get returns the first value of the named key.
+func (h metadataHeader) Get(name string) (string, bool) {
+	name = strings.ToLower(name)
+	if name == MetadataKey {
+		return "", false
+	}
+	if v := h[name]; len(v) > 0 {
+		return v[0], true
+	}
+	return "", false
+}
+
+// All yields every key and value but the idempotency-key.
+func (h metadataHeader) All() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for k, vs := range h {
+			if k == MetadataKey {
+				continue
 			}
-			if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
-				return v[0], true
+			for _, v := range vs {
+				if !yield(k, v) {
+					return
+				}
 			}
-			return "", false
-		},
+		}
 	}
 }

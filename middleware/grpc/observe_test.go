@@ -57,8 +57,8 @@ type recorder struct {
 func (r *recorder) Observe(ctx context.Context, e dedup.Event) {
 	s := seen{Event: e, outer: ctx.Value(outerKey{})}
 	if e.Header != nil {
-		s.traceparent, _ = e.Header("Traceparent") // metadata names are lower case: the lookup is not
-		_, s.keyVisible = e.Header("Idempotency-Key")
+		s.traceparent, _ = e.Header.Get("Traceparent") // metadata names are lower case: the lookup is not
+		_, s.keyVisible = e.Header.Get("Idempotency-Key")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

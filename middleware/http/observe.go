@@ -2,6 +2,7 @@ package deduphttp
 
 import (
 	"fmt"
+	"iter"
 	"net/http"
 	"net/textproto"
 	"time"
@@ -69,20 +70,38 @@ var _ dedup.Originer = (*call)(nil)
 // source), Header its headers but the Idempotency-Key. The key is in the
 // event's Key (scoped), never in the Origin.
 func origin(r *http.Request, next http.Handler) dedup.Origin {
-	h := r.Header
-	return dedup.Origin{
-		Broker: Broker,
-		Source: source(r, next),
-		Header: func(name string) (string, bool) {
-			k := textproto.CanonicalMIMEHeaderKey(name)
+	return dedup.Origin{Broker: Broker, Source: source(r, next), Header: requestHeader(r.Header)}
+}
+
+// requestHeader is a request's headers as a dedup.Header, without the
+// Idempotency-Key. Names are matched in any case, as HTTP has them.
+type requestHeader http.Header
+
+// Get returns the first value of the named header.
+func (h requestHeader) Get(name string) (string, bool) {
+	k := textproto.CanonicalMIMEHeaderKey(name)
+	if k == HeaderKey {
+		return "", false
+	}
+	if v := h[k]; len(v) > 0 {
+		return v[0], true
+	}
+	return "", false
+}
+
+// All yields every header but the Idempotency-Key.
+func (h requestHeader) All() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for k, vs := range h {
 			if k == HeaderKey {
-				return "", false
+				continue
 			}
-			if v := h[k]; len(v) > 0 {
-				return v[0], true
+			for _, v := range vs {
+				if !yield(k, v) {
+					return
+				}
 			}
-			return "", false
-		},
+		}
 	}
 }
 

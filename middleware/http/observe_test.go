@@ -54,8 +54,8 @@ type recorder struct {
 func (r *recorder) Observe(ctx context.Context, e dedup.Event) {
 	s := seen{Event: e, outer: ctx.Value(outerKey{})}
 	if e.Header != nil {
-		s.traceparent, _ = e.Header("traceparent") // as a propagator asks: lower case
-		_, s.keyVisible = e.Header(deduphttp.HeaderKey)
+		s.traceparent, _ = e.Header.Get("traceparent") // as a propagator asks: lower case
+		_, s.keyVisible = e.Header.Get(deduphttp.HeaderKey)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
