@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Makes sure the local services the test suite talks to are running on their
 # standard ports, starting them (or installing them from Debian's packages)
-# when they are not. Usage: scripts/services.sh [redis] [postgres] [nats] [rabbitmq]
-# (no argument: all of them). A service that cannot be brought up is reported;
-# the tests that need it then skip, or fail under DEDUP_TEST_REQUIRE=1.
+# when they are not. Usage: scripts/services.sh [redis] [postgres] [nats]
+# [rabbitmq] [prometheus] (no argument: all of them). A service that cannot
+# be brought up is reported; the tests that need it then skip, or fail under
+# DEDUP_TEST_REQUIRE=1.
 set -u
 
 log() { printf 'services: %s\n' "$*" >&2; }
@@ -79,8 +80,34 @@ rabbitmq() {
 	wait_up rabbitmq 5672 10
 }
 
+prometheus() {
+	# Only the programs: the observability example's test starts a
+	# prometheus of its own on a free port, and runs promtool on the rules.
+	# No server is left running on 9090.
+	{ command -v prometheus && command -v promtool; } >/dev/null && return 0
+	local running=
+	pgrep -x prometheus >/dev/null && running=1
+	install --no-install-recommends prometheus || return 1
+	[ -n "$running" ] && return 0
+	# Where an init system lets it, the package's postinst starts its
+	# service: stop that one (and only if none ran before the install).
+	local sudo=
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
+	if [ -d /run/systemd/system ]; then
+		$sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+	elif [ -x /etc/init.d/prometheus ]; then
+		$sudo /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+	fi
+	local pid
+	for pid in $(pgrep -x prometheus); do
+		log "stopping the prometheus (pid $pid) its package started"
+		$sudo kill "$pid"
+	done
+	return 0
+}
+
 status=0
-for svc in "${@:-redis postgres nats rabbitmq}"; do
+for svc in "${@:-redis postgres nats rabbitmq prometheus}"; do
 	for s in $svc; do
 		"$s" || { log "$s is not available"; status=1; }
 	done
