@@ -89,8 +89,9 @@ type Event struct {
 	Stored bool
 	// Duration is the time the receiver took; HandlerDuration the part of
 	// it the handler ran, StoreDuration the part spent waiting on the
-	// store (claim and completion). For a batch, the whole batch's, shared
-	// by its messages.
+	// store (claim and completion). For a message of a batch, Duration is
+	// the whole batch's, shared by its messages, and the other two are
+	// zero: the batch's store round trips serve every message at once.
 	Duration, HandlerDuration, StoreDuration time.Duration
 	// Settled reports whether an adapter carried out the Decision (acked,
 	// retried, dead-lettered), taking SettleDuration; SettleErr is what
