@@ -44,7 +44,7 @@ type Injector interface {
 // Inject writes the trace context of ctx through set when the Observer is
 // an [Injector]; else it does nothing.
 func (r *Receiver[M, R]) Inject(ctx context.Context, set func(key, value string)) {
-	if in, ok := r.cfg.Observer.(Injector); ok {
-		in.Inject(ctx, set)
+	if r.injector != nil {
+		r.injector.Inject(ctx, set)
 	}
 }

@@ -171,3 +171,29 @@ func TestDeliverWithoutObserver(t *testing.T) {
 	require.Equal(t, map[dedup.Reason]uint64{dedup.ReasonPermanent: 1}, rcv.Stats().DeadLetters)
 	require.Equal(t, t.Context(), d.Context())
 }
+
+// quietObserver records nothing by its own account; it fails the test if
+// called, and injects a fixed trace context.
+type quietObserver struct{ t *testing.T }
+
+func (q quietObserver) Quiet() bool { return true }
+func (q quietObserver) Observe(context.Context, dedup.Event) {
+	q.t.Error("a quiet Observer was called")
+}
+func (q quietObserver) Inject(_ context.Context, set func(k, v string)) { set("traceparent", "00-quiet") }
+
+// TestQuietObserverCostsNothing: an Observer that says it records nothing
+// is never called (a delivery pays nothing for it), and its Injector
+// ability still writes the trace context.
+func TestQuietObserverCostsNothing(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var spans []string
+	rcv := newDeliveryReceiver(t, quietObserver{t}, &spans, &mu)
+	_, _ = rcv.Handle(t.Context(), envelope("o-1", 1))
+	d := rcv.Deliver(t.Context(), envelope("o-1", 1))
+	d.Settled(dedup.Settlement{})
+	got := map[string]string{}
+	rcv.Inject(t.Context(), func(k, v string) { got[k] = v })
+	require.Equal(t, map[string]string{"traceparent": "00-quiet"}, got)
+}

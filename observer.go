@@ -22,6 +22,14 @@ type ObserverFunc func(ctx context.Context, e Event)
 // Observe calls f.
 func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
+// Quiet is an optional ability of an Observer: one that says, when the
+// receiver is made, that it records nothing (an OpenTelemetry observer
+// over no-op providers) is not called at all, and costs a delivery
+// nothing. Its Injector ability, if any, is still used.
+type Quiet interface {
+	Quiet() bool
+}
+
 // DeliveryStarter is an optional ability of an Observer: StartDelivery is
 // called before a delivery is handled, and the context it returns is the
 // one the key function, the handler and Observe get. A tracing observer

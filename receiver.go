@@ -48,6 +48,7 @@ type Receiver[M, R any] struct {
 	zeroSize     bool // R carries no data: nothing to encode or decode
 	nillable     bool // M can be nil (pointer, interface, map...)
 	flight       flightGroup[R]
+	injector     Injector // the Observer's, even a quiet one's
 	waits        inFlightWaits
 	beatCfg      beatConfig
 	beats        beatQueue // the heartbeats of single deliveries, until their first beat
@@ -86,6 +87,10 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 		cfg:      c,
 		prefix:   c.Namespace + ":",
 		zeroSize: reflect.TypeFor[R]().Size() == 0,
+	}
+	r.injector, _ = c.Observer.(Injector)
+	if q, ok := c.Observer.(Quiet); ok && q.Quiet() {
+		r.cfg.Observer = nil // records nothing: not worth a delivery's time
 	}
 	r.peeker, _ = s.(store.Peeker)
 	r.selfBounded = boundsItself(s, c.StoreTimeout)

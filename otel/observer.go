@@ -60,6 +60,7 @@ var (
 	_ dedup.Observer        = (*Observer)(nil)
 	_ dedup.DeliveryStarter = (*Observer)(nil)
 	_ dedup.Injector        = (*Observer)(nil)
+	_ dedup.Quiet           = (*Observer)(nil)
 )
 
 // New returns an Observer made with opts; nil opts means the global
@@ -185,6 +186,11 @@ func (ob *Observer) start(ctx context.Context, o dedup.Origin, at time.Time) tra
 	_, span := ob.tracer.Start(ctx, name, opts...)
 	return span
 }
+
+// Quiet reports whether the Observer records nothing (both its providers
+// are no-op): a receiver then never calls it (dedup.Quiet), so it costs a
+// delivery nothing; Inject still works.
+func (ob *Observer) Quiet() bool { return !ob.tracing && !ob.metering }
 
 // Observe ends the delivery's span (the one StartDelivery started, or
 // for an HTTP or gRPC origin annotates the server span in ctx) with what
