@@ -51,25 +51,50 @@ func childMain() int {
 	return 0
 }
 
-func runChild() error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	hang := make(chan os.Signal, 1)
-	signal.Notify(hang, syscall.SIGUSR1)
+// child is what a consumer process of the tests starts with: a logger, a
+// context that ends at SIGTERM, SIGUSR1 to make a handler hang (until the
+// test kills the process), and the effects file the test reads.
+type child struct {
+	log  *slog.Logger
+	ctx  context.Context
+	hang chan os.Signal
+	out  *os.File
+	mu   sync.Mutex
+	stop context.CancelFunc
+}
 
+func startChild() (*child, error) {
 	out, err := os.OpenFile(os.Getenv(childEffects), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	c := &child{log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), out: out,
+		hang: make(chan os.Signal, 1)}
+	c.ctx, c.stop = signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	signal.Notify(c.hang, syscall.SIGUSR1)
+	return c, nil
+}
+
+// line writes one line of the effects file, in one write: a kill never
+// leaves half a line.
+func (c *child) line(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, _ = c.out.WriteString(fmt.Sprintf(format, args...) + "\n")
+}
+
+func (c *child) close() {
+	c.stop()
+	_ = c.out.Close()
+}
+
+func runChild() error {
+	ch, err := startChild()
 	if err != nil {
 		return err
 	}
-	defer out.Close()
-	var outMu sync.Mutex
-	line := func(format string, args ...any) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		// One write per line: a kill never leaves half a line.
-		_, _ = out.WriteString(fmt.Sprintf(format, args...) + "\n")
-	}
+	defer ch.close()
+	log, ctx, hang, line := ch.log, ch.ctx, ch.hang, ch.line
 
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(os.Getenv(childRedis), ",")})
 	defer cc.Close()

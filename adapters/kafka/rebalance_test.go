@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -53,23 +50,12 @@ const (
 // process), and on SIGTERM stops cleanly and writes "T <processed>
 // <duplicates> <in flight>" (the receiver's Stats).
 func runRebalanceChild() error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	hang := make(chan os.Signal, 1)
-	signal.Notify(hang, syscall.SIGUSR1)
-
-	out, err := os.OpenFile(os.Getenv(childEffects), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	ch, err := startChild()
 	if err != nil {
 		return err
 	}
-	defer out.Close()
-	var outMu sync.Mutex
-	line := func(format string, args ...any) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		_, _ = out.WriteString(fmt.Sprintf(format, args...) + "\n") // one write per line
-	}
+	defer ch.close()
+	log, ctx, hang, line := ch.log, ch.ctx, ch.hang, ch.line
 
 	rc := redis.NewClient(&redis.Options{Addr: os.Getenv(childRedis)})
 	defer rc.Close()
