@@ -180,7 +180,9 @@ func (q quietObserver) Quiet() bool { return true }
 func (q quietObserver) Observe(context.Context, dedup.Event) {
 	q.t.Error("a quiet Observer was called")
 }
-func (q quietObserver) Inject(_ context.Context, set func(k, v string)) { set("traceparent", "00-quiet") }
+func (q quietObserver) Inject(_ context.Context, set func(k, v string)) {
+	set("traceparent", "00-quiet")
+}
 
 // TestQuietObserverCostsNothing: an Observer that says it records nothing
 // is never called (a delivery pays nothing for it), and its Injector
