@@ -47,7 +47,10 @@ func (w *inFlightWaits) next(key string, now time.Time, remaining time.Duration)
 	// Past the lease's end on this clock (the holder's store may disagree by
 	// a clock skew), the wait stays one first wait rather than none.
 	limit := max(remaining, firstInFlightWait)
-	d := ExponentialBackoff{Base: firstInFlightWait, Max: limit}.Delay(e.looks + 1)
+	d := limit // the step would reach the lease's end: look right then, unjittered
+	if e.looks < 30 && firstInFlightWait<<e.looks < limit {
+		d = ExponentialBackoff{Base: firstInFlightWait, Max: limit}.Delay(e.looks + 1)
+	}
 	e.looks++
 	e.until = now.Add(remaining + d)
 	if !ok {

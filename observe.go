@@ -1,16 +1,21 @@
 package dedup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
+	"strings"
 	"time"
+
+	"github.com/dedup-go/dedup/store"
 )
 
 // timing collects the durations of one observed delivery. A nil *timing
 // (no Observer) reads no clock.
 type timing struct {
-	handler, store time.Duration
+	handler, claim, complete time.Duration
 }
 
 func (t *timing) start() time.Time {
@@ -20,9 +25,15 @@ func (t *timing) start() time.Time {
 	return time.Now()
 }
 
-func (t *timing) addStore(since time.Time) {
+func (t *timing) addClaim(since time.Time) {
 	if t != nil {
-		t.store += time.Since(since)
+		t.claim += time.Since(since)
+	}
+}
+
+func (t *timing) addComplete(since time.Time) {
+	if t != nil {
+		t.complete += time.Since(since)
 	}
 }
 
@@ -145,14 +156,15 @@ func (r *Receiver[M, R]) deliverObserved(ctx context.Context, msg M) Delivery[R]
 	res, err := r.handle(ctx, msg, &tm)
 	d := Delivery[R]{Result: res, Err: err, Decision: r.Decide(res, err), ctx: ctx, rcv: r, observed: true}
 	d.ev = r.event(origin, res.Key, res.Status, res.Attempt, res.Problem, err, d.Decision)
-	d.ev.Duration, d.ev.HandlerDuration, d.ev.StoreDuration = time.Since(begin), tm.handler, tm.store
+	d.ev.Duration, d.ev.HandlerDuration = time.Since(begin), tm.handler
+	d.ev.ClaimDuration, d.ev.CompleteDuration, d.ev.StoreDuration = tm.claim, tm.complete, tm.claim+tm.complete
 	return d
 }
 
 // event is the Event of an answered delivery, before its settlement.
 func (r *Receiver[M, R]) event(o Origin, key string, st Status, attempt int, problem, err error, dec Decision) Event {
 	return Event{
-		Origin: o, Namespace: r.cfg.Namespace, Key: key, Status: st, Attempt: attempt,
+		Origin: o, Namespace: r.cfg.Namespace, Store: r.storeName, Key: key, Status: st, Attempt: attempt,
 		Decision: dec, Err: err, Problem: problem, Stored: stored(st, problem),
 	}
 }
@@ -210,4 +222,18 @@ func (r *Receiver[M, R]) Observe(ctx context.Context, e Event) {
 		e.Namespace = r.cfg.Namespace
 	}
 	r.emit(ctx, &e)
+}
+
+// storeName names s by the last element of its type's package path
+// ("redisstore"), for Event.Store: a metric attribute of few values.
+func storeName(s store.Store) string {
+	t := reflect.TypeOf(s)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	p := t.PkgPath()
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		p = p[i+1:]
+	}
+	return cmp.Or(p, t.Name())
 }

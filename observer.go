@@ -80,6 +80,9 @@ type Event struct {
 	// attribute: it is unbounded.
 	Namespace string
 	Key       string
+	// Store names the receiver's store by its package: "memstore",
+	// "redisstore", "tieredstore", "pgstore", ...
+	Store string
 	// Status is what the receiver did; Attempt the claim's attempt.
 	Status  Status
 	Attempt int
@@ -97,10 +100,12 @@ type Event struct {
 	Stored bool
 	// Duration is the time the receiver took; HandlerDuration the part of
 	// it the handler ran, StoreDuration the part spent waiting on the
-	// store (claim and completion). For a message of a batch, Duration is
+	// store: ClaimDuration claiming the key, CompleteDuration recording
+	// the outcome (with its retries). For a message of a batch, Duration is
 	// the whole batch's, shared by its messages, and the other two are
 	// zero: the batch's store round trips serve every message at once.
 	Duration, HandlerDuration, StoreDuration time.Duration
+	ClaimDuration, CompleteDuration          time.Duration
 	// Settled reports whether an adapter carried out the Decision (acked,
 	// retried, dead-lettered), taking SettleDuration; SettleErr is what
 	// kept it from doing so (the ack failed, the dead letter was not

@@ -49,6 +49,7 @@ type Receiver[M, R any] struct {
 	nillable     bool // M can be nil (pointer, interface, map...)
 	flight       flightGroup[R]
 	injector     Injector // the Observer's, even a quiet one's
+	storeName    string   // Event.Store
 	waits        inFlightWaits
 	beatCfg      beatConfig
 	beats        beatQueue // the heartbeats of single deliveries, until their first beat
@@ -89,6 +90,7 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 		zeroSize: reflect.TypeFor[R]().Size() == 0,
 	}
 	r.injector, _ = c.Observer.(Injector)
+	r.storeName = storeName(s)
 	if q, ok := c.Observer.(Quiet); ok && q.Quiet() {
 		r.cfg.Observer = nil // records nothing: not worth a delivery's time
 	}
@@ -376,7 +378,7 @@ func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M,
 	t := tm.start()
 	sent := r.cfg.Clock.Now()
 	claim, err := r.store.Acquire(ctx, store.AcquireRequest{Key: key, Lease: r.cfg.Lease, Fingerprint: fp})
-	tm.addStore(t)
+	tm.addClaim(t)
 	if err == nil {
 		err = r.checkClaim(key, claim, sent)
 	}
@@ -513,7 +515,7 @@ func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim s
 	if !d.held.Completed() {
 		t := tm.start()
 		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: claim.Token, Result: data, Retention: r.cfg.Retention}, hb, idx, &d.call, res)
-		tm.addStore(t)
+		tm.addComplete(t)
 	}
 	return r.completed(ctx, res, encErr, storeErr), nil
 }

@@ -73,7 +73,7 @@
 //	messaging.process.duration          histogram, s      the receiver's time (claim, handler, completion)
 //	messaging.client.consumed.messages  counter           deliveries from brokers (not HTTP, gRPC)
 //	dedup.deliveries                    counter           by dedup.status, dedup.decision, dedup.reason
-//	dedup.store.duration                histogram, s      per delivery, the time waiting on the store
+//	dedup.store.duration                histogram, s      the time waiting on the store, by dedup.store and dedup.store.operation (claim, complete)
 //	dedup.handler.duration              histogram, s      for the deliveries that ran the handler
 //	dedup.leases.lost                   counter           claims another delivery took over
 //	dedup.results.not_stored            counter           successes whose outcome the store may not hold

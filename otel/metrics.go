@@ -55,7 +55,7 @@ func (m *instruments) init(meter metric.Meter) error {
 		return c
 	}
 	m.processDuration = hist(MetricProcessDuration, "Time the receiver took to handle a delivery: claim, handler, completion.", messagingBuckets)
-	m.storeDuration = hist(MetricStoreDuration, "Time a delivery waited on the dedup store (claim and completion).", storeBuckets)
+	m.storeDuration = hist(MetricStoreDuration, "Time a delivery waited on the dedup store, by operation (claim, complete) and store.", storeBuckets)
 	m.handlerDuration = hist(MetricHandlerDuration, "Time the handler ran, for the deliveries that ran it.", messagingBuckets)
 	m.consumed = counter(MetricConsumedMessages, "{message}", "Messages handed to the receiver by a broker adapter.")
 	m.deliveries = counter(MetricDeliveries, "{delivery}", "Deliveries by what the receiver did (status) and what was done with them (decision, reason).")
@@ -82,8 +82,11 @@ func (ob *Observer) record(ctx context.Context, e *dedup.Event) {
 			m.processDuration.Record(ctx, e.Duration.Seconds(), a.messagingRecord...)
 		}
 	}
-	if e.Duration > 0 { // the receiver handled it (0 s: answered without asking the store)
-		m.storeDuration.Record(ctx, e.StoreDuration.Seconds(), a.baseRecord...)
+	if e.Duration > 0 { // the receiver handled it (a claim of 0 s: answered from memory)
+		m.storeDuration.Record(ctx, e.ClaimDuration.Seconds(), a.storeClaim...)
+	}
+	if e.CompleteDuration > 0 {
+		m.storeDuration.Record(ctx, e.CompleteDuration.Seconds(), a.storeComplete...)
 	}
 	if e.HandlerDuration > 0 {
 		m.handlerDuration.Record(ctx, e.HandlerDuration.Seconds(), a.baseRecord...)
@@ -123,11 +126,11 @@ type attrCache struct {
 }
 
 type eventKey struct {
-	system, dest, ns string
-	status           dedup.Status
-	action           dedup.Action
-	reason           dedup.Reason
-	failed           bool
+	system, dest, ns, store string
+	status                  dedup.Status
+	action                  dedup.Action
+	reason                  dedup.Reason
+	failed                  bool
 }
 
 type activeKey struct{ system, dest string }
@@ -139,12 +142,14 @@ type eventAttrs struct {
 	messagingRecord []metric.RecordOption // messaging.process.duration
 	baseAdd         []metric.AddOption    // namespace, system, destination
 	baseRecord      []metric.RecordOption
-	deadLetter      []metric.AddOption // base and reason
-	settleFailure   []metric.AddOption // base and decision
+	deadLetter      []metric.AddOption    // base and reason
+	settleFailure   []metric.AddOption    // base and decision
+	storeClaim      []metric.RecordOption // dedup.store.duration of the claim
+	storeComplete   []metric.RecordOption // and of the completion
 }
 
 func (c *attrCache) of(e *dedup.Event) *eventAttrs {
-	k := eventKey{system: e.Broker, dest: e.Source, ns: e.Namespace, status: e.Status,
+	k := eventKey{system: e.Broker, dest: e.Source, ns: e.Namespace, store: e.Store, status: e.Status,
 		action: e.Decision.Action, reason: e.Decision.Reason, failed: e.Err != nil}
 	c.mu.RLock()
 	a, ok := c.events[k]
@@ -208,6 +213,8 @@ func (c *attrCache) build(k eventKey) *eventAttrs {
 		baseRecord:      []metric.RecordOption{baseOpt},
 		deadLetter:      []metric.AddOption{with(attribute.String("dedup.reason", string(k.reason)))},
 		settleFailure:   []metric.AddOption{with(attribute.String("dedup.decision", k.action.String()))},
+		storeClaim:      []metric.RecordOption{with(attribute.String("dedup.store", k.store), attribute.String("dedup.store.operation", "claim"))},
+		storeComplete:   []metric.RecordOption{with(attribute.String("dedup.store", k.store), attribute.String("dedup.store.operation", "complete"))},
 	}
 }
 
