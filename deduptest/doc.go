@@ -1,0 +1,51 @@
+// Package deduptest tests a handler the way a broker treats it: every
+// message delivered several times, concurrently and out of order, retried
+// as the receiver decides, with the store failing under it, and a worker
+// crashing between its effect and the record.
+//
+// [Run] is the redelivery harness. It delivers each message Copies times
+// (3 by default) from several workers in shuffled order to a
+// *dedup.Receiver (or any [Target]), on a [clock.Fake] that it moves
+// itself: a Retry is redelivered once the clock reaches its delay, a dead
+// letter is recorded, until every copy is acknowledged or dead-lettered.
+// It returns a [Report]: per message, every delivery's status, decision
+// and replayed result, the handler runs, the effects counted, and the
+// problems found (a double effect, an acknowledged message whose effect
+// never happened, a duplicate replayed another result than the first, a
+// copy never settled, a delivery that did not return). A Report is a
+// value: inspect it, print it, or fail a test with [Report.Check], which
+// takes any [TB].
+//
+// [FaultStore] wraps a store.Store (memstore, or the store you deploy)
+// and fails, delays or hangs chosen operations by call number or
+// probability, loses the answer of an operation it applied, answers
+// store.ErrLeaseLost, or crashes the worker after the effect ([Crash]):
+// the completion is dropped, and Run redelivers the message once the
+// lease has run out, so you see what the handler does when a worker dies
+// between its effect and the record.
+//
+// The package imports only the standard library and dedup's core
+// packages; it works with testing.T and with any test framework.
+package deduptest
+
+import (
+	"context"
+	"time"
+
+	"github.com/dedup-go/dedup/clock"
+)
+
+// Sleep waits d on clk (Run moves a fake clock while deliveries wait), or
+// until ctx ends, and returns ctx's cause then. A handler under test uses
+// it to take time on the harness's clock.
+func Sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
+	wake := make(chan struct{})
+	t := clk.AfterFunc(d, func() { close(wake) })
+	defer t.Stop()
+	select {
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

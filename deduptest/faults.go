@@ -1,0 +1,414 @@
+package deduptest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/dedup-go/dedup/store"
+)
+
+// Op names a store operation a Fault applies to.
+type Op uint8
+
+// The operations of a store. A batch call (AcquireBatch, CompleteBatch,
+// ExtendBatch) is subject, item by item, to the faults of its single-key
+// operation.
+const (
+	OpAcquire Op = iota + 1
+	OpComplete
+	OpRelease
+	OpExtend
+)
+
+// String returns the operation's name.
+func (o Op) String() string {
+	switch o {
+	case OpAcquire:
+		return "acquire"
+	case OpComplete:
+		return "complete"
+	case OpRelease:
+		return "release"
+	case OpExtend:
+		return "extend"
+	default:
+		return "unknown"
+	}
+}
+
+// Kind is what a Fault does to the call it hits.
+type Kind uint8
+
+// The kinds of fault.
+const (
+	// Fail returns Fault.Err (ErrInjected by default) without calling the
+	// store.
+	Fail Kind = iota + 1
+	// Delay waits Fault.Delay (real time, or until the call's context
+	// ends) before calling the store.
+	Delay
+	// Hang blocks until the call's context ends or the FaultStore is
+	// closed, and returns an error matching ErrInjected.
+	Hang
+	// LoseAnswer calls the store, then answers an error matching
+	// ErrInjected (and store.ErrUnavailable) although the operation was
+	// applied: a completion recorded whose answer never arrived.
+	LoseAnswer
+	// LeaseLost answers store.ErrLeaseLost without calling the store
+	// (meant for OpComplete, OpExtend and OpRelease).
+	LeaseLost
+	// Crash is "the worker died between its effect and the record", for
+	// OpComplete: the completion is not applied and the call answers
+	// ErrCrashed, which Run recognizes: it does not settle the delivery,
+	// and redelivers it once the claim's lease has run out, as a broker
+	// would after a worker died.
+	Crash
+)
+
+// String returns the kind's name.
+func (k Kind) String() string {
+	switch k {
+	case Fail:
+		return "fail"
+	case Delay:
+		return "delay"
+	case Hang:
+		return "hang"
+	case LoseAnswer:
+		return "lose-answer"
+	case LeaseLost:
+		return "lease-lost"
+	case Crash:
+		return "crash"
+	default:
+		return "unknown"
+	}
+}
+
+var (
+	// ErrInjected is the error of an injected failure. It matches
+	// store.ErrUnavailable, as a store's failure would.
+	ErrInjected = fmt.Errorf("deduptest: injected fault: %w", store.ErrUnavailable)
+	// ErrCrashed is the answer of a Crash fault. It matches
+	// store.ErrLeaseLost, so that the receiver gives the completion up at
+	// once (the worker is dead), and Run redelivers the message.
+	ErrCrashed = fmt.Errorf("deduptest: worker crashed after the effect, before the record: %w", store.ErrLeaseLost)
+)
+
+// Fault is one rule of a FaultStore: which calls it hits and what it does.
+type Fault struct {
+	// Op is the operation the fault applies to. It must be set.
+	Op Op
+	// Kind is what the fault does. It must be set.
+	Kind Kind
+	// Key restricts the fault to one key: the full key ("ns:id") or the
+	// message id. Empty means every key.
+	Key string
+	// Calls lists which of the calls the fault matches it hits, counting
+	// from 1 (per fault, over every key it matches). Empty means every
+	// call (subject to Probability).
+	Calls []int
+	// Probability, when positive, makes each matching call (among Calls,
+	// when set) hit with this probability, drawn from the FaultStore's
+	// seeded source.
+	Probability float64
+	// Delay is how long a Delay fault waits.
+	Delay time.Duration
+	// Err is what a Fail fault returns; ErrInjected when nil.
+	Err error
+}
+
+// Injection is one fault a FaultStore injected.
+type Injection struct {
+	Op   Op
+	Kind Kind
+	Key  string
+	// Call is the fault's count of matching calls at this one (1-based).
+	Call int
+}
+
+// String describes the injection.
+func (i Injection) String() string {
+	return fmt.Sprintf("%s %s on %q (call %d)", i.Kind, i.Op, i.Key, i.Call)
+}
+
+// FaultStore wraps a store.Store and injects faults into chosen calls.
+// It is a store.BatchStore whatever the store it wraps: over a store that
+// is not one, a batch runs its items one by one. It does not pass on the
+// wrapped store's optional abilities (Peeker, Inspector...), so that every
+// call of the receiver goes through the faults. It is safe for concurrent
+// use. Close it to release the calls a Hang fault holds.
+type FaultStore struct {
+	inner store.Store
+
+	mu       sync.Mutex
+	faults   []*faultState
+	rng      *rand.Rand
+	injected []Injection
+	closed   chan struct{}
+	once     sync.Once
+}
+
+type faultState struct {
+	Fault
+	calls int
+}
+
+var _ store.BatchStore = (*FaultStore)(nil)
+
+// NewFaultStore returns inner wrapped with faults. seed seeds the source
+// of Probability faults, so that a run can be repeated. A Fault without
+// an Op or a Kind, or with a negative Probability or Delay, is an error.
+func NewFaultStore(inner store.Store, seed uint64, faults ...Fault) (*FaultStore, error) {
+	if inner == nil {
+		return nil, errors.New("deduptest: NewFaultStore: nil store")
+	}
+	f := &FaultStore{inner: inner, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), closed: make(chan struct{})}
+	for _, ft := range faults {
+		if err := f.Add(ft); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// Add adds a fault, after those already there: a call is hit by the first
+// fault that matches and fires.
+func (f *FaultStore) Add(ft Fault) error {
+	switch {
+	case ft.Op < OpAcquire || ft.Op > OpExtend:
+		return fmt.Errorf("deduptest: Fault.Op %d is not an operation", ft.Op)
+	case ft.Kind < Fail || ft.Kind > Crash:
+		return fmt.Errorf("deduptest: Fault.Kind %d is not a kind", ft.Kind)
+	case ft.Probability < 0 || ft.Delay < 0:
+		return errors.New("deduptest: Fault.Probability and Fault.Delay must not be negative")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults = append(f.faults, &faultState{Fault: ft})
+	return nil
+}
+
+// Injected returns the faults injected so far, in order.
+func (f *FaultStore) Injected() []Injection {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Injection(nil), f.injected...)
+}
+
+// Close releases every call a Hang fault holds, now and later. It is safe
+// to call more than once.
+func (f *FaultStore) Close() error {
+	f.once.Do(func() { close(f.closed) })
+	return nil
+}
+
+// pick returns the fault that hits a call of op on key, or nil.
+func (f *FaultStore) pick(op Op, key string) *Fault {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, id := store.SplitKey(key)
+	for _, s := range f.faults {
+		if s.Op != op || (s.Key != "" && s.Key != key && s.Key != id) {
+			continue
+		}
+		s.calls++
+		if len(s.Calls) > 0 && !containsInt(s.Calls, s.calls) {
+			continue
+		}
+		if s.Probability > 0 && f.rng.Float64() >= s.Probability {
+			continue
+		}
+		f.injected = append(f.injected, Injection{Op: op, Kind: s.Kind, Key: key, Call: s.calls})
+		ft := s.Fault
+		return &ft
+	}
+	return nil
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// before runs the part of fault ft that comes before the call: it reports
+// whether the call is to be made, and the error to answer instead.
+func (f *FaultStore) before(ctx context.Context, ft *Fault) (call bool, err error) {
+	if ft == nil {
+		return true, nil
+	}
+	switch ft.Kind {
+	case Fail:
+		if ft.Err != nil {
+			return false, ft.Err
+		}
+		return false, ErrInjected
+	case Delay:
+		t := time.NewTimer(ft.Delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true, nil
+		case <-ctx.Done():
+			return false, fmt.Errorf("%w (delayed call ended: %w)", ErrInjected, context.Cause(ctx))
+		case <-f.closed:
+			return true, nil
+		}
+	case Hang:
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("%w (hung call ended: %w)", ErrInjected, context.Cause(ctx))
+		case <-f.closed:
+			return false, fmt.Errorf("%w (hung call released by Close)", ErrInjected)
+		}
+	case LeaseLost:
+		return false, store.ErrLeaseLost
+	case Crash:
+		return false, ErrCrashed
+	}
+	return true, nil // LoseAnswer
+}
+
+// after turns the answer err of a call made under fault ft into the
+// caller's.
+func after(ft *Fault, err error) error {
+	if ft != nil && ft.Kind == LoseAnswer && err == nil {
+		return fmt.Errorf("%w (the answer was lost after the operation was applied)", ErrInjected)
+	}
+	return err
+}
+
+// Acquire runs the store's Acquire through the faults of OpAcquire.
+func (f *FaultStore) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
+	ft := f.pick(OpAcquire, req.Key)
+	if call, err := f.before(ctx, ft); !call {
+		return store.Claim{}, err
+	}
+	c, err := f.inner.Acquire(ctx, req)
+	if err = after(ft, err); err != nil {
+		return store.Claim{}, err
+	}
+	return c, nil
+}
+
+// Complete runs the store's Complete through the faults of OpComplete.
+func (f *FaultStore) Complete(ctx context.Context, req store.CompleteRequest) error {
+	ft := f.pick(OpComplete, req.Key)
+	if call, err := f.before(ctx, ft); !call {
+		return err
+	}
+	return after(ft, f.inner.Complete(ctx, req))
+}
+
+// Release runs the store's Release through the faults of OpRelease.
+func (f *FaultStore) Release(ctx context.Context, req store.ReleaseRequest) error {
+	ft := f.pick(OpRelease, req.Key)
+	if call, err := f.before(ctx, ft); !call {
+		return err
+	}
+	return after(ft, f.inner.Release(ctx, req))
+}
+
+// Extend runs the store's Extend through the faults of OpExtend.
+func (f *FaultStore) Extend(ctx context.Context, req store.ExtendRequest) error {
+	ft := f.pick(OpExtend, req.Key)
+	if call, err := f.before(ctx, ft); !call {
+		return err
+	}
+	return after(ft, f.inner.Extend(ctx, req))
+}
+
+// AcquireBatch runs Acquire for every request, each through the faults of
+// OpAcquire; the items no fault stops go to the wrapped store's
+// AcquireBatch when it has one.
+func (f *FaultStore) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {
+	out := make([]store.AcquireOutcome, len(reqs))
+	fts, idx := f.batchFaults(ctx, OpAcquire, len(reqs), func(i int) string { return reqs[i].Key }, func(i int, err error) { out[i].Err = err })
+	if b, ok := f.inner.(store.BatchStore); ok && len(idx) > 0 {
+		sub := make([]store.AcquireRequest, len(idx))
+		for j, i := range idx {
+			sub[j] = reqs[i]
+		}
+		for j, o := range b.AcquireBatch(ctx, sub) {
+			if o.Err = after(fts[idx[j]], o.Err); o.Err != nil {
+				o.Claim = store.Claim{}
+			}
+			out[idx[j]] = o
+		}
+		return out
+	}
+	for _, i := range idx {
+		c, err := f.inner.Acquire(ctx, reqs[i])
+		if err = after(fts[i], err); err != nil {
+			c = store.Claim{}
+		}
+		out[i] = store.AcquireOutcome{Claim: c, Err: err}
+	}
+	return out
+}
+
+// CompleteBatch runs Complete for every request, each through the faults
+// of OpComplete.
+func (f *FaultStore) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
+	out := make([]error, len(reqs))
+	fts, idx := f.batchFaults(ctx, OpComplete, len(reqs), func(i int) string { return reqs[i].Key }, func(i int, err error) { out[i] = err })
+	if b, ok := f.inner.(store.BatchStore); ok && len(idx) > 0 {
+		sub := make([]store.CompleteRequest, len(idx))
+		for j, i := range idx {
+			sub[j] = reqs[i]
+		}
+		for j, err := range b.CompleteBatch(ctx, sub) {
+			out[idx[j]] = after(fts[idx[j]], err)
+		}
+		return out
+	}
+	for _, i := range idx {
+		out[i] = after(fts[i], f.inner.Complete(ctx, reqs[i]))
+	}
+	return out
+}
+
+// ExtendBatch runs Extend for every request, each through the faults of
+// OpExtend.
+func (f *FaultStore) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []error {
+	out := make([]error, len(reqs))
+	fts, idx := f.batchFaults(ctx, OpExtend, len(reqs), func(i int) string { return reqs[i].Key }, func(i int, err error) { out[i] = err })
+	if b, ok := f.inner.(store.BatchStore); ok && len(idx) > 0 {
+		sub := make([]store.ExtendRequest, len(idx))
+		for j, i := range idx {
+			sub[j] = reqs[i]
+		}
+		for j, err := range b.ExtendBatch(ctx, sub) {
+			out[idx[j]] = after(fts[idx[j]], err)
+		}
+		return out
+	}
+	for _, i := range idx {
+		out[i] = after(fts[i], f.inner.Extend(ctx, reqs[i]))
+	}
+	return out
+}
+
+// batchFaults picks the fault of each of n batch items and runs its first
+// part; an item a fault stops gets its error through fail. It returns the
+// faults by item and the items to call the store for.
+func (f *FaultStore) batchFaults(ctx context.Context, op Op, n int, key func(int) string, fail func(int, error)) (fts []*Fault, pass []int) {
+	fts = make([]*Fault, n)
+	for i := range n {
+		fts[i] = f.pick(op, key(i))
+		if call, err := f.before(ctx, fts[i]); !call {
+			fail(i, err)
+			continue
+		}
+		pass = append(pass, i)
+	}
+	return fts, pass
+}

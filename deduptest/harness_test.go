@@ -1,0 +1,358 @@
+package deduptest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/store/memstore"
+)
+
+// payment is the message of these tests.
+type payment struct {
+	ID     string
+	Amount int
+}
+
+// receipt is what a payment handler returns.
+type receipt struct {
+	ID     string
+	Amount int
+	Note   string `json:"-"` // not stored: a duplicate gets it empty
+}
+
+const lease = 10 * time.Second
+
+// rig is a receiver over a FaultStore over memstore, on a fake clock.
+type rig struct {
+	clk     *clock.Fake
+	faults  *deduptest.FaultStore
+	effects *deduptest.Effects
+}
+
+func newRig(t *testing.T, faults ...deduptest.Fault) *rig {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mem, err := memstore.New(&memstore.Options{Clock: clk})
+	require.NoError(t, err)
+	fs, err := deduptest.NewFaultStore(mem, 1, faults...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = fs.Close() })
+	return &rig{clk: clk, faults: fs, effects: new(deduptest.Effects)}
+}
+
+func (g *rig) receiver(t *testing.T, h dedup.Handler[payment, receipt]) *dedup.Receiver[payment, receipt] {
+	t.Helper()
+	rcv, err := dedup.NewReceiver(g.faults, func(p payment) (string, error) { return p.ID, nil }, h, &dedup.Config{
+		Namespace:    "pay",
+		Lease:        lease,
+		Clock:        g.clk,
+		StoreTimeout: 50 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	return rcv
+}
+
+func (g *rig) opts() *deduptest.Options[payment] {
+	return &deduptest.Options[payment]{
+		ID:      func(p payment) string { return p.ID },
+		Effects: g.effects.Count,
+		Lease:   lease,
+		Timeout: 10 * time.Second,
+		Seed:    7,
+	}
+}
+
+func payments(n int) []payment {
+	out := make([]payment, n)
+	for i := range out {
+		out[i] = payment{ID: fmt.Sprintf("p%d", i), Amount: 10 * (i + 1)}
+	}
+	return out
+}
+
+func run(t *testing.T, g *rig, target deduptest.Target[payment, receipt], msgs []payment, o *deduptest.Options[payment]) *deduptest.Report[receipt] {
+	t.Helper()
+	rep, err := deduptest.Run(context.Background(), g.clk, target, msgs, o)
+	require.NoError(t, err)
+	return rep
+}
+
+// The reference: a handler whose effect is its last step runs each
+// message once, every copy is acknowledged and every duplicate replays
+// the first result.
+func TestSafeHandlerPasses(t *testing.T) {
+	t.Parallel()
+	g := newRig(t)
+	var mu sync.Mutex
+	failed := map[string]bool{}
+	rcv := g.receiver(t, func(ctx context.Context, p payment) (receipt, error) {
+		mu.Lock()
+		first := !failed[p.ID]
+		failed[p.ID] = true
+		mu.Unlock()
+		if first { // a step that fails once, before the effect
+			return receipt{}, errors.New("fraud check unavailable")
+		}
+		g.effects.Record(p.ID)
+		return receipt{ID: "r-" + p.ID, Amount: p.Amount}, nil
+	})
+	rep := run(t, g, rcv, payments(5), g.opts())
+	require.True(t, rep.Check(t))
+	for _, m := range rep.Messages {
+		require.Equal(t, 3, m.Acked, m.ID)
+		require.Equal(t, 1, m.Effects, m.ID)
+		require.Equal(t, 2, m.Runs, m.ID) // one failure, one success
+		for _, v := range m.Replayed() {
+			require.Equal(t, "r-"+m.ID, v.ID)
+		}
+		require.Contains(t, m.Statuses(), dedup.StatusDuplicate)
+		var retried bool
+		for _, d := range m.Decisions() {
+			retried = retried || d.Reason == dedup.ReasonHandlerError
+		}
+		require.True(t, retried, m.ID)
+	}
+}
+
+// Seeded: the effect happens before a step that fails, so the retry
+// repeats it.
+func TestDetectsDoubleEffect(t *testing.T) {
+	t.Parallel()
+	g := newRig(t)
+	var mu sync.Mutex
+	failed := map[string]bool{}
+	rcv := g.receiver(t, func(ctx context.Context, p payment) (receipt, error) {
+		g.effects.Record(p.ID) // charged...
+		mu.Lock()
+		first := !failed[p.ID]
+		failed[p.ID] = true
+		mu.Unlock()
+		if first {
+			return receipt{}, errors.New("ledger write failed") // ...then failed
+		}
+		return receipt{ID: "r-" + p.ID}, nil
+	})
+	rep := run(t, g, rcv, payments(2), g.opts())
+	require.False(t, rep.OK())
+	require.Len(t, rep.ProblemsOf(deduptest.DoubleEffect), 2, rep.String())
+	p := rep.ProblemsOf(deduptest.DoubleEffect)[0]
+	require.Contains(t, p.String(), "message p")
+	require.Contains(t, p.Detail, "2 times")
+	require.Contains(t, p.Detail, "failed after its effect")
+	require.Equal(t, 2, rep.Message("p0").Effects)
+	require.Len(t, rep.Problems, 2, rep.String()) // nothing else
+
+	// Check fails the test it is given, naming the message.
+	var ft fakeT
+	require.False(t, rep.Check(&ft))
+	require.Contains(t, ft.msgs[0], "message p0: double-effect")
+}
+
+// Seeded: a handler that acknowledges without doing its effect (a lost
+// message), and an adapter that neither acknowledges nor dead-letters.
+func TestDetectsLostMessage(t *testing.T) {
+	t.Parallel()
+	g := newRig(t)
+	rcv := g.receiver(t, func(ctx context.Context, p payment) (receipt, error) {
+		if p.ID != "p1" { // p1's effect is skipped
+			g.effects.Record(p.ID)
+		}
+		return receipt{ID: "r-" + p.ID}, nil
+	})
+	rep := run(t, g, rcv, payments(3), g.opts())
+	lost := rep.ProblemsOf(deduptest.NoEffect)
+	require.Len(t, lost, 1, rep.String())
+	require.Equal(t, "p1", lost[0].ID)
+	require.Len(t, rep.Problems, 1, rep.String())
+
+	// An adapter that drops p2's decision: never acked, never dead-lettered.
+	g2 := newRig(t)
+	rcv2 := g2.receiver(t, func(ctx context.Context, p payment) (receipt, error) {
+		g2.effects.Record(p.ID)
+		return receipt{ID: "r-" + p.ID}, nil
+	})
+	dropping := deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) dedup.Delivery[receipt] {
+		d := rcv2.Deliver(ctx, p)
+		if p.ID == "p2" {
+			d.Decision = dedup.Decision{Action: dedup.Retry, Delay: time.Second}
+		}
+		return d
+	})
+	o := g2.opts()
+	o.MaxDeliveries = 4
+	rep = run(t, g2, dropping, payments(3), o)
+	un := rep.ProblemsOf(deduptest.Unsettled)
+	require.Len(t, un, 1, rep.String())
+	require.Equal(t, "p2", un[0].ID)
+	require.Contains(t, un[0].Detail, "3 of 3 copies")
+	require.Equal(t, 12, len(rep.Message("p2").Deliveries))
+}
+
+// Seeded: the result carries a field the codec does not store, so a
+// duplicate replays another result than the first.
+func TestDetectsWrongReplay(t *testing.T) {
+	t.Parallel()
+	g := newRig(t)
+	rcv := g.receiver(t, func(ctx context.Context, p payment) (receipt, error) {
+		g.effects.Record(p.ID)
+		return receipt{ID: "r-" + p.ID, Amount: p.Amount, Note: "approved"}, nil
+	})
+	o := g.opts()
+	o.Workers = 1 // each duplicate reads the record, not the first delivery's flight
+	rep := run(t, g, rcv, payments(2), o)
+	wrong := rep.ProblemsOf(deduptest.WrongReplay)
+	require.Len(t, wrong, 2, rep.String())
+	require.Contains(t, wrong[0].Detail, "Note:approved")
+	require.Len(t, rep.Problems, 2, rep.String())
+}
+
+// Seeded: a handler that goes on after its context is cancelled (the
+// lease lost: the store fails every Extend, so the lease runs out and a
+// second process takes the message over) does its effect a second time.
+func TestDetectsHandlerIgnoringLeaseLoss(t *testing.T) {
+	t.Parallel()
+	for _, honours := range []bool{true, false} {
+		t.Run(fmt.Sprintf("honours=%v", honours), func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, deduptest.Fault{Op: deduptest.OpExtend, Kind: deduptest.Fail})
+			var mu sync.Mutex
+			slow := true
+			h := func(ctx context.Context, p payment) (receipt, error) {
+				mu.Lock()
+				first := slow
+				slow = false
+				mu.Unlock()
+				if first { // a slow first run: the heartbeat beats, and loses the lease
+					wait := ctx
+					if !honours {
+						wait = context.Background()
+					}
+					if err := deduptest.Sleep(wait, g.clk, 2*lease); err != nil {
+						return receipt{}, err
+					}
+				}
+				g.effects.Record(p.ID)
+				return receipt{ID: "r-" + p.ID}, nil
+			}
+			// Two processes: the first delivery runs in one, every other
+			// in the other.
+			procs := []*dedup.Receiver[payment, receipt]{g.receiver(t, h), g.receiver(t, h)}
+			var n atomic.Int64
+			target := deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) dedup.Delivery[receipt] {
+				return procs[min(n.Add(1)-1, 1)].Deliver(ctx, p)
+			})
+			o := g.opts()
+			o.Copies = 2
+			rep := run(t, g, target, payments(1), o)
+			require.NotEmpty(t, g.faults.Injected())
+			require.Equal(t, 2, rep.Message("p0").Runs, rep.String()) // the slow run, and the takeover
+			if honours {
+				require.True(t, rep.Check(t))
+				return
+			}
+			d := rep.ProblemsOf(deduptest.DoubleEffect)
+			require.Len(t, d, 1, rep.String())
+			require.Contains(t, d[0].Detail, "does it honour ctx?")
+		})
+	}
+}
+
+// Seeded: a handler that blocks ignoring its context is reported stuck
+// when the run ends, naming the message.
+func TestDetectsHandlerIgnoringCancellation(t *testing.T) {
+	t.Parallel()
+	g := newRig(t)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	rcv := g.receiver(t, func(ctx context.Context, p payment) (receipt, error) {
+		if p.ID == "p1" {
+			<-release // ignores ctx
+		}
+		g.effects.Record(p.ID)
+		return receipt{ID: "r-" + p.ID}, nil
+	})
+	o := g.opts()
+	o.Timeout = 300 * time.Millisecond
+	rep := run(t, g, rcv, payments(2), o)
+	require.NotEmpty(t, rep.Ended)
+	stuck := rep.ProblemsOf(deduptest.Stuck)
+	require.NotEmpty(t, stuck, rep.String())
+	for _, p := range stuck {
+		require.Equal(t, "p1", p.ID)
+	}
+	require.True(t, strings.Contains(rep.String(), "does the handler honour ctx?"), rep.String())
+	require.Empty(t, rep.Message("p0").Deliveries[0].Err)
+}
+
+// Seeded: a worker crashes between the effect and the record (a Crash
+// fault on the first completion); the redelivery after the lease repeats
+// the effect of a handler that is not idempotent, and not of one that
+// is.
+func TestCrashAfterEffect(t *testing.T) {
+	t.Parallel()
+	for _, idempotent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("idempotent=%v", idempotent), func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, deduptest.Fault{Op: deduptest.OpComplete, Kind: deduptest.Crash, Key: "p0", Calls: []int{1}})
+			var mu sync.Mutex
+			charged := map[string]bool{} // the provider's idempotency keys
+			rcv := g.receiver(t, func(ctx context.Context, p payment) (receipt, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if !idempotent || !charged[p.ID] {
+					g.effects.Record(p.ID)
+				}
+				charged[p.ID] = true
+				return receipt{ID: "r-" + p.ID}, nil
+			})
+			rep := run(t, g, rcv, payments(2), g.opts())
+			require.Len(t, g.faults.Injected(), 1)
+			m := rep.Message("p0")
+			require.Equal(t, 2, m.Runs, rep.String())
+			require.True(t, m.Deliveries[0].Crashed || m.Deliveries[1].Crashed || m.Deliveries[2].Crashed, rep.String())
+			require.Equal(t, 3, m.Acked, rep.String())
+			if idempotent {
+				require.True(t, rep.Check(t))
+				return
+			}
+			d := rep.ProblemsOf(deduptest.DoubleEffect)
+			require.Len(t, d, 1, rep.String())
+			require.Equal(t, "p0", d[0].ID)
+			require.Contains(t, d[0].Detail, "crashed between the effect and the record")
+		})
+	}
+}
+
+func TestRunRejectsBadArguments(t *testing.T) {
+	t.Parallel()
+	g := newRig(t)
+	rcv := g.receiver(t, func(ctx context.Context, p payment) (receipt, error) { return receipt{}, nil })
+	_, err := deduptest.Run(context.Background(), nil, rcv, payments(1), nil)
+	require.Error(t, err)
+	_, err = deduptest.Run(context.Background(), g.clk, rcv, []payment{{ID: "a"}, {ID: "a"}}, g.opts())
+	require.ErrorContains(t, err, `same id "a"`)
+	_, err = deduptest.Run(context.Background(), g.clk, rcv, payments(1), &deduptest.Options[payment]{Copies: -1})
+	require.Error(t, err)
+}
+
+// fakeT records what Check reports.
+type fakeT struct{ msgs []string }
+
+func (f *fakeT) Helper() {}
+func (f *fakeT) Errorf(format string, args ...any) {
+	f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,393 @@
+package deduptest
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dedup-go/dedup"
+)
+
+// ProblemKind names what went wrong with a message.
+type ProblemKind string
+
+// The problems a Report finds.
+const (
+	// DoubleEffect: the effect counter shows the message's effect more
+	// than once.
+	DoubleEffect ProblemKind = "double-effect"
+	// NoEffect: a copy of the message was acknowledged, yet the effect
+	// counter shows its effect never happened.
+	NoEffect ProblemKind = "no-effect"
+	// WrongReplay: a duplicate was answered with another result than the
+	// first delivery that ran the handler returned.
+	WrongReplay ProblemKind = "wrong-replay"
+	// Unsettled: a copy was neither acknowledged nor dead-lettered (it
+	// ran out of MaxDeliveries, or the run ended first).
+	Unsettled ProblemKind = "unsettled"
+	// Stuck: a delivery was still running when the run ended, or did not
+	// return once its context was cancelled (a handler ignoring
+	// cancellation).
+	Stuck ProblemKind = "stuck"
+)
+
+// Problem is one thing the harness found wrong with a message.
+type Problem struct {
+	// ID is the message's.
+	ID   string
+	Kind ProblemKind
+	// Detail says what happened, for a person.
+	Detail string
+}
+
+// String is "message <id>: <kind>: <detail>".
+func (p Problem) String() string { return fmt.Sprintf("message %s: %s: %s", p.ID, p.Kind, p.Detail) }
+
+// DeliveryReport is one delivery of a copy of a message.
+type DeliveryReport[R any] struct {
+	// Copy is the copy's number, from 0.
+	Copy int
+	// At is the fake time when the delivery answered.
+	At      time.Time
+	Status  dedup.Status
+	Attempt int
+	// Value is the result the delivery answered with (the replayed one for
+	// a duplicate).
+	Value    R
+	Err      error
+	Problem  error
+	Decision dedup.Decision
+	// Crashed: a Crash fault dropped the completion; the delivery was not
+	// settled but redelivered after the lease.
+	Crashed bool
+}
+
+// Ran reports whether the delivery ran the handler (whatever its outcome).
+func (d DeliveryReport[R]) Ran() bool {
+	if d.Status == dedup.StatusProcessed || d.Status == dedup.StatusBypassed {
+		return true
+	}
+	var he *dedup.HandlerError
+	return errors.As(d.Err, &he)
+}
+
+// String describes the delivery on one line.
+func (d DeliveryReport[R]) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "copy %d: %s", d.Copy, d.Status)
+	if d.Attempt > 0 {
+		fmt.Fprintf(&b, " (attempt %d)", d.Attempt)
+	}
+	if d.Crashed {
+		b.WriteString(", crashed before the record")
+	} else {
+		fmt.Fprintf(&b, ", %s", d.Decision.Action)
+		if d.Decision.Action == dedup.Retry {
+			fmt.Fprintf(&b, " after %v", d.Decision.Delay)
+		}
+		if d.Decision.Reason != "" {
+			fmt.Fprintf(&b, " (%s)", d.Decision.Reason)
+		}
+	}
+	if d.Err != nil {
+		fmt.Fprintf(&b, ": %v", d.Err)
+	} else if d.Problem != nil {
+		fmt.Fprintf(&b, ": %v", d.Problem)
+	}
+	return b.String()
+}
+
+type copyState struct {
+	deliveries   int
+	acked        bool
+	deadLettered bool
+	gaveUp       bool
+}
+
+// MessageReport is what happened to one message and its copies.
+type MessageReport[R any] struct {
+	ID    string
+	Index int
+	// Deliveries lists every delivery of every copy, in the order they
+	// answered.
+	Deliveries []DeliveryReport[R]
+	// Runs is how many deliveries ran the handler.
+	Runs int
+	// Acked and DeadLettered count the copies settled so.
+	Acked, DeadLettered int
+	// Effects is what the effect counter showed at the end; -1 when Run
+	// was given none.
+	Effects int
+	// Stuck counts the deliveries still running when the run ended;
+	// Abandoned those that did not return after their context was
+	// cancelled.
+	Stuck, Abandoned int
+
+	copies []copyState
+}
+
+// Statuses returns the status of each delivery, in order.
+func (m *MessageReport[R]) Statuses() []dedup.Status {
+	out := make([]dedup.Status, len(m.Deliveries))
+	for i, d := range m.Deliveries {
+		out[i] = d.Status
+	}
+	return out
+}
+
+// Decisions returns the decision of each delivery, in order (the zero
+// Decision for a crashed one).
+func (m *MessageReport[R]) Decisions() []dedup.Decision {
+	out := make([]dedup.Decision, len(m.Deliveries))
+	for i, d := range m.Deliveries {
+		if !d.Crashed {
+			out[i] = d.Decision
+		}
+	}
+	return out
+}
+
+// Replayed returns the values duplicates were answered with, in order.
+func (m *MessageReport[R]) Replayed() []R {
+	var out []R
+	for _, d := range m.Deliveries {
+		if d.Status == dedup.StatusDuplicate {
+			out = append(out, d.Value)
+		}
+	}
+	return out
+}
+
+func (m *MessageReport[R]) record(copyNo int, d dedup.Delivery[R], at time.Time, crashed bool) {
+	dr := DeliveryReport[R]{
+		Copy: copyNo, At: at, Status: d.Result.Status, Attempt: d.Result.Attempt, Value: d.Result.Value,
+		Err: d.Err, Problem: d.Result.Problem, Decision: d.Decision, Crashed: crashed,
+	}
+	m.Deliveries = append(m.Deliveries, dr)
+	if dr.Ran() {
+		m.Runs++
+	}
+}
+
+// Report is what Run saw: per message, every delivery of every copy, and
+// the problems found. Inspect it, print it (String), or hand it to Check.
+type Report[R any] struct {
+	Messages []MessageReport[R]
+	Problems []Problem
+	// Start and End are the fake clock's time when the run started and
+	// ended.
+	Start, End time.Time
+	// Ended says why the run ended before every copy was settled; empty
+	// when it did not.
+	Ended string
+}
+
+// OK reports whether no problem was found.
+func (r *Report[R]) OK() bool { return len(r.Problems) == 0 }
+
+// Err returns the problems as one error, or nil.
+func (r *Report[R]) Err() error {
+	if r.OK() {
+		return nil
+	}
+	lines := make([]string, len(r.Problems))
+	for i, p := range r.Problems {
+		lines[i] = p.String()
+	}
+	return fmt.Errorf("deduptest: %d problem(s):\n%s", len(r.Problems), strings.Join(lines, "\n"))
+}
+
+// Message returns the report of the message with id, or nil.
+func (r *Report[R]) Message(id string) *MessageReport[R] {
+	for i := range r.Messages {
+		if r.Messages[i].ID == id {
+			return &r.Messages[i]
+		}
+	}
+	return nil
+}
+
+// ProblemsOf returns the problems of kind k.
+func (r *Report[R]) ProblemsOf(k ProblemKind) []Problem {
+	var out []Problem
+	for _, p := range r.Problems {
+		if p.Kind == k {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// String describes the run: one line per message, then its deliveries
+// and its problems.
+func (r *Report[R]) String() string {
+	var b strings.Builder
+	for i := range r.Messages {
+		m := &r.Messages[i]
+		fmt.Fprintf(&b, "message %s: %d deliveries, %d handler runs, %d acked, %d dead-lettered", m.ID, len(m.Deliveries), m.Runs, m.Acked, m.DeadLettered)
+		if m.Effects >= 0 {
+			fmt.Fprintf(&b, ", effect x%d", m.Effects)
+		}
+		b.WriteString("\n")
+		for _, d := range m.Deliveries {
+			fmt.Fprintf(&b, "  %s\n", d)
+		}
+	}
+	if r.Ended != "" {
+		fmt.Fprintf(&b, "run ended early: %s\n", r.Ended)
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(&b, "PROBLEM %s\n", p)
+	}
+	if r.OK() {
+		b.WriteString("ok\n")
+	}
+	return b.String()
+}
+
+// TB is the part of testing.TB that Check uses, so that any test
+// framework can take a Report.
+type TB interface {
+	Helper()
+	Errorf(format string, args ...any)
+}
+
+// Check fails t with one error per problem, and the whole report once
+// when there is any. It reports whether the run was OK.
+func (r *Report[R]) Check(t TB) bool {
+	t.Helper()
+	if r.OK() {
+		return true
+	}
+	for _, p := range r.Problems {
+		t.Errorf("deduptest: %s", p)
+	}
+	t.Errorf("deduptest report:\n%s", r)
+	return false
+}
+
+// check finds the problems of every message.
+func (r *Report[R]) check(effects func(string) int) {
+	for i := range r.Messages {
+		m := &r.Messages[i]
+		add := func(k ProblemKind, format string, args ...any) {
+			r.Problems = append(r.Problems, Problem{ID: m.ID, Kind: k, Detail: fmt.Sprintf(format, args...)})
+		}
+		unsettled := 0
+		for _, c := range m.copies {
+			switch {
+			case c.acked:
+				m.Acked++
+			case c.deadLettered:
+				m.DeadLettered++
+			default:
+				unsettled++
+			}
+		}
+		if effects != nil {
+			m.Effects = effects(m.ID)
+			switch {
+			case m.Effects > 1:
+				add(DoubleEffect, "the effect happened %d times (%d handler runs over %d deliveries)%s", m.Effects, m.Runs, len(m.Deliveries), m.hint())
+			case m.Effects == 0 && m.Acked > 0:
+				add(NoEffect, "%d copies were acknowledged but the effect never happened (statuses %v)", m.Acked, m.Statuses())
+			}
+		}
+		// The first result handed out by a delivery that ran the handler is
+		// the one every duplicate must get.
+		var first *DeliveryReport[R]
+		for j := range m.Deliveries {
+			d := &m.Deliveries[j]
+			if d.Status == dedup.StatusProcessed && !d.Crashed {
+				first = d
+				break
+			}
+		}
+		if first != nil {
+			for _, d := range m.Deliveries {
+				if d.Status == dedup.StatusDuplicate && d.Problem == nil && !reflect.DeepEqual(d.Value, first.Value) {
+					add(WrongReplay, "copy %d was replayed %+v, but the first delivery that ran the handler (copy %d) answered %+v", d.Copy, d.Value, first.Copy, first.Value)
+					break
+				}
+			}
+		}
+		if unsettled > 0 {
+			why := "it ran out of MaxDeliveries"
+			if r.Ended != "" {
+				why = r.Ended
+			}
+			last := "never delivered"
+			if n := len(m.Deliveries); n > 0 {
+				last = "last delivery: " + m.Deliveries[n-1].String()
+			}
+			add(Unsettled, "%d of %d copies were neither acknowledged nor dead-lettered (%s; %s)", unsettled, len(m.copies), why, last)
+		}
+		if m.Stuck > 0 {
+			add(Stuck, "%d deliveries were still running when the run ended (%s)", m.Stuck, r.Ended)
+		}
+		if m.Abandoned > 0 {
+			add(Stuck, "%d deliveries did not return after their context was cancelled: does the handler honour ctx?", m.Abandoned)
+		}
+	}
+}
+
+// hint names what a double effect came with, when the deliveries say.
+func (m *MessageReport[R]) hint() string {
+	var hints []string
+	for _, d := range m.Deliveries {
+		switch {
+		case d.Crashed:
+			hints = append(hints, "a worker crashed between the effect and the record: make the effect idempotent or record it in the store's transaction")
+		case errors.Is(d.Problem, dedup.ErrLeaseLost) || errors.Is(d.Err, dedup.ErrLeaseLost):
+			hints = append(hints, "a handler went on after its lease was lost: does it honour ctx?")
+		case d.Ran() && d.Err != nil:
+			hints = append(hints, "a handler failed after its effect: do the effect last, or make it idempotent")
+		}
+	}
+	if len(hints) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(uniq(hints), "; ")
+}
+
+func uniq(s []string) []string {
+	var out []string
+	for _, x := range s {
+		found := false
+		for _, y := range out {
+			found = found || x == y
+		}
+		if !found {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Effects counts effects by message id, for handlers to record theirs
+// and Run to check (Options.Effects = e.Count). It is safe for
+// concurrent use; the zero value is ready.
+type Effects struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// Record counts one effect of the message id.
+func (e *Effects) Record(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == nil {
+		e.n = make(map[string]int)
+	}
+	e.n[id]++
+}
+
+// Count returns how many effects of the message id were recorded.
+func (e *Effects) Count(id string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n[id]
+}
