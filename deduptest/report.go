@@ -114,7 +114,9 @@ type MessageReport[R any] struct {
 	// Deliveries lists every delivery of every copy, in the order they
 	// answered.
 	Deliveries []DeliveryReport[R]
-	// Runs is how many deliveries ran the handler.
+	// Runs is how many times the handler ran: the deliveries that ran it,
+	// counted once per claim attempt (deliveries waiting in the same
+	// process share the outcome of the one that ran).
 	Runs int
 	// Acked and DeadLettered count the copies settled so.
 	Acked, DeadLettered int
@@ -126,7 +128,8 @@ type MessageReport[R any] struct {
 	// cancelled.
 	Stuck, Abandoned int
 
-	copies []copyState
+	copies   []copyState
+	attempts map[int]bool
 }
 
 // Statuses returns the status of each delivery, in order.
@@ -167,9 +170,22 @@ func (m *MessageReport[R]) record(copyNo int, d dedup.Delivery[R], at time.Time,
 		Err: d.Err, Problem: d.Result.Problem, Decision: d.Decision, Crashed: crashed,
 	}
 	m.Deliveries = append(m.Deliveries, dr)
-	if dr.Ran() {
-		m.Runs++
+	if !dr.Ran() {
+		return
 	}
+	// Deliveries of one key waiting in one process share the outcome of
+	// the one that ran, attempt number included: a run is counted once
+	// per attempt (an unprotected, bypassed run has none).
+	if dr.Attempt > 0 {
+		if m.attempts == nil {
+			m.attempts = map[int]bool{}
+		}
+		if m.attempts[dr.Attempt] {
+			return
+		}
+		m.attempts[dr.Attempt] = true
+	}
+	m.Runs++
 }
 
 // Report is what Run saw: per message, every delivery of every copy, and

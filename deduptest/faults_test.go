@@ -1,0 +1,195 @@
+package deduptest_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/memstore"
+)
+
+func newFaults(t *testing.T, seed uint64, faults ...deduptest.Fault) (*deduptest.FaultStore, *memstore.Store) {
+	t.Helper()
+	mem, err := memstore.New(&memstore.Options{Clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
+	require.NoError(t, err)
+	fs, err := deduptest.NewFaultStore(mem, seed, faults...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = fs.Close() })
+	return fs, mem
+}
+
+func TestFaultKinds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	acq := func(key string) store.AcquireRequest { return store.AcquireRequest{Key: key, Lease: time.Minute} }
+
+	t.Run("fail by call number", func(t *testing.T) {
+		fs, _ := newFaults(t, 1, deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Fail, Calls: []int{2}})
+		_, err := fs.Acquire(ctx, acq("n:a"))
+		require.NoError(t, err)
+		_, err = fs.Acquire(ctx, acq("n:b"))
+		require.ErrorIs(t, err, deduptest.ErrInjected)
+		require.ErrorIs(t, err, store.ErrUnavailable)
+		c, err := fs.Acquire(ctx, acq("n:b")) // not applied: b is free
+		require.NoError(t, err)
+		require.True(t, c.Acquired)
+		require.Equal(t, []deduptest.Injection{{Op: deduptest.OpAcquire, Kind: deduptest.Fail, Key: "n:b", Call: 2}}, fs.Injected())
+	})
+
+	t.Run("lose answer after applying", func(t *testing.T) {
+		fs, mem := newFaults(t, 1, deduptest.Fault{Op: deduptest.OpComplete, Kind: deduptest.LoseAnswer, Key: "a"})
+		c, err := fs.Acquire(ctx, acq("n:a"))
+		require.NoError(t, err)
+		err = fs.Complete(ctx, store.CompleteRequest{Key: "n:a", Token: c.Token, Result: []byte("r"), Retention: time.Hour})
+		require.ErrorIs(t, err, deduptest.ErrInjected)
+		rec, err := mem.Get(ctx, "n:a")
+		require.NoError(t, err)
+		require.Equal(t, store.StateCompleted, rec.State) // applied
+	})
+
+	t.Run("lease lost and crash do not apply", func(t *testing.T) {
+		fs, mem := newFaults(t, 1,
+			deduptest.Fault{Op: deduptest.OpExtend, Kind: deduptest.LeaseLost},
+			deduptest.Fault{Op: deduptest.OpComplete, Kind: deduptest.Crash})
+		c, err := fs.Acquire(ctx, acq("n:a"))
+		require.NoError(t, err)
+		require.ErrorIs(t, fs.Extend(ctx, store.ExtendRequest{Key: "n:a", Token: c.Token, Lease: time.Minute}), store.ErrLeaseLost)
+		err = fs.Complete(ctx, store.CompleteRequest{Key: "n:a", Token: c.Token, Retention: time.Hour})
+		require.ErrorIs(t, err, deduptest.ErrCrashed)
+		require.ErrorIs(t, err, store.ErrLeaseLost)
+		rec, err := mem.Get(ctx, "n:a")
+		require.NoError(t, err)
+		require.Equal(t, store.StateProcessing, rec.State)
+	})
+
+	t.Run("hang until the context ends or Close", func(t *testing.T) {
+		fs, _ := newFaults(t, 1, deduptest.Fault{Op: deduptest.OpRelease, Kind: deduptest.Hang})
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		err := fs.Release(cctx, store.ReleaseRequest{Key: "n:a", Retention: time.Hour})
+		require.ErrorIs(t, err, deduptest.ErrInjected)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		errc := make(chan error, 1)
+		go func() { errc <- fs.Release(ctx, store.ReleaseRequest{Key: "n:a", Retention: time.Hour}) }()
+		require.NoError(t, fs.Close())
+		select {
+		case err := <-errc:
+			require.ErrorIs(t, err, deduptest.ErrInjected)
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not release the hung call")
+		}
+	})
+
+	t.Run("delay then call", func(t *testing.T) {
+		fs, _ := newFaults(t, 1, deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Delay, Delay: time.Millisecond})
+		c, err := fs.Acquire(ctx, acq("n:a"))
+		require.NoError(t, err)
+		require.True(t, c.Acquired)
+		require.Len(t, fs.Injected(), 1)
+	})
+
+	t.Run("probability is seeded", func(t *testing.T) {
+		hits := func() []deduptest.Injection {
+			fs, _ := newFaults(t, 42, deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Fail, Probability: 0.5})
+			for range 40 {
+				_, _ = fs.Acquire(ctx, acq("n:a"))
+			}
+			return fs.Injected()
+		}
+		a, b := hits(), hits()
+		require.Equal(t, a, b)
+		require.Greater(t, len(a), 5)
+		require.Less(t, len(a), 35)
+	})
+
+	t.Run("batch items", func(t *testing.T) {
+		fs, mem := newFaults(t, 1,
+			deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Fail, Key: "b"},
+			deduptest.Fault{Op: deduptest.OpComplete, Kind: deduptest.LoseAnswer, Key: "a"})
+		outs := fs.AcquireBatch(ctx, []store.AcquireRequest{acq("n:a"), acq("n:b"), acq("n:c")})
+		require.NoError(t, outs[0].Err)
+		require.ErrorIs(t, outs[1].Err, deduptest.ErrInjected)
+		require.NoError(t, outs[2].Err)
+		errs := fs.CompleteBatch(ctx, []store.CompleteRequest{
+			{Key: "n:a", Token: outs[0].Claim.Token, Retention: time.Hour},
+			{Key: "n:c", Token: outs[2].Claim.Token, Retention: time.Hour},
+		})
+		require.ErrorIs(t, errs[0], deduptest.ErrInjected)
+		require.NoError(t, errs[1])
+		for _, k := range []string{"n:a", "n:c"} {
+			rec, err := mem.Get(ctx, k)
+			require.NoError(t, err)
+			require.Equal(t, store.StateCompleted, rec.State, k)
+		}
+		_, err := mem.Get(ctx, "n:b")
+		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+
+	t.Run("invalid faults", func(t *testing.T) {
+		_, err := deduptest.NewFaultStore(nil, 1)
+		require.Error(t, err)
+		fs, _ := newFaults(t, 1)
+		require.Error(t, fs.Add(deduptest.Fault{Kind: deduptest.Fail}))
+		require.Error(t, fs.Add(deduptest.Fault{Op: deduptest.OpAcquire}))
+		require.Error(t, fs.Add(deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Delay, Delay: -1}))
+	})
+}
+
+// Under the harness, the receiver rides out the faults it must: the store
+// failing, slow or hanging, and a completion whose answer was lost. Every
+// message is processed once, and every duplicate replays its result.
+func TestReceiverRidesOutFaults(t *testing.T) {
+	t.Parallel()
+	for name, f := range map[string]deduptest.Fault{
+		"acquire fails":         {Op: deduptest.OpAcquire, Kind: deduptest.Fail, Calls: []int{1, 2, 3}},
+		"acquire slow":          {Op: deduptest.OpAcquire, Kind: deduptest.Delay, Delay: time.Millisecond, Probability: 0.5},
+		"complete answer lost":  {Op: deduptest.OpComplete, Kind: deduptest.LoseAnswer, Calls: []int{1, 2}},
+		"complete hangs":        {Op: deduptest.OpComplete, Kind: deduptest.Hang, Calls: []int{1}},
+		"complete fails":        {Op: deduptest.OpComplete, Kind: deduptest.Fail, Probability: 0.3},
+		"release fails":         {Op: deduptest.OpRelease, Kind: deduptest.Fail},
+		"extend fails sometime": {Op: deduptest.OpExtend, Kind: deduptest.Fail, Calls: []int{1}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, f)
+			var mu sync.Mutex
+			tried := map[string]bool{}
+			rcv := g.receiver(t, func(ctx context.Context, p payment) (receipt, error) {
+				mu.Lock()
+				first := !tried[p.ID]
+				tried[p.ID] = true
+				mu.Unlock()
+				if first { // fails before its effect: the claim is released
+					return receipt{}, errors.New("try again")
+				}
+				if err := deduptest.Sleep(ctx, g.clk, lease/2); err != nil { // long enough to beat
+					return receipt{}, err
+				}
+				g.effects.Record(p.ID)
+				return receipt{ID: "r-" + p.ID, Amount: p.Amount}, nil
+			})
+			rep := run(t, g, rcv, payments(3), g.opts())
+			require.NotEmpty(t, g.faults.Injected())
+			require.True(t, rep.Check(t))
+			for _, m := range rep.Messages {
+				require.Equal(t, 3, m.Acked, rep.String())
+			}
+			if name == "acquire fails" {
+				var storeRetry bool
+				for _, m := range rep.Messages {
+					for _, d := range m.Decisions() {
+						storeRetry = storeRetry || d.Reason == "store-unavailable"
+					}
+				}
+				require.True(t, storeRetry, rep.String())
+			}
+		})
+	}
+}
