@@ -51,3 +51,40 @@ type ExtendRequest struct {
 	// Lease must be positive.
 	Lease time.Duration
 }
+
+// DeleteRequest asks an Inspector to delete the record of Key only when
+// nothing may still be working under it: see Inspector.DeleteIf.
+type DeleteRequest struct {
+	// Key is the record's key. It must not be empty.
+	Key string
+	// States are the states in which the record is deleted. Empty means
+	// StateCompleted and StateFailed: the records no one holds.
+	// StateProcessing here deletes a claim whatever its lease, pulling the
+	// key from under a live holder: leave it out and set ExpiredLease
+	// instead, unless that is what you mean.
+	States []State
+	// ExpiredLease also deletes a processing record whose lease has ended
+	// (on the clock the store measures leases by), which no holder can
+	// complete any more once another Acquire takes it over.
+	ExpiredLease bool
+}
+
+// Allows reports whether req deletes rec, a record read at now: its state
+// is one of req.States (completed or failed when States is empty), or it
+// is processing, req.ExpiredLease is set and its lease ended by now (now
+// is not before LeaseUntil). Stores that decide in process memory call
+// it; the others decide the same in their own language.
+func (req DeleteRequest) Allows(rec Record, now time.Time) bool {
+	if len(req.States) == 0 {
+		if rec.State == StateCompleted || rec.State == StateFailed {
+			return true
+		}
+	} else {
+		for _, s := range req.States {
+			if s == rec.State {
+				return true
+			}
+		}
+	}
+	return req.ExpiredLease && rec.State == StateProcessing && !now.Before(rec.LeaseUntil)
+}

@@ -105,7 +105,9 @@ type BatchStore interface {
 
 // Inspector is an optional ability of stores whose records can be listed
 // and removed by an operator (Receiver.Forget, before a dead-lettered
-// message is redriven; and an operator's own tooling).
+// message is redriven; and an operator's own tooling). Tools should remove
+// with DeleteIf, which never pulls a key from under a live holder; Delete
+// removes whatever it finds.
 type Inspector interface {
 	// Get returns the record for key, or an error matching ErrNotFound.
 	Get(ctx context.Context, key string) (Record, error)
@@ -113,6 +115,17 @@ type Inspector interface {
 	// Acquire claims it afresh, and the holder of a deleted claim gets
 	// ErrLeaseLost. Deleting an absent key is not an error.
 	Delete(ctx context.Context, key string) error
+	// DeleteIf removes the record of req.Key only when req allows its
+	// state (see DeleteRequest): in the states req.States names (completed
+	// or failed when empty), or processing under a lease that has ended
+	// when req.ExpiredLease is set. Reading the record and deleting it are
+	// one atomic step: a claim made after the record was read is never
+	// deleted. It returns whether it deleted the record, and the record as
+	// it found it, deleted or not, so that a caller can say why a record
+	// stayed (a processing record under a live lease: someone holds the
+	// key). A refusal is not an error. An absent key (or an expired
+	// completed or failed record) is an error matching ErrNotFound.
+	DeleteIf(ctx context.Context, req DeleteRequest) (deleted bool, rec Record, err error)
 	// Scan yields every unexpired record whose key starts with prefix, until
 	// the caller stops or the scan ends. A failure is yielded once, as a
 	// zero Record with the error, and ends the scan.

@@ -145,9 +145,19 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 
 // Delete forgets key, whatever its state: a duplicate arriving later is
 // processed again, and the holder of a deleted claim gets
-// store.ErrLeaseLost.
+// store.ErrLeaseLost while a second delivery may already run beside it.
+// DeleteIf removes only what no one holds.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.core.Delete(ctx, key)
+}
+
+// DeleteIf removes the record of req.Key only when req allows its state
+// (store.DeleteRequest), deciding and removing under the key's shard lock,
+// by the store's Clock: a processing record under a live lease stays, and
+// is returned with deleted false. An absent key is an error matching
+// store.ErrNotFound.
+func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, store.Record, error) {
+	return s.core.DeleteIf(ctx, req)
 }
 
 // Scan yields every unexpired record whose key starts with prefix, in key

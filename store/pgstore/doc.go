@@ -112,8 +112,9 @@
 //
 // The Store is a [store.BatchStore]: a batch is claimed in one statement
 // (rows locked in key order, so concurrent batches never deadlock on each
-// other) and completed in one. It is a [store.Inspector]: Get, Delete, and
-// Scan by prefix, which reads the prefix's key range of the primary key in
+// other) and completed in one. It is a [store.Inspector]: Get, Delete,
+// DeleteIf (one statement that locks the row, decides on it and deletes
+// it, by the database's clock), and Scan by prefix, which reads the prefix's key range of the primary key in
 // pages.
 //
 // # Cleanup

@@ -68,8 +68,9 @@ func scanRecord(r pgx.Row, before ...any) (store.Record, error) {
 }
 
 // Delete forgets key, whatever its state: a duplicate arriving later is
-// processed again, and the holder of a deleted claim gets ErrLeaseLost.
-// Deleting an absent key is not an error.
+// processed again, and the holder of a deleted claim gets ErrLeaseLost
+// (DeleteIf removes only what no one holds). Deleting an absent key is
+// not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := checkKey("delete", key); err != nil {
 		return err
@@ -87,6 +88,48 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return s.fail(ctx, "delete", key, err)
 	}
 	return nil
+}
+
+// DeleteIf deletes the record of req.Key only when req allows its state
+// (store.DeleteRequest), in one statement that locks the row, decides on
+// it and deletes it: a claim made after the read is never deleted, and a
+// claim committed while the statement waited for the row's lock is what
+// it decides on. A lease has ended once the database's clock reads its
+// end, as Acquire decides a takeover. A record kept is returned with
+// deleted false; an absent or gone key is an error matching
+// store.ErrNotFound.
+func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, store.Record, error) {
+	if err := checkKey("delete", req.Key); err != nil {
+		return false, store.Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, store.Record{}, errContext("delete", req.Key, err)
+	}
+	states := make([]string, 0, 3)
+	for _, st := range req.States {
+		states = append(states, st.String())
+	}
+	if len(req.States) == 0 {
+		states = append(states, store.StateCompleted.String(), store.StateFailed.String())
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	var deleted bool
+	query := func() (store.Record, error) {
+		return scanRecord(s.pool.QueryRow(cctx, s.sql.deleteIf, s.cfg.mode, req.Key, states, req.ExpiredLease), &deleted)
+	}
+	rec, err := query()
+	for again(cctx, err) {
+		rec, err = query()
+	}
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, store.Record{}, fmt.Errorf("pgstore: delete %q: %w", req.Key, store.ErrNotFound)
+	case err != nil:
+		return false, store.Record{}, s.fail(ctx, "delete", req.Key, err)
+	}
+	rec.Key = req.Key
+	return deleted, rec, nil
 }
 
 // Scan yields every record whose key starts with prefix and that is not

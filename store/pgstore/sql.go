@@ -110,6 +110,7 @@ type statements struct {
 	giveBack     string
 	get          string
 	del          string
+	deleteIf     string
 	scan         string
 	cleanup      string
 }
@@ -202,6 +203,25 @@ WHERE key = $1::text AND token = $2::uuid AND state = 'processing' AND attempt >
 		get: q(`SELECT ` + recordCols + ` FROM %[1]s WHERE key = $1::text AND expires_at > clock_timestamp()`),
 
 		del: q(`DELETE FROM %[1]s WHERE key = $1::text`),
+
+		// deleteIf: $1 key, $2 the states deleted, $3 whether a processing
+		// record whose lease ended is deleted too. The row is locked
+		// first (FOR UPDATE answers its latest version, waiting for a
+		// concurrent claim to commit), the decision made on it, and the
+		// locked row deleted: no claim slips between the read and the
+		// delete. One row unless the record is absent or gone: deleted,
+		// the record as found.
+		deleteIf: q(`WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+cur AS MATERIALIZED (
+	SELECT key, ` + recordCols + ` FROM %[1]s
+	WHERE key = $1::text AND expires_at > (SELECT t FROM now) FOR UPDATE
+),
+doomed AS MATERIALIZED (
+	SELECT key FROM cur c WHERE c.state = ANY($2::text[])
+		OR ($3::boolean AND c.state = 'processing' AND c.lease_until <= (SELECT t FROM now))
+),
+deleted AS (DELETE FROM %[1]s r USING doomed d WHERE r.key = d.key RETURNING r.key)
+SELECT EXISTS (SELECT FROM deleted), ` + recordCols + ` FROM cur`),
 
 		// scan: $1 the prefix, $2 the last key seen ('' at first), $3 the
 		// first key past the prefix (NULL: none), $4 the page size.

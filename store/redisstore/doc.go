@@ -163,7 +163,9 @@
 //
 // # Inspection
 //
-// The Store is a [store.Inspector]: Get, Delete, and Scan by prefix (an
+// The Store is a [store.Inspector]: Get, Delete, DeleteIf (one script
+// that reads the record and deletes it only in the states asked, or a
+// claim whose lease ended by this process's clock), and Scan by prefix (an
 // iterator), with SCAN (never KEYS) on every master of a Cluster, reading
 // each page of records in one pipeline and skipping keys that hold no
 // record of this package.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -59,6 +60,59 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return s.fail(ctx, "delete", key, err)
 	}
 	return nil
+}
+
+// DeleteIf deletes the record of req.Key only when req allows its state
+// (store.DeleteRequest), in one script that reads the record and deletes
+// it: a claim made after the read is never deleted. A lease has ended when
+// this process's clock reads its deadline or later, as Acquire decides a
+// takeover. A record kept is returned with deleted false; an absent key
+// (or a completed or failed record past its expiry, which Redis dropped)
+// is an error matching store.ErrNotFound.
+func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, store.Record, error) {
+	if req.Key == "" {
+		return false, store.Record{}, errEmptyKey("delete")
+	}
+	want := req.States
+	if len(want) == 0 {
+		want = []store.State{store.StateCompleted, store.StateFailed}
+	}
+	states := make([]byte, 0, 3)
+	for _, st := range want {
+		switch st {
+		case store.StateProcessing:
+			states = append(states, 'p')
+		case store.StateCompleted:
+			states = append(states, 'c')
+		case store.StateFailed:
+			states = append(states, 'f')
+		}
+	}
+	expired := "0"
+	if req.ExpiredLease {
+		expired = "1"
+	}
+	reply, err := s.eval(ctx, "delete", req.Key, deleteIfScript, []any{string(states), expired, timeString(time.Now().UnixMilli())})
+	if err != nil {
+		return false, store.Record{}, err
+	}
+	f, ok := reply.([]any)
+	if !ok {
+		return false, store.Record{}, errReply("delete", req.Key, reply)
+	}
+	if len(f) == 0 {
+		return false, store.Record{}, fmt.Errorf("redisstore: delete %q: %w", req.Key, store.ErrNotFound)
+	}
+	code, ok1 := field[int64](f, 0)
+	v, ok2 := field[string](f, 1)
+	if !ok1 || !ok2 {
+		return false, store.Record{}, errReply("delete", req.Key, reply)
+	}
+	rec, _, err := unpack(req.Key, v)
+	if err != nil {
+		return false, store.Record{}, &store.OpError{Op: "delete", Key: req.Key, Err: fmt.Errorf("redisstore: %w", err)}
+	}
+	return code == 1, rec, nil
 }
 
 // Scan yields every unexpired record whose key starts with prefix. It

@@ -156,6 +156,32 @@ local function acquire(key, token, deadline, fp, ttl, now)
 end
 `
 
+// deleteIfLua: deleteIf(key, states, expired, now) deletes the record of
+// key when its state byte is one of states ('p', 'c', 'f' in any order),
+// or when it is processing, expired is '1' and its lease deadline is at
+// or before now (13 digits, the caller's clock, as every lease). It
+// answers {1, the record} when it deleted it, {0, the record} when it
+// kept it, or {} when there is no record. A value of another program is
+// kept and answered, for the caller to refuse.
+const deleteIfLua = `
+local function deleteIf(key, states, expired, now)
+	local v = redis.call('GET', key)
+	if not v then
+		return {}
+	end
+	if #v < 30 then
+		return {0, v}
+	end
+	local state = string.sub(v, 1, 1)
+	if string.find(states, state, 1, true) or
+		(expired == '1' and state == 'p' and string.sub(v, 18, 30) <= now) then
+		redis.call('DEL', key)
+		return {1, v}
+	end
+	return {0, v}
+end
+`
+
 // one returns a script that calls fn with KEYS[1] and its n arguments.
 func one(prelude, lua, fn string, n int) *redis.Script {
 	return redis.NewScript(prelude + lua + "return " + fn + "(KEYS[1]" + argvList("", n) + ")")
@@ -191,6 +217,7 @@ var (
 	extendManyScript   = many("", extendLua, "extend", 3)
 	acquireScript      = one("", acquireLua, "acquire", 5)
 	acquireManyScript  = many("", acquireLua, "acquire", 5)
+	deleteIfScript     = one("", deleteIfLua, "deleteIf", 3)
 )
 
 // scripts are loaded together by New, and again by a pipeline that met
@@ -198,4 +225,5 @@ var (
 var scripts = []*redis.Script{
 	completeScript, completeManyScript, completeEachScript, releaseScript,
 	extendScript, extendManyScript, acquireScript, acquireManyScript,
+	deleteIfScript,
 }

@@ -39,7 +39,11 @@
 // ExtendBatch match the single-key calls request by request, in order;
 // empty batches; cancelled contexts) and [store.Inspector] (Get, Delete,
 // and Scan as an iterator: only the prefix's records, stopping when the
-// loop breaks, a failure yielded once) and [store.CompleteReporter]
+// loop breaks, a failure yielded once; DeleteIf: every kind of record
+// against every kind of request, a claim under a live lease kept and its
+// holder still completing, an ended one deleted and its holder fenced
+// off, ErrNotFound for no record, and DeleteIf of ended leases racing
+// Acquires that take them over never deleting the new claim) and [store.CompleteReporter]
 // (CompletionWrote for the completion that wrote the record, exactly one
 // of many concurrent ones, CompletionUnchanged for a token completing its
 // record again, alone and in a batch; a store answering CompletionUnknown

@@ -93,6 +93,7 @@ var groups = []struct {
 	{"Peeker", peekerCases},
 	{"BatchStore", batchCases},
 	{"Inspector", inspectorCases},
+	{"DeleteIf", deleteIfCases},
 	{"CompleteReporter", reporterCases},
 }
 

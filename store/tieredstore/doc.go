@@ -91,8 +91,9 @@
 // Otherwise, the one thing a copy can outlive is an operator's Delete on
 // another process (or straight in Redis): that process keeps answering the
 // message as a duplicate until its copy expires, at most MaxLocalTTL (5
-// minutes by default). Delete through this Store clears its own copy. Get and Scan
-// read the remote store.
+// minutes by default). Delete through this Store clears its own copy, and
+// so does a DeleteIf that did not find the remote record kept (the remote
+// store decides). Get and Scan read the remote store.
 //
 // # Costs
 //

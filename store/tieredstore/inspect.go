@@ -48,6 +48,25 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return err
 }
 
+// DeleteIf deletes the record of req.Key in the remote store only when
+// req allows its state there (store.DeleteRequest): the remote store
+// decides, atomically, by its clock. Unless the remote store kept the
+// record (deleted it, found none, or failed, perhaps after deleting it),
+// this process's local copy and its note of the claim go too, as after
+// Delete: a copy of a record the remote store no longer has is stale.
+func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, store.Record, error) {
+	in, err := s.inspector("delete")
+	if err != nil {
+		return false, store.Record{}, err
+	}
+	deleted, rec, err := in.DeleteIf(ctx, req)
+	if deleted || err != nil {
+		s.claims.forget(req.Key)
+		_ = s.local.Delete(context.WithoutCancel(ctx), req.Key)
+	}
+	return deleted, rec, err
+}
+
 // Scan yields the remote store's records whose key starts with prefix.
 func (s *Store) Scan(ctx context.Context, prefix string) iter.Seq2[store.Record, error] {
 	in, err := s.inspector("scan")

@@ -43,6 +43,39 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+// DeleteIf removes the record of req.Key when req allows its state, read
+// and removed under the key's shard lock. It returns whether it removed
+// it and the record it found; an absent key, or an expired completed or
+// failed record, is an error matching store.ErrNotFound.
+func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, store.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return false, store.Record{}, fmt.Errorf("memstore: delete %q: %w", req.Key, err)
+	}
+	if req.Key == "" {
+		return false, store.Record{}, errEmptyKey("delete")
+	}
+	now := s.clock.Now()
+	sh, k := s.locate(req.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if c, ok := sh.claims[req.Key]; ok {
+		rec := c.record(req.Key)
+		if !req.Allows(rec, now) {
+			return false, rec, nil
+		}
+		delete(sh.claims, req.Key)
+		return true, rec, nil
+	}
+	if e, ok := sh.settled.peek(k); ok && !expired(&e.rec, now) {
+		if !req.Allows(e.rec, now) {
+			return false, e.rec, nil
+		}
+		sh.settled.remove(k)
+		return true, e.rec, nil
+	}
+	return false, store.Record{}, fmt.Errorf("memstore: delete %q: %w", req.Key, store.ErrNotFound)
+}
+
 // Scan yields every unexpired record whose key starts with prefix, in key
 // order. The records are a snapshot taken when iteration starts (each
 // shard's under its lock, in turn), yielded after releasing the locks, so
