@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -14,7 +16,7 @@ import (
 // dead-lettered, and its failed record stays for the retention, so a copy
 // redriven from the dead letters would be dead-lettered again at once. Fix
 // the bug, Forget the id (without the namespace), then redrive: the
-// handler runs afresh.
+// handler runs afresh. A message being processed is not forgotten.
 func ExampleReceiver_Forget() {
 	st, err := memstore.New(nil)
 	if err != nil {
@@ -50,10 +52,20 @@ func ExampleReceiver_Forget() {
 	}
 	deliver() // redriven after Forget: the handler runs
 	deliver() // and a duplicate of it is answered from the new record
+
+	// Forget never pulls a key from under a delivery running its handler
+	// (here, another consumer's claim on order-43): it is refused with
+	// ErrKeyHeld and deletes nothing. Forget again once it is done.
+	if _, err := st.Acquire(ctx, store.AcquireRequest{Key: "billing:order-43", Lease: time.Minute}); err != nil {
+		log.Fatal(err)
+	}
+	err = rcv.Forget(ctx, "order-43")
+	fmt.Println(errors.Is(err, dedup.ErrKeyHeld))
 	// Output:
 	// retry handler-error
 	// dead-letter attempts-exhausted
 	// dead-letter attempts-exhausted
 	// ack processed
 	// ack duplicate
+	// true
 }
