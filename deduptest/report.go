@@ -51,7 +51,9 @@ type DeliveryReport[R any] struct {
 	// Copy is the copy's number, from 0.
 	Copy int
 	// At is the fake time when the delivery answered.
-	At      time.Time
+	At time.Time
+	// Key is the store key the receiver used.
+	Key     string
 	Status  dedup.Status
 	Attempt int
 	// Value is the result the delivery answered with (the replayed one for
@@ -115,7 +117,7 @@ type MessageReport[R any] struct {
 	// answered.
 	Deliveries []DeliveryReport[R]
 	// Runs is how many times the handler ran: the deliveries that ran it,
-	// counted once per claim attempt (deliveries waiting in the same
+	// counted once per key and claim attempt (deliveries waiting in the same
 	// process share the outcome of the one that ran).
 	Runs int
 	// Acked and DeadLettered count the copies settled so.
@@ -129,7 +131,12 @@ type MessageReport[R any] struct {
 	Stuck, Abandoned int
 
 	copies   []copyState
-	attempts map[int]bool
+	attempts map[keyAttempt]bool
+}
+
+type keyAttempt struct {
+	key     string
+	attempt int
 }
 
 // Statuses returns the status of each delivery, in order.
@@ -166,7 +173,7 @@ func (m *MessageReport[R]) Replayed() []R {
 
 func (m *MessageReport[R]) record(copyNo int, d dedup.Delivery[R], at time.Time, crashed bool) {
 	dr := DeliveryReport[R]{
-		Copy: copyNo, At: at, Status: d.Result.Status, Attempt: d.Result.Attempt, Value: d.Result.Value,
+		Copy: copyNo, At: at, Key: d.Result.Key, Status: d.Result.Status, Attempt: d.Result.Attempt, Value: d.Result.Value,
 		Err: d.Err, Problem: d.Result.Problem, Decision: d.Decision, Crashed: crashed,
 	}
 	m.Deliveries = append(m.Deliveries, dr)
@@ -175,15 +182,16 @@ func (m *MessageReport[R]) record(copyNo int, d dedup.Delivery[R], at time.Time,
 	}
 	// Deliveries of one key waiting in one process share the outcome of
 	// the one that ran, attempt number included: a run is counted once
-	// per attempt (an unprotected, bypassed run has none).
+	// per key and attempt (an unprotected, bypassed run has none).
 	if dr.Attempt > 0 {
+		ka := keyAttempt{dr.Key, dr.Attempt}
 		if m.attempts == nil {
-			m.attempts = map[int]bool{}
+			m.attempts = map[keyAttempt]bool{}
 		}
-		if m.attempts[dr.Attempt] {
+		if m.attempts[ka] {
 			return
 		}
-		m.attempts[dr.Attempt] = true
+		m.attempts[ka] = true
 	}
 	m.Runs++
 }

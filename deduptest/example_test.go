@@ -1,0 +1,214 @@
+package deduptest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/memstore"
+)
+
+// Order is a payment request; Tag is the broker's delivery tag, new on
+// every delivery.
+type Order struct {
+	ID     string
+	Amount int
+	Tag    int64
+}
+
+// provider is a payment provider: charges counts every charge.
+type provider struct {
+	charges deduptest.Effects
+	mu      sync.Mutex
+	seen    map[string]bool
+}
+
+// charge charges an order; with an idempotency key, the provider charges
+// a key once.
+func (p *provider) charge(order Order, idempotencyKey string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if idempotencyKey != "" {
+		if p.seen == nil {
+			p.seen = map[string]bool{}
+		}
+		if p.seen[idempotencyKey] {
+			return
+		}
+		p.seen[idempotencyKey] = true
+	}
+	p.charges.Record(order.ID)
+}
+
+// flaky fails the first call per order: a step that fails once.
+type flaky struct {
+	mu    sync.Mutex
+	tried map[string]bool
+}
+
+func (f *flaky) step(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tried == nil {
+		f.tried = map[string]bool{}
+	}
+	if !f.tried[id] {
+		f.tried[id] = true
+		return errors.New("ledger unavailable")
+	}
+	return nil
+}
+
+// setup builds a receiver over s on clk, keyed by key.
+func setup(clk *clock.Fake, s store.Store, key dedup.KeyFunc[Order], h dedup.Handler[Order, string]) *dedup.Receiver[Order, string] {
+	rcv, err := dedup.NewReceiver(s, key, h, &dedup.Config{
+		Namespace: "payments", Lease: 10 * time.Second, Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		panic(err)
+	}
+	return rcv
+}
+
+func byID(o Order) (string, error) { return o.ID, nil }
+
+func orders() []Order { return []Order{{ID: "o1", Amount: 100}, {ID: "o2", Amount: 250}} }
+
+func summarize(rep *deduptest.Report[string]) {
+	for _, m := range rep.Messages {
+		fmt.Printf("%s: charged %d time(s), handler ran %d time(s), %d of 3 copies acked\n", m.ID, m.Effects, m.Runs, m.Acked)
+	}
+	for _, p := range rep.Problems {
+		fmt.Printf("problem: %s %s\n", p.ID, p.Kind)
+	}
+	if rep.OK() {
+		fmt.Println("ok")
+	}
+}
+
+// A safe payment handler: the step that may fail comes before the
+// charge, so a retry never charges twice.
+func ExampleRun_safe() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mem, _ := memstore.New(&memstore.Options{Clock: clk})
+	var psp provider
+	var ledger flaky
+	rcv := setup(clk, mem, byID, func(ctx context.Context, o Order) (string, error) {
+		if err := ledger.step(o.ID); err != nil {
+			return "", err // nothing charged yet
+		}
+		psp.charge(o, "")
+		return "receipt-" + o.ID, nil
+	})
+	rep, err := deduptest.Run(context.Background(), clk, rcv, orders(), &deduptest.Options[Order]{
+		ID: func(o Order) string { return o.ID }, Effects: psp.charges.Count, Lease: 10 * time.Second, Workers: 1,
+	})
+	if err != nil {
+		panic(err)
+	}
+	summarize(rep)
+	// Output:
+	// o1: charged 1 time(s), handler ran 2 time(s), 3 of 3 copies acked
+	// o2: charged 1 time(s), handler ran 2 time(s), 3 of 3 copies acked
+	// ok
+}
+
+// An unsafe payment handler: it charges, then a step fails, and the retry
+// charges again. The harness reports the double charge.
+func ExampleRun_unsafe() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mem, _ := memstore.New(&memstore.Options{Clock: clk})
+	var psp provider
+	var ledger flaky
+	rcv := setup(clk, mem, byID, func(ctx context.Context, o Order) (string, error) {
+		psp.charge(o, "")
+		if err := ledger.step(o.ID); err != nil {
+			return "", err // charged, yet retried
+		}
+		return "receipt-" + o.ID, nil
+	})
+	rep, _ := deduptest.Run(context.Background(), clk, rcv, orders(), &deduptest.Options[Order]{
+		ID: func(o Order) string { return o.ID }, Effects: psp.charges.Count, Lease: 10 * time.Second, Workers: 1,
+	})
+	summarize(rep)
+	// Output:
+	// o1: charged 2 time(s), handler ran 2 time(s), 3 of 3 copies acked
+	// o2: charged 2 time(s), handler ran 2 time(s), 3 of 3 copies acked
+	// problem: o1 double-effect
+	// problem: o2 double-effect
+}
+
+// The crash mode: a worker dies between the charge and the record (a
+// Crash fault drops o1's first completion), and the redelivery after the
+// lease charges again, unless the charge carries an idempotency key the
+// provider honours (the message id).
+func ExampleRun_crash() {
+	for _, idempotent := range []bool{false, true} {
+		clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		mem, _ := memstore.New(&memstore.Options{Clock: clk})
+		fs, _ := deduptest.NewFaultStore(mem, 1, deduptest.Fault{
+			Op: deduptest.OpComplete, Kind: deduptest.Crash, Key: "o1", Calls: []int{1},
+		})
+		var psp provider
+		rcv := setup(clk, fs, byID, func(ctx context.Context, o Order) (string, error) {
+			key := ""
+			if idempotent {
+				key = o.ID
+			}
+			psp.charge(o, key)
+			return "receipt-" + o.ID, nil
+		})
+		rep, _ := deduptest.Run(context.Background(), clk, rcv, orders(), &deduptest.Options[Order]{
+			ID: func(o Order) string { return o.ID }, Effects: psp.charges.Count, Lease: 10 * time.Second, Workers: 1,
+		})
+		fmt.Println("idempotency key:", idempotent)
+		summarize(rep)
+		_ = fs.Close()
+	}
+	// Output:
+	// idempotency key: false
+	// o1: charged 2 time(s), handler ran 2 time(s), 3 of 3 copies acked
+	// o2: charged 1 time(s), handler ran 1 time(s), 3 of 3 copies acked
+	// problem: o1 double-effect
+	// idempotency key: true
+	// o1: charged 1 time(s), handler ran 2 time(s), 3 of 3 copies acked
+	// o2: charged 1 time(s), handler ran 1 time(s), 3 of 3 copies acked
+	// ok
+}
+
+// A key on a field that differs between copies (the broker's delivery
+// tag): every copy is a new message to the receiver, and each charges.
+func ExampleRun_keyDiffersBetweenCopies() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mem, _ := memstore.New(&memstore.Options{Clock: clk})
+	var psp provider
+	rcv := setup(clk, mem, func(o Order) (string, error) { return fmt.Sprint(o.Tag), nil }, func(ctx context.Context, o Order) (string, error) {
+		psp.charge(o, "")
+		return "receipt-" + o.ID, nil
+	})
+	// The broker stamps each delivery with a new tag.
+	var tags atomic.Int64
+	broker := deduptest.TargetFunc[Order, string](func(ctx context.Context, o Order) dedup.Delivery[string] {
+		o.Tag = tags.Add(1)
+		return rcv.Deliver(ctx, o)
+	})
+	rep, _ := deduptest.Run(context.Background(), clk, broker, orders(), &deduptest.Options[Order]{
+		ID: func(o Order) string { return o.ID }, Effects: psp.charges.Count, Lease: 10 * time.Second,
+	})
+	summarize(rep)
+	// Output:
+	// o1: charged 3 time(s), handler ran 3 time(s), 3 of 3 copies acked
+	// o2: charged 3 time(s), handler ran 3 time(s), 3 of 3 copies acked
+	// problem: o1 double-effect
+	// problem: o2 double-effect
+}
