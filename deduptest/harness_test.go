@@ -17,6 +17,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -231,21 +232,33 @@ func TestDetectsHandlerIgnoringLeaseLoss(t *testing.T) {
 			g := newRig(t, deduptest.Fault{Op: deduptest.OpExtend, Kind: deduptest.Fail})
 			var mu sync.Mutex
 			slow := true
+			tookOver := make(chan struct{})
+			takeover := sync.OnceFunc(func() { close(tookOver) })
+			t.Cleanup(takeover)
 			h := func(ctx context.Context, p payment) (receipt, error) {
 				mu.Lock()
 				first := slow
 				slow = false
 				mu.Unlock()
-				if first { // a slow first run: the heartbeat beats, and loses the lease
-					wait := ctx
-					if !honours {
-						wait = context.Background()
+				if first { // a slow first run: its extensions fail, and it loses the lease
+					if honours {
+						select {
+						case <-ctx.Done(): // the lease lost: give up
+							return receipt{}, context.Cause(ctx)
+						case <-time.After(testenv.WaitTimeout):
+							return receipt{}, errors.New("the lease was never lost")
+						}
 					}
-					if err := deduptest.Sleep(wait, g.clk, 2*lease); err != nil {
-						return receipt{}, err
+					select { // ignores ctx: goes on until the other process took over
+					case <-tookOver:
+					case <-time.After(testenv.WaitTimeout):
+						return receipt{}, errors.New("nobody took over")
 					}
 				}
 				g.effects.Record(p.ID)
+				if !first {
+					takeover()
+				}
 				return receipt{ID: "r-" + p.ID}, nil
 			}
 			// Two processes: the first delivery runs in one, every other
