@@ -230,43 +230,46 @@ func TestDetectsHandlerIgnoringLeaseLoss(t *testing.T) {
 		t.Run(fmt.Sprintf("honours=%v", honours), func(t *testing.T) {
 			t.Parallel()
 			g := newRig(t, deduptest.Fault{Op: deduptest.OpExtend, Kind: deduptest.Fail})
-			var mu sync.Mutex
-			slow := true
+			// Two processes: the first delivery runs in the slow one, every
+			// other in the other, once the slow run holds the key.
+			started := make(chan struct{})
 			tookOver := make(chan struct{})
 			takeover := sync.OnceFunc(func() { close(tookOver) })
 			t.Cleanup(takeover)
-			h := func(ctx context.Context, p payment) (receipt, error) {
-				mu.Lock()
-				first := slow
-				slow = false
-				mu.Unlock()
-				if first { // a slow first run: its extensions fail, and it loses the lease
-					if honours {
-						select {
-						case <-ctx.Done(): // the lease lost: give up
-							return receipt{}, context.Cause(ctx)
-						case <-time.After(testenv.WaitTimeout):
-							return receipt{}, errors.New("the lease was never lost")
-						}
-					}
-					select { // ignores ctx: goes on until the other process took over
-					case <-tookOver:
+			slow := func(ctx context.Context, p payment) (receipt, error) {
+				close(started) // its extensions fail: it loses the lease
+				if honours {
+					select {
+					case <-ctx.Done(): // the lease lost: give up
+						return receipt{}, context.Cause(ctx)
 					case <-time.After(testenv.WaitTimeout):
-						return receipt{}, errors.New("nobody took over")
+						return receipt{}, errors.New("the lease was never lost")
 					}
+				}
+				select { // ignores ctx: goes on until the other process took over
+				case <-tookOver:
+				case <-time.After(testenv.WaitTimeout):
+					return receipt{}, errors.New("nobody took over")
 				}
 				g.effects.Record(p.ID)
-				if !first {
-					takeover()
-				}
 				return receipt{ID: "r-" + p.ID}, nil
 			}
-			// Two processes: the first delivery runs in one, every other
-			// in the other.
-			procs := []*dedup.Receiver[payment, receipt]{g.receiver(t, h), g.receiver(t, h)}
+			fast := func(ctx context.Context, p payment) (receipt, error) {
+				g.effects.Record(p.ID)
+				takeover()
+				return receipt{ID: "r-" + p.ID}, nil
+			}
+			procs := []*dedup.Receiver[payment, receipt]{g.receiver(t, slow), g.receiver(t, fast)}
 			var n atomic.Int64
 			target := deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) dedup.Delivery[receipt] {
-				return procs[min(n.Add(1)-1, 1)].Deliver(ctx, p)
+				i := min(n.Add(1)-1, 1)
+				if i > 0 {
+					select {
+					case <-started:
+					case <-time.After(testenv.WaitTimeout):
+					}
+				}
+				return procs[i].Deliver(ctx, p)
 			})
 			o := g.opts()
 			o.Copies = 2
