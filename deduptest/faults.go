@@ -65,7 +65,11 @@ const (
 	// OpComplete: the completion is not applied and the call answers
 	// ErrCrashed, which Run recognizes: it does not settle the delivery,
 	// and redelivers it once the claim's lease has run out, as a broker
-	// would after a worker died.
+	// would after a worker died. A handler that completes the record
+	// itself (pgstore's TxHandler) never reaches the receiver's Complete,
+	// so this fault does not reach it: to crash such a handler at the same
+	// point, have it return an error wrapping ErrCrashed after its work
+	// (store/pgstore's deduptest_test.go does).
 	Crash
 )
 
