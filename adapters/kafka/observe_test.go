@@ -16,59 +16,12 @@ import (
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
 	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/internal/adaptertest"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
-// tracer is an Observer that starts each delivery with a span of its own
-// in the context (as a tracing observer does), records every event with
-// the span its context carried, and injects the span of a context as a
-// "traceparent" header (a dedup.Injector).
-type tracer struct {
-	mu      sync.Mutex
-	started int
-	events  []dedup.Event
-	spans   []string
-}
-
-type spanKey struct{}
-
-func (tr *tracer) StartDelivery(ctx context.Context, o dedup.Origin) context.Context {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.started++
-	return context.WithValue(ctx, spanKey{}, "span-"+strconv.Itoa(tr.started)+"-"+o.Source+"-"+strconv.FormatInt(o.Offset, 10))
-}
-
-func (tr *tracer) Observe(ctx context.Context, e dedup.Event) {
-	span, _ := ctx.Value(spanKey{}).(string)
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.events = append(tr.events, e)
-	tr.spans = append(tr.spans, span)
-}
-
-func (tr *tracer) Inject(ctx context.Context, set func(key, value string)) {
-	if span, ok := ctx.Value(spanKey{}).(string); ok {
-		set("traceparent", span)
-	}
-}
-
-func (tr *tracer) snapshot() (events []dedup.Event, spans []string, started int) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return append([]dedup.Event(nil), tr.events...), append([]string(nil), tr.spans...), tr.started
-}
-
-func (tr *tracer) count() int {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return len(tr.events)
-}
-
-var (
-	_ dedup.DeliveryStarter = (*tracer)(nil)
-	_ dedup.Injector        = (*tracer)(nil)
-)
+// tracer stands for a tracing Observer (adaptertest.Tracer).
+type tracer = adaptertest.Tracer
 
 // traceparents returns the values of every traceparent header of m.
 func traceparents(m kafka.Message) []string {
@@ -143,13 +96,13 @@ func testOneEventPerDelivery(t *testing.T, batch int) {
 	require.NoError(t, c.Start(t.Context()))
 	stopAtCleanup(t, c)
 
-	eventually(t, 30*time.Second, func() bool { return tr.count() >= 7 }, "every delivery reported")
+	eventually(t, 30*time.Second, func() bool { return tr.Count() >= 7 }, "every delivery reported")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, c.Stop(ctx))
 	require.Equal(t, map[int]int64{0: 5}, committed(t, brokers, group, topic, 1))
 
-	events, spans, started := tr.snapshot()
+	events, spans, started := tr.Snapshot()
 	require.Len(t, events, 7, "one event per delivery")
 	require.Equal(t, 7, started, "one delivery started per handing over")
 	got := map[int64][]outcome{}
@@ -214,9 +167,9 @@ func TestRetryCopyCarriesTraceContext(t *testing.T) {
 		&dedupkafka.Options{DropPoison: true, RetryTopics: tiers, CommitInterval: 10 * time.Millisecond})
 
 	copies := readAll(t, brokers, retry1, 1)
-	eventually(t, 10*time.Second, func() bool { return tr.count() >= 1 }, "the delivery reported")
+	eventually(t, 10*time.Second, func() bool { return tr.Count() >= 1 }, "the delivery reported")
 	stopNow(t, c)
-	events, spans, _ := tr.snapshot()
+	events, spans, _ := tr.Snapshot()
 	require.Len(t, events, 1)
 	e := events[0]
 	require.True(t, e.Settled)
@@ -242,7 +195,7 @@ func TestWriterInjectsTraceContext(t *testing.T) {
 		{Key: dedupkafka.HeaderMessageID, Value: []byte("m-1")}, {Key: "traceparent", Value: []byte("old")}, {Key: "tenant", Value: []byte("acme")},
 	}
 	traced := &dedupkafka.Writer{W: newWriter(t, brokers), Injector: &tr}
-	ctx := context.WithValue(t.Context(), spanKey{}, "span-producer")
+	ctx := adaptertest.WithSpan(t.Context(), "span-producer")
 	require.NoError(t, traced.WriteMessages(ctx,
 		kafka.Message{Topic: topic, Value: []byte(`{"id":"a"}`), Headers: shared[:2:2]},
 		kafka.Message{Topic: topic, Value: []byte(`{"id":"b"}`), Headers: shared},
@@ -272,7 +225,7 @@ type spanLogs struct {
 func (h *spanLogs) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h *spanLogs) Handle(ctx context.Context, r slog.Record) error {
-	span, _ := ctx.Value(spanKey{}).(string)
+	span, _ := adaptertest.SpanOf(ctx)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.spans[r.Message] = span
@@ -311,9 +264,9 @@ func TestLogsCarryDeliveryContext(t *testing.T) {
 		}, cfg)
 	require.NoError(t, err)
 	c := startConsumer(t, newReader(t, brokers, group, topic), rcv, &dedupkafka.Options{DropPoison: true})
-	eventually(t, 30*time.Second, func() bool { return tr.count() == 1 }, "the poison's delivery reported")
+	eventually(t, 30*time.Second, func() bool { return tr.Count() == 1 }, "the poison's delivery reported")
 	stopNow(t, c)
-	_, spans, _ := tr.snapshot()
+	_, spans, _ := tr.Snapshot()
 	span, ok := logs.span("dedupkafka: poison message dropped (DropPoison): committed past without a dead letter")
 	require.True(t, ok, "the drop was not logged")
 	require.Equal(t, spans[0], span, "the drop was logged without its delivery's context")

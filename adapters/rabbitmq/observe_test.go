@@ -17,81 +17,13 @@ import (
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/internal/adaptertest"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
-// tracer is an Observer that starts each delivery with a span of its own
-// in the context (as a tracing observer does), records every event with
-// the span its context carried and the traceparent each delivery's
-// message had, and injects the span of a context as a "traceparent"
-// header (a dedup.Injector).
-type tracer struct {
-	mu      sync.Mutex
-	started int
-	links   map[string]string // span -> the traceparent its message carried
-	events  []dedup.Event
-	spans   []string
-}
-
-type spanKey struct{}
-
-func (tr *tracer) StartDelivery(ctx context.Context, o dedup.Origin) context.Context {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.started++
-	span := "span-" + strconv.Itoa(tr.started) + "-" + o.MessageID + "-" + strconv.Itoa(o.DeliveryCount)
-	if o.Header != nil {
-		if tp, ok := o.Header.Get("traceparent"); ok {
-			if tr.links == nil {
-				tr.links = map[string]string{}
-			}
-			tr.links[span] = tp
-		}
-	}
-	return context.WithValue(ctx, spanKey{}, span)
-}
-
-func (tr *tracer) Observe(ctx context.Context, e dedup.Event) {
-	span, _ := ctx.Value(spanKey{}).(string)
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.events = append(tr.events, e)
-	tr.spans = append(tr.spans, span)
-}
-
-func (tr *tracer) Inject(ctx context.Context, set func(key, value string)) {
-	if span, ok := ctx.Value(spanKey{}).(string); ok {
-		set("traceparent", span)
-	}
-}
-
-func (tr *tracer) snapshot() (events []dedup.Event, spans []string, started int) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return append([]dedup.Event(nil), tr.events...), append([]string(nil), tr.spans...), tr.started
-}
-
-func (tr *tracer) link(span string) string {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return tr.links[span]
-}
-
-func (tr *tracer) reasons() map[dedup.Reason]int {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	out := map[dedup.Reason]int{}
-	for _, e := range tr.events {
-		out[e.Decision.Reason]++
-	}
-	return out
-}
-
-var (
-	_ dedup.DeliveryStarter = (*tracer)(nil)
-	_ dedup.Injector        = (*tracer)(nil)
-)
+// tracer stands for a tracing Observer (adaptertest.Tracer).
+type tracer = adaptertest.Tracer
 
 type outcome struct {
 	action dedup.Action
@@ -166,16 +98,16 @@ func TestOneEventPerDelivery(t *testing.T) {
 	require.NoError(t, c.Start(t.Context()))
 	stopAtCleanup(t, c)
 
-	eventually(t, "the copy of the slow order held twice", func() bool { return tr.reasons()[dedup.ReasonInFlight] >= 2 })
+	eventually(t, "the copy of the slow order held twice", func() bool { return tr.Reasons()[dedup.ReasonInFlight] >= 2 })
 	close(release)
 	eventually(t, "every message settled", func() bool {
-		r := tr.reasons()
+		r := tr.Reasons()
 		return r[dedup.ReasonProcessed] >= 3 && r[dedup.ReasonDuplicate] >= 1 && r[dedup.ReasonUndecodable] >= 1 && r[dedup.ReasonPermanent] >= 1
 	})
 	require.NoError(t, c.Stop(t.Context()))
 	require.NoError(t, c.Err())
 
-	events, spans, started := tr.snapshot()
+	events, spans, started := tr.Snapshot()
 	require.Equal(t, started, len(events), "deliveries started and deliveries reported differ")
 	seen := map[string]bool{}
 	got := map[string][]outcome{}
@@ -191,7 +123,7 @@ func TestOneEventPerDelivery(t *testing.T) {
 		require.NotEmpty(t, spans[i], "event %d not observed with its delivery's context", i)
 		require.False(t, seen[spans[i]], "two events of one delivery: %s", spans[i])
 		seen[spans[i]] = true
-		require.True(t, strings.HasSuffix(spans[i], "-"+e.MessageID+"-"+strconv.Itoa(e.DeliveryCount)),
+		require.True(t, strings.Contains(spans[i], "-"+e.MessageID+"-"+e.Source+"-") && strings.HasSuffix(spans[i], "-"+strconv.Itoa(e.DeliveryCount)),
 			"the event's context %q is another delivery's", spans[i])
 		if e.Decision.Reason == dedup.ReasonInFlight {
 			holds++
@@ -227,7 +159,7 @@ func TestOneEventPerDelivery(t *testing.T) {
 	require.Equal(t, dedup.ConsumerStats{Delivered: 8, Acked: 4, RetriedInPlace: uint64(2 + holds), DeadLettered: 2}, c.Stats())
 	require.Equal(t, map[dedup.Reason]uint64{dedup.ReasonUndecodable: 1, dedup.ReasonPermanent: 1}, rcv.Stats().DeadLetters)
 
-	require.Equal(t, "producer", tr.link(spanOf["m-2"]), "the delivery's origin lacks the producer's traceparent")
+	require.Equal(t, "producer", tr.Link(spanOf["m-2"]), "the delivery's origin lacks the producer's traceparent")
 	for _, d := range getAll(t, conn, top.DeadLetterQueue, 2) {
 		require.Equal(t, spanOf[d.MessageId], d.Headers["traceparent"], "the dead letter of %s carries its delivery's trace context", d.MessageId)
 	}
@@ -267,9 +199,9 @@ func TestRetryCopyCarriesTraceContext(t *testing.T) {
 	stopAtCleanup(t, c)
 	publishAll(t, conn, top.Queue, []amqp.Publishing{{MessageId: "m-1", Body: orderJSON(t, Order{ID: "o-1"}), Headers: amqp.Table{"traceparent": "producer"}}})
 
-	eventually(t, "the copy processed", func() bool { return tr.reasons()[dedup.ReasonProcessed] == 1 })
+	eventually(t, "the copy processed", func() bool { return tr.Reasons()[dedup.ReasonProcessed] == 1 })
 	require.NoError(t, c.Stop(t.Context()))
-	events, spans, started := tr.snapshot()
+	events, spans, started := tr.Snapshot()
 	require.Len(t, events, 2)
 	require.Equal(t, 2, started)
 	first := events[0]
@@ -278,8 +210,8 @@ func TestRetryCopyCarriesTraceContext(t *testing.T) {
 	require.Equal(t, dedup.Retry, first.Decision.Action)
 	require.Equal(t, dedup.ReasonHandlerError, first.Decision.Reason)
 	require.Equal(t, tier, first.Decision.Delay, "the retry done: through the tier")
-	require.Equal(t, "producer", tr.link(spans[0]))
-	require.Equal(t, spans[0], tr.link(spans[1]), "the retry copy does not carry its failed delivery's trace context")
+	require.Equal(t, "producer", tr.Link(spans[0]))
+	require.Equal(t, spans[0], tr.Link(spans[1]), "the retry copy does not carry its failed delivery's trace context")
 	require.Equal(t, dedup.ConsumerStats{Delivered: 2, Acked: 1, RetriedLater: 1}, c.Stats())
 }
 
@@ -300,7 +232,7 @@ func TestPublisherInjectsTraceContext(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = plain.Close() })
 
-	ctx := context.WithValue(t.Context(), spanKey{}, "span-producer")
+	ctx := adaptertest.WithSpan(t.Context(), "span-producer")
 	headers := amqp.Table{"traceparent": "old", "tenant": "acme"}
 	_, err = traced.Publish(ctx, "", top.Queue, amqp.Publishing{MessageId: "m-1", Body: []byte(`{}`), Headers: headers})
 	require.NoError(t, err)
@@ -327,7 +259,7 @@ type spanLogs struct {
 func (h *spanLogs) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h *spanLogs) Handle(ctx context.Context, r slog.Record) error {
-	span, _ := ctx.Value(spanKey{}).(string)
+	span, _ := adaptertest.SpanOf(ctx)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.spans[r.Message] = append(h.spans[r.Message], span)
@@ -373,11 +305,11 @@ func TestLogsCarryDeliveryContext(t *testing.T) {
 	publishAll(t, conn, top.Queue, []amqp.Publishing{{MessageId: "m-1", Body: []byte("not json")}})
 
 	eventually(t, "a dead letter returned and its delivery reported", func() bool {
-		events, _, _ := tr.snapshot()
+		events, _, _ := tr.Snapshot()
 		return len(events) >= 1 && len(logs.of(notPublished)) >= 1
 	})
 	require.NoError(t, c.Stop(t.Context()))
-	events, spans, _ := tr.snapshot()
+	events, spans, _ := tr.Snapshot()
 	failed := map[string]bool{}
 	for i, e := range events {
 		if e.Decision.Reason == dedup.ReasonCanceled {
@@ -435,14 +367,14 @@ func TestHoldCutShortAtStop(t *testing.T) {
 		{MessageId: "m-1", Body: orderJSON(t, Order{ID: "o-1"})},
 		{MessageId: "m-2", Body: orderJSON(t, Order{ID: "o-1"})},
 	})
-	eventually(t, "the copy held", func() bool { return tr.reasons()[dedup.ReasonInFlight] >= 1 })
+	eventually(t, "the copy held", func() bool { return tr.Reasons()[dedup.ReasonInFlight] >= 1 })
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.Stop(t.Context()) }()
 	eventually(t, "the held copy returned", func() bool { return depth(t, conn, top.Queue) == 1 })
 	close(release)
 	require.NoError(t, testenv.Recv(t, stopped, "Stop"))
 
-	events, spans, started := tr.snapshot()
+	events, spans, started := tr.Snapshot()
 	seen := map[string]bool{}
 	var held []dedup.Event
 	unhandled := 0 // the copy redelivered before the consumer was cancelled, returned unhandled
