@@ -40,6 +40,16 @@ type CompleteOutcome struct {
 	Err        error
 }
 
+// CompleteOutcomes pairs each completion with its error, index by index:
+// the answer of a CompleteBatchReport that collected them apart.
+func CompleteOutcomes(done []Completion, errs []error) []CompleteOutcome {
+	out := make([]CompleteOutcome, len(done))
+	for i := range out {
+		out[i] = CompleteOutcome{Completion: done[i], Err: errs[i]}
+	}
+	return out
+}
+
 // CompleteReporter is an optional ability of stores whose Complete can
 // tell, in the same atomic step and round trip, whether it wrote the
 // record or found it completed already by the same token (redisstore,

@@ -108,11 +108,7 @@ func (s *Store) CompleteBatchReport(ctx context.Context, reqs []store.CompleteRe
 	errs := make([]error, len(reqs))
 	done := make([]store.Completion, len(reqs))
 	s.completeBatch(ctx, reqs, errs, done)
-	out := make([]store.CompleteOutcome, len(reqs))
-	for i := range out {
-		out[i] = store.CompleteOutcome{Completion: done[i], Err: errs[i]}
-	}
-	return out
+	return store.CompleteOutcomes(done, errs)
 }
 
 // completeBatch is CompleteBatch into errs and, unless nil, done.
