@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -183,12 +184,28 @@ func run(ctx context.Context, repoDir, version, work string) (err error) {
 		}
 		summary = append(summary, fmt.Sprintf("ok   %-8s %s@%s: %s (%s)", u.name, m.Path, version, line, took))
 	}
+	for _, m := range libs {
+		if !m.Command {
+			continue
+		}
+		start := time.Now()
+		name := path.Base(m.Path)
+		line, err := checkInstall(ctx, env, filepath.Join(work, "install", name), m, rootPath, version)
+		took := time.Since(start).Round(100 * time.Millisecond)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "release-check: %s: %v\n", name, err)
+			failed = append(failed, name)
+			summary = append(summary, fmt.Sprintf("FAIL %-8s go install %s@latest: %v (%s)", name, m.Path, firstLine(err), took))
+			continue
+		}
+		summary = append(summary, fmt.Sprintf("ok   %-8s go install %s@latest: %s (%s)", name, m.Path, line, took))
+	}
 	fmt.Println("\n== release-check summary")
 	for _, s := range summary {
 		fmt.Println(s)
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("%d of %d users failed: %s", len(failed), len(userSpecs), strings.Join(failed, ", "))
+		return fmt.Errorf("%d checks failed: %s", len(failed), strings.Join(failed, ", "))
 	}
 	return nil
 }
@@ -205,6 +222,9 @@ func checkTaggedMod(ctx context.Context, repoDir string, m repo.Module, mods []r
 	f, err := modfile.ParseLax(tag+":"+m.ModFile(), data, nil)
 	if err != nil {
 		return err
+	}
+	if m.Command && len(f.Replace) > 0 {
+		return fmt.Errorf("%s at %s has replace directives: go install %s@%s would refuse it", m.ModFile(), tag, m.Path, version)
 	}
 	for _, r := range f.Require {
 		if repo.Own(mods, r.Mod.Path) && r.Mod.Version != version {
@@ -306,6 +326,51 @@ func checkUser(ctx context.Context, env []string, dir string, u user, m repo.Mod
 		return "", errors.New(strings.Join(problems, "\n"))
 	}
 	return fmt.Sprintf("go list -m all: %d modules; %d packages built, among them %s; none of %s", strings.Count(all, "\n")-1, len(pkgs), strings.Join(must, ", "), strings.Join(none, ", ")), nil
+}
+
+// checkInstall installs command module m with go install PATH@latest
+// from the proxy, as its users do, runs it with --help, and checks with
+// go version -m that every module of this repository in the binary is
+// version, not replaced. It returns the summary of what it saw.
+func checkInstall(ctx context.Context, env []string, dir string, m repo.Module, rootPath, version string) (string, error) {
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return "", err
+	}
+	fmt.Printf("\n== go install %s@latest\n", m.Path)
+	cmd := exec.CommandContext(ctx, "go", "install", m.Path+"@latest")
+	cmd.Dir = dir
+	cmd.Env = append(env, "GOBIN="+bin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install %s@latest: %w\n%s", m.Path, err, out)
+	}
+	exe := filepath.Join(bin, path.Base(m.Path))
+	info, err := exec.CommandContext(ctx, "go", "version", "-m", exe).Output()
+	if err != nil {
+		return "", fmt.Errorf("go version -m %s: %w", exe, err)
+	}
+	fmt.Print(indent(string(info)))
+	var own []string
+	var problems []string
+	for _, l := range strings.Split(string(info), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || (f[0] != "mod" && f[0] != "dep" && f[0] != "=>") || !under(f[1], parentOf(rootPath)) {
+			continue
+		}
+		if f[0] == "=>" || f[2] != version {
+			problems = append(problems, fmt.Sprintf("%s %s is not %s from the proxy", f[1], strings.Join(f[2:], " "), version))
+			continue
+		}
+		own = append(own, f[1])
+	}
+	out, err := exec.CommandContext(ctx, exe, "--help").CombinedOutput()
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("%s --help failed: %v\n%s", exe, err, out))
+	}
+	if len(problems) > 0 {
+		return "", errors.New(strings.Join(problems, "\n"))
+	}
+	return fmt.Sprintf("%d modules of this repository at %s in the binary; --help runs", len(own), version), nil
 }
 
 func findModule(libs []repo.Module, dir string) (repo.Module, bool) {

@@ -155,6 +155,10 @@ func Run(ctx context.Context, opts Options) error {
 		fmt.Fprintln(out, "test: make test")
 	}
 	for _, m := range libs {
+		if m.Command {
+			fmt.Fprintf(out, "tag %s (%s %s, a command: on a commit of its own whose go.mod has no replace directives, for go install)\n", m.Tag(v), m.Path, v)
+			continue
+		}
 		fmt.Fprintf(out, "tag %s (%s %s)\n", m.Tag(v), m.Path, v)
 	}
 	if len(problems) > 0 {
@@ -204,7 +208,16 @@ func Run(ctx context.Context, opts Options) error {
 	var tags []string
 	for _, m := range libs {
 		tag := m.Tag(v)
-		if _, err := repo.Git(ctx, root, "tag", "-a", tag, "-m", m.Path+" "+v); err != nil {
+		target := "HEAD"
+		if m.Command {
+			sha, dropped, err := commandCommit(ctx, root, m, mods, v)
+			if err != nil {
+				return fmt.Errorf("%s: %w (tags made so far: %s)", m.Path, err, strings.Join(tags, " "))
+			}
+			target = sha
+			fmt.Fprintf(out, "commit %s: %s without the replaces of %s (on no branch)\n", sha[:min(len(sha), 12)], m.ModFile(), strings.Join(dropped, ", "))
+		}
+		if _, err := repo.Git(ctx, root, "tag", "-a", tag, "-m", m.Path+" "+v, target); err != nil {
 			if len(tags) > 0 {
 				return fmt.Errorf("%w (tags made so far: %s)", err, strings.Join(tags, " "))
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -247,4 +248,48 @@ func TestReleaseRunsMakeTest(t *testing.T) {
 			require.Empty(t, testrepo.Git(t, root, "tag", "--list"))
 		}
 	}
+}
+
+// A command module (package main at its root) is tagged on a commit of
+// its own, a child of the release commit on no branch, whose go.mod has
+// none of the replaces the repository builds with: go install PATH@VERSION
+// refuses a module with replaces. From a proxy of the tags it installs and
+// runs; the branch keeps the replaces.
+func TestReleaseTagsCommandWithoutReplaces(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	files := tiny()
+	files["cmd/hello/go.mod"] = "module example.com/tiny/cmd/hello\n\ngo 1.26.0\n\nrequire (\n\texample.com/tiny " + zero + "\n\texample.com/tiny/lib/sub " + zero + "\n)\n\n" +
+		"replace (\n\texample.com/tiny => ../..\n\texample.com/tiny/lib/sub => ../../lib/sub\n)\n"
+	files["cmd/hello/main.go"] = "// Command hello greets.\npackage main\n\nimport \"example.com/tiny/lib/sub\"\n\nfunc main() { println(sub.Hello()) }\n"
+	root := testrepo.New(t, files)
+	var out bytes.Buffer
+	require.NoError(t, release.Run(ctx, release.Options{Root: root, Version: "v0.1.0", Out: &out, SkipTests: true}), out.String())
+
+	head := testrepo.Git(t, root, "rev-parse", "HEAD")
+	require.Len(t, readMod(t, root, "cmd/hello").Replace, 2, "the branch keeps the replaces")
+	require.Equal(t, map[string]string{"example.com/tiny": "v0.1.0", "example.com/tiny/lib/sub": "v0.1.0"}, requires(readMod(t, root, "cmd/hello")))
+	require.Equal(t, head, testrepo.Git(t, root, "rev-parse", "lib/sub/v0.1.0^{commit}"))
+	tagged := testrepo.Git(t, root, "rev-parse", "cmd/hello/v0.1.0^{commit}")
+	require.NotEqual(t, head, tagged)
+	require.Equal(t, head, testrepo.Git(t, root, "rev-parse", tagged+"^"), "the command's commit is a child of the release commit")
+	require.Equal(t, "cmd/hello/go.mod", testrepo.Git(t, root, "diff", "--name-only", head, tagged), "and changes only its go.mod")
+	gomod := testrepo.Git(t, root, "show", "cmd/hello/v0.1.0:cmd/hello/go.mod")
+	require.NotContains(t, gomod, "replace")
+	require.Contains(t, gomod, "example.com/tiny/lib/sub v0.1.0")
+	require.Empty(t, testrepo.Git(t, root, "branch", "--contains", tagged), "no branch holds it")
+	require.Contains(t, out.String(), "git push origin v0.1.0 cmd/hello/v0.1.0 lib/sub/v0.1.0\n")
+
+	proxy := t.TempDir()
+	require.NoError(t, modproxy.Add(ctx, proxy, root, []modproxy.Version{
+		{Path: "example.com/tiny", Version: "v0.1.0", Revision: "v0.1.0"},
+		{Path: "example.com/tiny/lib/sub", Version: "v0.1.0", Subdir: "lib/sub", Revision: "lib/sub/v0.1.0"},
+		{Path: "example.com/tiny/cmd/hello", Version: "v0.1.0", Subdir: "cmd/hello", Revision: "cmd/hello/v0.1.0"},
+	}))
+	bin := t.TempDir()
+	env := append(testrepo.GoEnv(t, proxy), "GOBIN="+bin)
+	testrepo.Go(t, t.TempDir(), env, "install", "example.com/tiny/cmd/hello@latest")
+	got, err := exec.CommandContext(ctx, filepath.Join(bin, "hello")).CombinedOutput()
+	require.NoError(t, err, string(got))
+	require.Equal(t, "hello from sub\n", string(got))
 }

@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -35,6 +37,12 @@ type Module struct {
 	// Library reports whether the module is released (not under a
 	// NonLibrary directory).
 	Library bool
+	// Command reports whether the module's root package is a program
+	// (package main), which users install with go install PATH@VERSION.
+	// The go command refuses to install a module whose go.mod holds
+	// replace directives, so a release tags a command module on a commit
+	// of its own without them.
+	Command bool
 }
 
 // Tag returns the git tag of the module at version: "v0.1.0" for the root
@@ -91,6 +99,9 @@ func Modules(root string) ([]Module, error) {
 			return err
 		}
 		m := Module{Dir: dir, Path: mp, Library: !nonLibrary(dir)}
+		if m.Command, err = isCommand(filepath.Dir(p)); err != nil {
+			return err
+		}
 		if m.Library && mp != rootMod+"/"+dir {
 			return fmt.Errorf("%s: module %s should be %s/%s: its tags %s/vX.Y.Z would not be found", p, mp, rootMod, dir, dir)
 		}
@@ -118,6 +129,26 @@ func Libraries(mods []Module) []Module {
 // Own reports whether path is the module path of one of mods.
 func Own(mods []Module, modPath string) bool {
 	return slices.ContainsFunc(mods, func(m Module) bool { return m.Path == modPath })
+}
+
+// isCommand reports whether the Go files of dir (tests aside) are
+// package main.
+func isCommand(dir string) (bool, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return false, err
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		pf, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.PackageClauseOnly)
+		if err != nil {
+			return false, err
+		}
+		return pf.Name.Name == "main", nil
+	}
+	return false, nil
 }
 
 func nonLibrary(dir string) bool {
