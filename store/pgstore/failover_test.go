@@ -1,0 +1,328 @@
+package pgstore_test
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/store/pgstore"
+)
+
+// failoverCase is one failover: how the standby replicates, the
+// receivers' lease, and how long the HA manager takes between the
+// primary's death and the promotion.
+type failoverCase struct {
+	mode   replication
+	lease  time.Duration // 0: the receiver's default (30s)
+	detect time.Duration // from the kill to the promotion
+	// dsn is the clients' connection string; nil: pgPair.DSN, both hosts
+	// with target_session_attrs=read-write.
+	dsn func(*pgPair) string
+}
+
+// Sizes of a failover run: failoverIDs messages, each delivered
+// failoverCopies times by failoverProcs receivers (each with its own pool,
+// as processes would be) of failoverWorkers workers each; the primary is
+// killed once failoverKillAt messages had their effect.
+const (
+	failoverIDs     = 1200
+	failoverCopies  = 3
+	failoverProcs   = 2
+	failoverWorkers = 4
+	failoverKillAt  = failoverIDs / 3
+)
+
+// failoverRun is what a failover run saw.
+type failoverRun struct {
+	effects *deduptest.Report[struct{}] // doubles and lost, per id
+	// wrong lists deliveries settled wrongly: a done status with an error
+	// or a Problem, a duplicate replaying another value, a dead letter.
+	wrong       []string
+	unsettled   int           // copies neither acked nor dead-lettered at the end
+	unavailable int           // deliveries refused for want of the store (fail-closed)
+	inFlight    int           // deliveries answered in-flight
+	takeovers   int           // handler runs on a claim taken over (attempt above 1)
+	failover    time.Duration // from the kill until the standby was promoted
+	completed   int           // completed records on the new primary
+	after       int           // effects after the promotion
+	recovered   time.Duration // from the kill until every copy was settled
+}
+
+func (r *failoverRun) String() string {
+	return fmt.Sprintf("doubles %d, lost %d, wrongly settled %d, unsettled %d; refused while unavailable %d, in-flight answers %d, claims taken over %d; kill to promoted %v, to all settled %v; effects after the promotion %d",
+		len(r.effects.ProblemsOf(deduptest.DoubleEffect)), len(r.effects.ProblemsOf(deduptest.NoEffect)),
+		len(r.wrong), r.unsettled, r.unavailable, r.inFlight, r.takeovers,
+		r.failover.Round(time.Millisecond), r.recovered.Round(time.Millisecond), r.after)
+}
+
+// TestFailoverSynchronousStandby: a stream of messages, each delivered
+// three times by eight workers in two processes through receivers on
+// pgstore, with the default lease; the primary is killed (pg_ctl stop -m
+// immediate) in the middle of it and its synchronous standby promoted.
+// The clients reconnect by themselves: their connection string lists both
+// servers with target_session_attrs=read-write. No message has its effect
+// twice, none is lost, every copy is acknowledged, no done status carries
+// an error, and the new primary holds every message's record completed.
+func TestFailoverSynchronousStandby(t *testing.T) {
+	t.Parallel()
+	run := runFailover(t, failoverCase{mode: synchronous})
+	t.Log(run)
+	run.effects.Check(t)
+	require.Empty(t, run.wrong, "deliveries settled wrongly")
+	require.Zero(t, run.unsettled, "copies never settled")
+	require.Positive(t, run.unavailable, "no delivery saw the primary gone: the kill was not mid-stream")
+	require.Positive(t, run.after, "no effect after the promotion")
+	require.Equal(t, failoverIDs, run.completed, "completed records on the new primary")
+}
+
+// runFailover runs one failover of c and reports what it saw. It fails t
+// only when the machinery breaks (a server that does not start); what
+// the receivers did is for the caller to judge.
+func runFailover(t *testing.T, c failoverCase) *failoverRun {
+	t.Helper()
+	pair := startPair(t, c.mode)
+	dsn := pair.DSN()
+	if c.dsn != nil {
+		dsn = c.dsn(pair)
+	}
+	// Every wait is bounded: an orphaned claim (a claim whose commit
+	// reached the standby while its answer was lost with the primary) is
+	// taken over once its lease ends, so the run may take a lease beyond
+	// the failover, and no more.
+	lease := c.lease
+	if lease == 0 {
+		lease = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), c.detect+lease+45*time.Second)
+	defer cancel()
+
+	var effects deduptest.Effects
+	handler := func(ctx context.Context, id string) (string, error) {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		effects.Record(id)
+		return id, nil
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var rcvs []*dedup.Receiver[string, string]
+	for range failoverProcs {
+		s := newStore(t, failoverPool(t, dsn), "dedup_records", nil)
+		rcv, err := dedup.NewReceiver(s, func(id string) (string, error) { return id, nil }, handler, &dedup.Config{
+			Namespace: "failover", Lease: c.lease, StoreRetryDelay: 100 * time.Millisecond, Logger: quiet,
+		})
+		require.NoError(t, err)
+		rcvs = append(rcvs, rcv)
+	}
+
+	ids := make([]string, failoverIDs)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m%04d", i)
+	}
+	b := newFailoverBroker(ids)
+	run := &failoverRun{}
+	var wg sync.WaitGroup
+	for p, rcv := range rcvs {
+		for w := range failoverWorkers {
+			wg.Go(func() { b.work(ctx, rcv, run, fmt.Sprintf("worker %d.%d", p, w)) })
+		}
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+
+	for effects.Len() < failoverKillAt {
+		if ctx.Err() != nil {
+			t.Fatalf("only %d of %d messages had their effect before the timeout, the primary still up", effects.Len(), failoverKillAt)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	killed := time.Now()
+	pair.primary.Kill()
+	time.Sleep(c.detect)
+	pair.standby.Promote()
+	run.failover = time.Since(killed)
+	before := effects.Len()
+
+	select {
+	case <-b.settled:
+		run.recovered = time.Since(killed)
+	case <-ctx.Done():
+	}
+	cancel()
+	wg.Wait()
+	run.after = effects.Len() - before
+	run.effects = effects.ExactlyOnce(ids...)
+	run.unsettled = b.left()
+
+	check, err := pgxpool.New(context.Background(), pair.standby.DSN())
+	require.NoError(t, err)
+	defer check.Close()
+	qctx, qcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer qcancel()
+	require.NoError(t, check.QueryRow(qctx, "SELECT count(*) FROM dedup_records WHERE state = 'completed'").Scan(&run.completed))
+	return run
+}
+
+// failoverPool is a client process's pool: as many connections as it has
+// workers, connecting with a bound.
+func failoverPool(t *testing.T, dsn string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.MaxConns = failoverWorkers
+	cfg.ConnConfig.ConnectTimeout = pgstore.DefaultTimeout
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// failoverBroker holds the copies of the messages of a failover run, each
+// due for (re)delivery at a time, as a broker does.
+type failoverBroker struct {
+	mu      sync.Mutex
+	queue   dueQueue
+	pending int           // copies not settled yet
+	settled chan struct{} // closed once every copy is
+}
+
+// newFailoverBroker queues failoverCopies copies of each id. The copies
+// of an id are queued near each other (shuffled in windows of a few
+// messages), so that they often run at once in different workers.
+func newFailoverBroker(ids []string) *failoverBroker {
+	b := &failoverBroker{settled: make(chan struct{})}
+	var all []string
+	for _, id := range ids {
+		for range failoverCopies {
+			all = append(all, id)
+		}
+	}
+	const window = 8 * failoverCopies
+	for lo := 0; lo < len(all); lo += window {
+		w := all[lo:min(lo+window, len(all))]
+		rand.Shuffle(len(w), func(i, j int) { w[i], w[j] = w[j], w[i] })
+	}
+	now := time.Now()
+	for i, id := range all {
+		b.queue = append(b.queue, &dueCopy{id: id, seq: i, due: now})
+	}
+	heap.Init(&b.queue)
+	b.pending = len(all)
+	return b
+}
+
+// work delivers copies to rcv until every copy is settled or ctx ends.
+func (b *failoverBroker) work(ctx context.Context, rcv *dedup.Receiver[string, string], run *failoverRun, name string) {
+	for {
+		c, ok := b.next(ctx)
+		if !ok {
+			return
+		}
+		res, err := rcv.Handle(ctx, c.id)
+		if ctx.Err() != nil {
+			return // the run is over; the copy stays unsettled
+		}
+		dec := rcv.Decide(res, err)
+		b.mu.Lock()
+		switch {
+		case res.Status.Done() && (err != nil || res.Problem != nil):
+			run.wrong = append(run.wrong, fmt.Sprintf("%s: %s: %s with error %v, problem %v", name, c.id, res.Status, err, res.Problem))
+		case res.Status.Done() && res.Value != c.id:
+			run.wrong = append(run.wrong, fmt.Sprintf("%s: %s: %s replayed %q", name, c.id, res.Status, res.Value))
+		case dec.Action == dedup.DeadLetter:
+			run.wrong = append(run.wrong, fmt.Sprintf("%s: %s: dead-lettered (%s): %v", name, c.id, dec.Reason, dec.Err))
+		case errors.Is(err, dedup.ErrStoreUnavailable):
+			run.unavailable++
+		case res.Status == dedup.StatusInFlight:
+			run.inFlight++
+		case res.Status == dedup.StatusProcessed && res.Attempt > 1:
+			run.takeovers++
+		}
+		if dec.Action == dedup.Retry {
+			c.due = time.Now().Add(dec.Delay)
+			heap.Push(&b.queue, c)
+		} else {
+			b.pending--
+			if b.pending == 0 {
+				close(b.settled)
+			}
+		}
+		b.mu.Unlock()
+	}
+}
+
+// next takes the copy due first, waiting until it is due; false once
+// every copy is settled or ctx ended.
+func (b *failoverBroker) next(ctx context.Context) (*dueCopy, bool) {
+	for {
+		b.mu.Lock()
+		if b.pending == 0 {
+			b.mu.Unlock()
+			return nil, false
+		}
+		wait := 5 * time.Millisecond // another worker's copy may come back
+		if len(b.queue) > 0 {
+			w := time.Until(b.queue[0].due)
+			if w <= 0 {
+				c := heap.Pop(&b.queue).(*dueCopy)
+				b.mu.Unlock()
+				return c, true
+			}
+			wait = min(wait, w)
+		}
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(wait):
+		}
+	}
+}
+
+// left is how many copies are not settled.
+func (b *failoverBroker) left() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pending
+}
+
+// dueCopy is a copy of a message, due for delivery at due; seq keeps the
+// queue's order among copies due at once.
+type dueCopy struct {
+	id  string
+	seq int
+	due time.Time
+}
+
+// dueQueue is a heap of copies, the one due first on top.
+type dueQueue []*dueCopy
+
+func (q dueQueue) Len() int { return len(q) }
+func (q dueQueue) Less(i, j int) bool {
+	if q[i].due.Equal(q[j].due) {
+		return q[i].seq < q[j].seq
+	}
+	return q[i].due.Before(q[j].due)
+}
+func (q dueQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *dueQueue) Push(x any)   { *q = append(*q, x.(*dueCopy)) }
+func (q *dueQueue) Pop() any {
+	old := *q
+	c := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return c
+}

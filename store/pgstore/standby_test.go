@@ -1,0 +1,100 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// replication is how a primary of the test's own commits with respect to
+// its standby.
+type replication int
+
+const (
+	// synchronous: a commit is acknowledged once the standby has flushed
+	// it (synchronous_standby_names = '*', synchronous_commit = on, the
+	// default).
+	synchronous replication = iota
+	// asynchronous: a commit is acknowledged once the primary has flushed
+	// it; the standby follows as fast as it can (synchronous_standby_names
+	// empty, PostgreSQL's default).
+	asynchronous
+)
+
+func (r replication) String() string {
+	if r == synchronous {
+		return "sync"
+	}
+	return "async"
+}
+
+// pgPair is a primary of the test's own and a streaming standby cloned
+// from it, each on a free loopback port.
+type pgPair struct {
+	primary, standby *pgServer
+}
+
+// startPair starts a primary, clones it with pg_basebackup -R (which
+// writes standby.signal and primary_conninfo), starts the clone, makes its
+// replication mode the primary's rule and waits until the standby streams
+// in that mode. Both are stopped and removed when t ends.
+//
+// synchronous_standby_names is set on the primary only, after the clone:
+// a promoted standby that inherited it would wait for a standby of its own
+// that does not exist, and every commit would hang.
+func startPair(t testing.TB, mode replication, settings ...string) *pgPair {
+	t.Helper()
+	p := &pgPair{primary: startPostgres(t, settings...)}
+	p.standby = newPGServer(t, settings)
+	p.standby.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(p.primary.port), "-U", "postgres",
+		"-D", p.standby.data(), "-R", "-X", "stream", "-c", "fast", "--no-sync")
+	p.standby.Start()
+	names := ""
+	if mode == synchronous {
+		names = "*"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.primary.DSN())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = "+quote(names))
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "SELECT pg_reload_conf()")
+	require.NoError(t, err)
+	for {
+		var state string
+		err := conn.QueryRow(ctx, "SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'").Scan(&state)
+		if err == nil && state == mode.String() {
+			return p
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the standby does not stream in %s mode within 30s (sync_state %q, %v)", mode, state, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// quote is s as an SQL string literal.
+func quote(s string) string { return "'" + s + "'" }
+
+// DSN is the connection string that real clients of a primary with a
+// standby use (libpq's and pgx's multi-host form): both hosts, tried in
+// order, and target_session_attrs=read-write, so that a new connection
+// skips a server that is down or read-only (a standby not yet promoted)
+// and lands on whichever is the primary.
+func (p *pgPair) DSN() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write",
+		p.primary.port, p.standby.port)
+}
+
+// Promote makes the standby a primary and waits until it is one.
+func (s *pgServer) Promote() {
+	s.t.Helper()
+	s.run("pg_ctl", "-D", s.data(), "-w", "-t", "60", "promote")
+}
