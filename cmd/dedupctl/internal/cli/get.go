@@ -1,8 +1,148 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
 
-// newGetCmd is the get command. TODO(helper): built in its own change.
+	"github.com/spf13/cobra"
+
+	"github.com/dedup-go/dedup/store"
+)
+
+// resultPreview is how many bytes of a result that is not JSON the table
+// shows.
+const resultPreview = 200
+
 func newGetCmd(o *options) *cobra.Command {
-	return &cobra.Command{Use: "get", Hidden: true, RunE: func(*cobra.Command, []string) error { return usageErrorf("get: not built yet") }}
+	var raw bool
+	cmd := &cobra.Command{
+		Use:   "get KEY...",
+		Short: "Show the records of keys",
+		Long: `Show the record of each key: state, attempt, lease end, expiry, last error,
+fingerprint, result size, and the result (decoded as JSON when it is JSON).
+
+A key is NAMESPACE:ID, or an ID read in --namespace. The stores keep no claim
+token and no created or completed time, so none is shown: a processing
+record's lease end and a completed or failed record's expiry are the times a
+record has.
+
+--raw writes the result's bytes alone, as stored, for one key.
+
+A key without a record (never seen, expired or forgotten) is reported on
+stderr; the records found are printed, and the exit code is 3 if any key had
+none.`,
+		Example: `  dedupctl get orders:42
+  dedupctl --namespace orders get 42 43
+  dedupctl get orders:42 --raw > result.json`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			keys, err := o.keys(args)
+			if err != nil {
+				return err
+			}
+			if raw && len(keys) != 1 {
+				return usageErrorf("--raw writes the result of one key; %d given", len(keys))
+			}
+			ins, where, closeStore, err := o.openStore(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+
+			var missing []string
+			for i, key := range keys {
+				rec, err := ins.Get(cmd.Context(), key)
+				switch {
+				case errors.Is(err, store.ErrNotFound):
+					missing = append(missing, key)
+					continue
+				case err != nil:
+					return storeError(where, key, err)
+				}
+				if raw {
+					if rec.State != store.StateCompleted {
+						return fmt.Errorf("%s is %s: only a completed record has a result", shown(key), rec.State)
+					}
+					_, err = o.streams.Out.Write(rec.Result)
+				} else {
+					err = o.printRecord(rec, i > 0)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			if len(missing) > 0 {
+				return notFound(fmt.Errorf("not found: %s", joinShort(missing)))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&raw, "raw", false, "write the result's bytes alone, as stored (one key)")
+	return cmd
+}
+
+// printRecord writes one record of get: a JSON object, or a block of
+// "field value" lines (after a blank line when it is not the first).
+func (o *options) printRecord(rec store.Record, blank bool) error {
+	if o.jsonOutput() {
+		enc := json.NewEncoder(o.streams.Out)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(newRecordJSON(rec, true))
+	}
+	var b strings.Builder
+	if blank {
+		b.WriteString("\n")
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	line := func(field, value string) { fmt.Fprintf(tw, "%s\t%s\n", field, cellSpaces.Replace(value)) }
+	line("key", rec.Key)
+	line("state", rec.State.String())
+	line("attempt", strconv.Itoa(rec.Attempt))
+	line("lease until", leaseWhen(rec.LeaseUntil, now))
+	line("expires", when(rec.ExpiresAt, now))
+	line("last error", dash(rec.LastError))
+	line("fingerprint", dash(rec.Fingerprint))
+	line("result size", size(len(rec.Result)))
+	switch {
+	case len(rec.Result) == 0:
+		line("result", "-")
+	case json.Valid(rec.Result):
+		var ind bytes.Buffer
+		_ = json.Indent(&ind, rec.Result, "", "  ") // valid JSON indents
+		for i, l := range strings.Split(ind.String(), "\n") {
+			field := ""
+			if i == 0 {
+				field = "result"
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", field, l)
+		}
+	default:
+		preview := rec.Result
+		more := ""
+		if len(preview) > resultPreview {
+			preview, more = preview[:resultPreview], "…"
+		}
+		line("result", strconv.Quote(string(preview))+more+" (not JSON; --raw writes the bytes)")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := io.WriteString(o.streams.Out, b.String())
+	return err
+}
+
+// dash is s, or "-" when it is empty.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

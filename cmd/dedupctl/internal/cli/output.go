@@ -5,6 +5,16 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
+)
+
+// A table is flushed (written out, aligned over the rows since the last
+// flush) once it holds flushRows rows, or at the first row written
+// flushEvery after the last flush, so that a long scan shows its rows as
+// they come instead of at its end.
+const (
+	flushRows  = 200
+	flushEvery = 500 * time.Millisecond
 )
 
 // printer writes a command's rows: an aligned table with a header line,
@@ -15,6 +25,8 @@ type printer struct {
 	tw      *tabwriter.Writer
 	headers []string
 	started bool
+	pending int       // rows written since the last flush
+	flushed time.Time // when the table was last flushed
 }
 
 // newPrinter returns a printer of rows with the given column headers.
@@ -26,8 +38,12 @@ func (o *options) newPrinter(w io.Writer, headers ...string) *printer {
 	} else {
 		p.tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	}
+	p.flushed = time.Now()
 	return p
 }
+
+// cellSpaces turns what would break a table's line or column into spaces.
+var cellSpaces = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
 
 // row writes one row: v as a JSON object, or cells in the table (one per
 // header; tabs and newlines in a cell are shown as spaces).
@@ -43,15 +59,21 @@ func (p *printer) row(v any, cells ...string) error {
 	}
 	clean := make([]string, len(cells))
 	for i, c := range cells {
-		clean[i] = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(c)
+		clean[i] = cellSpaces.Replace(c)
 	}
-	_, err := io.WriteString(p.tw, strings.Join(clean, "\t")+"\n")
-	return err
+	if _, err := io.WriteString(p.tw, strings.Join(clean, "\t")+"\n"); err != nil {
+		return err
+	}
+	if p.pending++; p.pending >= flushRows || time.Since(p.flushed) >= flushEvery {
+		return p.flush()
+	}
+	return nil
 }
 
 // flush writes out what the table holds; a table is aligned over the rows
 // written before each flush.
 func (p *printer) flush() error {
+	p.pending, p.flushed = 0, time.Now()
 	if p.tw != nil {
 		return p.tw.Flush()
 	}

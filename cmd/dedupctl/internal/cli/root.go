@@ -39,13 +39,16 @@ const (
 	EnvKafkaBroker = "DEDUP_KAFKA_BROKERS"
 )
 
-// Streams are where a command reads and writes; Terminal says whether Err
-// is a terminal (progress bars are drawn only then) and In one (a
-// confirmation is asked only then, or when In is given explicitly).
+// Streams are where a command reads and writes. Terminal says whether Err
+// is a terminal: progress bars are drawn only then. Interactive says
+// whether In is one: a confirmation is asked on In only then, and a
+// command that needs one refuses to run without --yes otherwise (rather
+// than wait on a pipe, or take a line of piped data for an answer).
 type Streams struct {
-	In       io.Reader
-	Out, Err io.Writer
-	Terminal bool
+	In          io.Reader
+	Out, Err    io.Writer
+	Terminal    bool
+	Interactive bool
 }
 
 // options are the flags every command shares.
@@ -101,9 +104,13 @@ func codeOf(err error) int {
 // Main runs dedupctl with args (without the program's name) and returns
 // its exit code. Errors are printed on stderr.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	quietRedis()
 	s := Streams{In: stdin, Out: stdout, Err: stderr}
 	if f, ok := stderr.(*os.File); ok {
 		s.Terminal = isatty.IsTerminal(f.Fd())
+	}
+	if f, ok := stdin.(*os.File); ok {
+		s.Interactive = isatty.IsTerminal(f.Fd())
 	}
 	return Run(ctx, args, s)
 }
@@ -170,6 +177,9 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found.`,
 			}
 			if o.timeout <= 0 {
 				return usageErrorf("--timeout %v: must be positive", o.timeout)
+			}
+			if strings.Contains(o.namespace, ":") {
+				return usageErrorf("--namespace %q: a namespace holds no ':'", o.namespace)
 			}
 			return nil
 		},

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,66 +34,140 @@ func (o *options) openStore(ctx context.Context) (ins store.Inspector, where str
 }
 
 // redisClient builds the client --redis and --redis-mode ask for, and
-// says where it connects.
+// says where it connects. In auto mode a URL with master_name is a
+// Sentinel's and one with addr a Cluster's (as go-redis reads them); any
+// other URL is asked, with INFO server, what it points at: a Cluster node
+// reads the whole Cluster, and a Sentinel without master_name is a usage
+// error rather than a store that fails on its first script.
 func (o *options) redisClient(ctx context.Context) (redis.UniversalClient, string, error) {
-	u, err := url.Parse(o.redisURL)
-	if err != nil {
-		return nil, "", usageErrorf("--redis: %v", err)
-	}
 	mode := o.redisMode
 	if mode == "auto" {
-		switch {
-		case u.Query().Has("master_name"):
+		u, err := url.Parse(o.redisURL)
+		if err != nil {
+			return nil, "", usageErrorf("--redis: %v", err)
+		}
+		switch q := u.Query(); {
+		case q.Has("master_name"):
 			mode = "sentinel"
-		case u.Query().Has("addr"):
+		case q.Has("addr"):
 			mode = "cluster"
 		default:
-			mode = "single"
+			return o.redisProbe(ctx)
 		}
 	}
 	switch mode {
 	case "sentinel":
-		opt, err := redis.ParseFailoverURL(o.redisURL)
-		if err != nil {
-			return nil, "", usageErrorf("--redis (Sentinel): %v", err)
-		}
-		o.redisTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout)
-		return redis.NewFailoverClient(opt), fmt.Sprintf("Redis master %q of Sentinel %s", opt.MasterName, strings.Join(opt.SentinelAddrs, ",")), nil
+		return o.redisSentinel()
 	case "cluster":
-		opt, err := redis.ParseClusterURL(o.redisURL)
-		if err != nil {
-			return nil, "", usageErrorf("--redis (Cluster): %v", err)
-		}
-		o.redisTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout)
-		return redis.NewClusterClient(opt), "Redis Cluster " + strings.Join(opt.Addrs, ","), nil
+		return o.redisCluster()
 	default:
-		opt, err := redis.ParseURL(o.redisURL)
+		c, where, err := o.redisSingle()
 		if err != nil {
-			return nil, "", usageErrorf("--redis: %v", err)
+			return nil, "", err
 		}
-		o.redisTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout)
-		c := redis.NewClient(opt)
-		if o.redisMode == "auto" {
-			// A single address of a Cluster node: read the whole Cluster.
-			cctx, cancel := context.WithTimeout(ctx, o.timeout)
-			info, err := c.Info(cctx, "cluster").Result()
-			cancel()
-			if err == nil && strings.Contains(info, "cluster_enabled:1") {
-				_ = c.Close()
-				copt, err := redis.ParseClusterURL(o.redisURL)
-				if err != nil {
-					return nil, "", usageErrorf("--redis (Cluster): %v", err)
-				}
-				o.redisTimeouts(&copt.DialTimeout, &copt.ReadTimeout, &copt.WriteTimeout)
-				return redis.NewClusterClient(copt), "Redis Cluster " + strings.Join(copt.Addrs, ","), nil
-			}
-		}
-		return c, "Redis " + opt.Addr, nil
+		return c, where, nil
 	}
 }
 
+func (o *options) redisSingle() (*redis.Client, string, error) {
+	opt, err := redis.ParseURL(o.redisURL)
+	if err != nil {
+		return nil, "", usageErrorf("--redis: %v", err)
+	}
+	o.redisTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout)
+	opt.ContextTimeoutEnabled = true
+	opt.DialerRetries = cmp.Or(opt.DialerRetries, 1)
+	return redis.NewClient(opt), "Redis " + opt.Addr, nil
+}
+
+func (o *options) redisSentinel() (redis.UniversalClient, string, error) {
+	opt, err := redis.ParseFailoverURL(o.redisURL)
+	if err != nil {
+		return nil, "", usageErrorf("--redis (Sentinel): %v", err)
+	}
+	if opt.MasterName == "" {
+		return nil, "", usageErrorf("--redis (Sentinel): the URL names no master: add ?master_name=NAME")
+	}
+	o.redisTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout)
+	opt.ContextTimeoutEnabled = true
+	opt.DialerRetries = cmp.Or(opt.DialerRetries, 1)
+	return redis.NewFailoverClient(opt), fmt.Sprintf("Redis master %q of Sentinel %s", opt.MasterName, strings.Join(opt.SentinelAddrs, ",")), nil
+}
+
+func (o *options) redisCluster() (redis.UniversalClient, string, error) {
+	opt, err := redis.ParseClusterURL(o.redisURL)
+	if err != nil {
+		return nil, "", usageErrorf("--redis (Cluster): %v", err)
+	}
+	o.redisTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout)
+	opt.ContextTimeoutEnabled = true
+	opt.DialerRetries = cmp.Or(opt.DialerRetries, 1)
+	return redis.NewClusterClient(opt), "Redis Cluster " + strings.Join(opt.Addrs, ","), nil
+}
+
+// redisProbe connects to the single address of --redis and asks what it
+// is (INFO server's redis_mode), within --timeout: a server that does not
+// answer fails here, naming its address.
+func (o *options) redisProbe(ctx context.Context) (redis.UniversalClient, string, error) {
+	c, where, err := o.redisSingle()
+	if err != nil {
+		return nil, "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, o.timeout)
+	info, err := c.Info(cctx, "server").Result()
+	cancel()
+	if err != nil {
+		_ = c.Close()
+		return nil, "", o.unreachable(where, err)
+	}
+	switch redisMode(info) {
+	case "cluster":
+		_ = c.Close()
+		return o.redisCluster()
+	case "sentinel":
+		_ = c.Close()
+		return nil, "", usageErrorf("--redis: %s is a Sentinel: add ?master_name=NAME (the master whose records to read)", strings.TrimPrefix(where, "Redis "))
+	default:
+		return c, where, nil
+	}
+}
+
+// unreachable is the error of a store that did not answer: it names
+// where, and says when --timeout ran out (the store's own errors say so
+// already).
+func (o *options) unreachable(where string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, store.ErrUnavailable) {
+		return fmt.Errorf("%s: no answer within %v (--timeout): %w", where, o.timeout, err)
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}
+
+// redisMode returns the redis_mode line of INFO server: standalone,
+// cluster or sentinel ("" when absent).
+func redisMode(info string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_mode:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// quietRedis stops go-redis logging its own failures (each failed dial)
+// on stderr: the tool reports the error of each command once, naming the
+// address, and go-redis's lines would only bury it.
+func quietRedis() { redis.SetLogger(discardRedisLog{}) }
+
+type discardRedisLog struct{}
+
+func (discardRedisLog) Printf(context.Context, string, ...any) {}
+
 // redisTimeouts sets the client's timeouts the URL left at zero to
-// --timeout.
+// --timeout. The redis* constructors also bound every call by its
+// context (ContextTimeoutEnabled: a server that accepts and never answers
+// fails at --timeout) and dial once per try unless the URL says otherwise
+// (dialer_retries), so that a refused connection is reported as such at
+// once rather than retried until --timeout.
 func (o *options) redisTimeouts(ds ...*time.Duration) {
 	for _, d := range ds {
 		if *d == 0 {
@@ -109,7 +184,7 @@ func (o *options) openRedis(ctx context.Context) (store.Inspector, string, func(
 	s, err := redisstore.New(ctx, c, &redisstore.Options{Prefix: o.prefix, Timeout: o.timeout})
 	if err != nil {
 		_ = c.Close()
-		return nil, "", nil, fmt.Errorf("%s: %w", where, err)
+		return nil, "", nil, o.unreachable(where, err)
 	}
 	return s, where, func() { _ = c.Close() }, nil
 }
@@ -125,30 +200,58 @@ func (o *options) openPostgres(ctx context.Context) (store.Inspector, string, fu
 	where := fmt.Sprintf("PostgreSQL %s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("%s: %w", where, err)
+		return nil, "", nil, o.unreachable(where, err)
 	}
 	s, err := pgstore.New(ctx, pool, &pgstore.Options{Table: o.table, Timeout: o.timeout})
 	if err != nil {
 		pool.Close()
-		return nil, "", nil, fmt.Errorf("%s: %w", where, err)
+		return nil, "", nil, o.unreachable(where, err)
 	}
 	return s, where, pool.Close, nil
 }
 
-// key returns the store key of an id given on the command line: as it is
-// when it holds a colon (namespace:id), else in --namespace.
+// key returns the store key of a key given on the command line:
+// NAMESPACE:ID as it is (cut at its first colon, as the receiver joins
+// them), or an ID without a colon in --namespace.
 func (o *options) key(arg string) (string, error) {
 	if arg == "" {
 		return "", usageErrorf("an empty key")
 	}
-	if strings.Contains(arg, ":") {
-		return arg, nil
+	ns, id, ok := strings.Cut(arg, ":")
+	if !ok {
+		if o.namespace == "" {
+			return "", usageErrorf("key %q has no namespace: give NAMESPACE:ID or --namespace", shown(arg))
+		}
+		ns, id = o.namespace, arg
 	}
-	if o.namespace == "" {
-		return "", usageErrorf("key %q has no namespace: give NAMESPACE:ID or --namespace", arg)
+	switch {
+	case ns == "":
+		return "", usageErrorf("key %q has an empty namespace", shown(arg))
+	case id == "":
+		return "", usageErrorf("key %q has an empty id", shown(arg))
 	}
-	return o.namespace + ":" + arg, nil
+	return ns + ":" + id, nil
 }
 
-// isNotFound reports whether err says a record does not exist.
-func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
+// keys returns the store keys of args, or the first usage error.
+func (o *options) keys(args []string) ([]string, error) {
+	keys := make([]string, len(args))
+	for i, a := range args {
+		k, err := o.key(a)
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// storeError is the error of a store call about key ("" for a scan): a
+// key the store refuses (too long, not UTF-8) is a usage error; anything
+// else names the store's address.
+func storeError(where, key string, err error) error {
+	if errors.Is(err, store.ErrInvalidKey) {
+		return usageErrorf("key %q: %v", shown(key), err)
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}

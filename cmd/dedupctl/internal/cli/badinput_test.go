@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/store/pgstore"
+)
+
+// closedPort returns a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	return "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+}
+
+// blackhole returns the address of a listener that accepts connections
+// and never answers on them, as a server behind a dead network path or a
+// frozen process would.
+func blackhole(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestUnreachableStore: a store that refuses connections or never answers
+// fails every command within --timeout (the test bounds each run; no
+// command may wait for the test's own timeout), naming its address.
+func TestUnreachableStore(t *testing.T) {
+	t.Parallel()
+	for _, dead := range []struct {
+		name string
+		addr func(*testing.T) string
+	}{{"closed", closedPort}, {"blackhole", blackhole}} {
+		t.Run(dead.name, func(t *testing.T) {
+			t.Parallel()
+			addr := dead.addr(t)
+			for _, store := range [][]string{
+				{"--redis", "redis://" + addr},
+				{"--redis", "redis://" + addr, "--redis-mode", "single"},
+				{"--redis", "redis://" + addr, "--redis-mode", "cluster"},
+				{"--redis", "redis://" + addr + "?master_name=m"},
+				{"--postgres", "postgres://postgres@" + addr + "/test?sslmode=disable"},
+			} {
+				for _, cmd := range [][]string{{"get", "a:1"}, {"scan"}, {"stats"}, {"forget", "a:1"}} {
+					args := with(store, append([]string{"--timeout", "300ms"}, cmd...)...)
+					r := run(t, args...)
+					assert.Equal(t, ExitError, r.code, "%q: %s", args, r.err)
+					assert.Contains(t, r.err, addr, "%q names the address", args)
+				}
+			}
+		})
+	}
+}
+
+// TestBadInput: empty and malformed keys and flags are usage errors (exit
+// 2) before any store is asked; huge keys are read on Redis (not found)
+// and refused clearly on PostgreSQL, whose keys are bounded, with a
+// message that does not repeat the key whole.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	url := redisURL(t)
+	c := redistest.Client(t)
+	prefix := redistest.Prefix(t, c)
+	s := newRedisStore(t, c, prefix)
+	flags := []string{"--redis", url, "--prefix", prefix}
+
+	for _, args := range [][]string{
+		{"get"},
+		{"get", ""},
+		{"get", "a:1", ""},
+		{"get", "ns:"},
+		{"get", ":id"},
+		{"get", "id"}, // no namespace
+		{"--namespace", "a:b", "get", "id"},
+		{"-o", "yaml", "get", "a:1"},
+		{"--timeout", "0s", "get", "a:1"},
+		{"--redis-mode", "fancy", "get", "a:1"},
+		{"--bogus", "get", "a:1"},
+		{"get", "--bogus", "a:1"},
+		{"nosuchcommand"},
+	} {
+		r := run(t, with(flags, args...)...)
+		assert.Equal(t, ExitUsage, r.code, "%q: %s", args, r.err)
+		assert.Contains(t, r.err, "dedupctl --help", "%q", args)
+	}
+	for _, args := range [][]string{
+		{"get", "a:1"}, // no store
+		{"--redis", url, "--postgres", "postgres://x@127.0.0.1/x", "get", "a:1"},
+		{"--redis", "http://x", "get", "a:1"},
+		{"--postgres", "postgres://x@127.0.0.1:notaport/x", "get", "a:1"},
+	} {
+		r := run(t, args...)
+		assert.Equal(t, ExitUsage, r.code, "%q: %s", args, r.err)
+	}
+
+	t.Run("huge keys", func(t *testing.T) {
+		huge := "big:" + strings.Repeat("x", 100_000)
+		completed(t, s, huge, []byte(`"ok"`))
+		r := run(t, with(flags, "-o", "json", "get", huge)...)
+		require.Equal(t, 0, r.code, shown(r.err))
+		assert.Equal(t, huge, lines[recordJSON](t, r.out)[0].Key)
+
+		r = run(t, with(flags, "get", huge+"y")...)
+		assert.Equal(t, ExitNotFound, r.code)
+		assert.Less(t, len(r.err), 500, "the message cuts the key: %s", shown(r.err))
+		assert.Contains(t, r.err, "(100005 bytes)")
+
+		r = run(t, with(flags, "forget", huge)...)
+		assert.Equal(t, 0, r.code, shown(r.err))
+		assert.False(t, exists(t, s, huge))
+
+		pg := postgresBackend(t)
+		_, pgFlags := pg.fresh(t)
+		long := "big:" + strings.Repeat("x", pgstore.MaxKeyLength)
+		for _, cmd := range []string{"get", "forget"} {
+			r = run(t, with(pgFlags, cmd, long)...)
+			assert.Equal(t, ExitUsage, r.code, "%s: %s", cmd, shown(r.err))
+			assert.Contains(t, r.err, "over MaxKeyLength")
+			assert.Less(t, len(r.err), 500, "the message cuts the key: %s", shown(r.err))
+		}
+	})
+
+	t.Run("missing table", func(t *testing.T) {
+		r := run(t, "--postgres", testenv.Postgres.Addr(t), "--table", "dedupctl_no_such_table", "get", "a:1")
+		assert.Equal(t, ExitError, r.code)
+		assert.Contains(t, r.err, "dedupctl_no_such_table")
+	})
+}
