@@ -7,7 +7,7 @@
 # make docs-check  links and complete Go programs of README.md and docs/ (part of make test)
 
 GO       ?= go
-SERVICES ?= redis nats rabbitmq postgres prometheus
+SERVICES ?= redis nats rabbitmq postgres prometheus mariadb
 # Every module of the repository: the root (the core) and one per
 # integration, each with its own go.mod.
 MODULES  := $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' | sort))

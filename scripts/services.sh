@@ -2,7 +2,7 @@
 # Makes sure the local services the test suite talks to are running on their
 # standard ports, starting them (or installing them from Debian's packages)
 # when they are not. Usage: scripts/services.sh [redis] [postgres] [nats]
-# [rabbitmq] [prometheus] (no argument: all of them). A service that cannot
+# [rabbitmq] [prometheus] [mariadb] (no argument: all of them). A service that cannot
 # be brought up is reported; the tests that need it then skip, or fail under
 # DEDUP_TEST_REQUIRE=1.
 set -u
@@ -106,8 +106,44 @@ prometheus() {
 	return 0
 }
 
+# The tests' database and user on MariaDB, over TCP (root logs in over the
+# unix socket only): store/mysqlstore's tests connect as them, and make a
+# database of their own (dedup_test_*) per test, and users of their own
+# for the privilege tests. DEDUP_TEST_MYSQL points them elsewhere.
+MARIADB_TEST_DB=dedup_test
+MARIADB_TEST_USER=dedup
+MARIADB_TEST_PASSWORD=dedup
+
+mariadb() {
+	# The programs are needed even when a server is up: the restart test of
+	# store/mysqlstore starts a mariadbd of its own (mariadb-install-db).
+	{ [ -x /usr/sbin/mariadbd ] && command -v mariadb-install-db && command -v mariadb; } >/dev/null ||
+		install mariadb-server mariadb-client || return 1
+	if ! up 127.0.0.1 3306; then
+		mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null
+		if [ ! -d /var/lib/mysql/mysql ]; then
+			mariadb-install-db --user=mysql --datadir=/var/lib/mysql --skip-test-db >&2 || return 1
+		fi
+		start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd >&2
+		wait_up mariadb 3306 60 || return 1
+	fi
+	# As root, over the unix socket; idempotent.
+	command mariadb --protocol=socket -u root >&2 <<SQL || { log "mariadb: could not prepare the tests' database and user"; return 1; }
+CREATE DATABASE IF NOT EXISTS \`$MARIADB_TEST_DB\`;
+CREATE USER IF NOT EXISTS '$MARIADB_TEST_USER'@'127.0.0.1' IDENTIFIED BY '$MARIADB_TEST_PASSWORD';
+CREATE USER IF NOT EXISTS '$MARIADB_TEST_USER'@'localhost' IDENTIFIED BY '$MARIADB_TEST_PASSWORD';
+ALTER USER '$MARIADB_TEST_USER'@'127.0.0.1' IDENTIFIED BY '$MARIADB_TEST_PASSWORD';
+ALTER USER '$MARIADB_TEST_USER'@'localhost' IDENTIFIED BY '$MARIADB_TEST_PASSWORD';
+GRANT ALL PRIVILEGES ON \`dedup\\_test%\`.* TO '$MARIADB_TEST_USER'@'127.0.0.1' WITH GRANT OPTION;
+GRANT ALL PRIVILEGES ON \`dedup\\_test%\`.* TO '$MARIADB_TEST_USER'@'localhost' WITH GRANT OPTION;
+GRANT CREATE USER, PROCESS ON *.* TO '$MARIADB_TEST_USER'@'127.0.0.1';
+GRANT CREATE USER, PROCESS ON *.* TO '$MARIADB_TEST_USER'@'localhost';
+SQL
+	log "mariadb: database $MARIADB_TEST_DB and user $MARIADB_TEST_USER ready on 127.0.0.1:3306"
+}
+
 status=0
-for svc in "${@:-redis postgres nats rabbitmq prometheus}"; do
+for svc in "${@:-redis postgres nats rabbitmq prometheus mariadb}"; do
 	for s in $svc; do
 		"$s" || { log "$s is not available"; status=1; }
 	done
