@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup/internal/testenv"
+)
+
+// redriveRun runs dedupctl in process and returns its exit code, stdout
+// and stderr; a run past a minute fails the test.
+func redriveRun(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := Run(ctx, args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	require.NoError(t, ctx.Err(), "dedupctl %v ran past a minute", args)
+	return code, out.String(), errOut.String()
+}
+
+// redriveStoreFlags name the shared Redis (the flags are checked before
+// any broker is reached).
+func redriveStoreFlags(t *testing.T) []string {
+	addr := testenv.Redis.Addr(t)
+	if !strings.Contains(addr, "://") {
+		addr = "redis://" + addr
+	}
+	return []string{"--redis", addr}
+}
+
+func TestRedriveUsage(t *testing.T) {
+	t.Parallel()
+	nats := []string{"redrive", "nats", "--nats", "nats://127.0.0.1:4222", "--stream", "DLQ", "--redis", "redis://127.0.0.1:6379"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no broker", []string{"redrive"}, "name the broker"},
+		{"unknown broker", []string{"redrive", "sqs"}, "unknown command"},
+		{"no server", []string{"redrive", "nats", "--stream", "DLQ"}, "no NATS server: give --nats URL ($DEDUP_NATS_URL)"},
+		{"no stream", []string{"redrive", "nats", "--nats", "nats://127.0.0.1:4222"}, "no dead-letter stream"},
+		{"bad since", append(nats, "--since", "yesterday"), `--since "yesterday"`},
+		{"negative since", append(nats, "--since", "-2h"), `--since "-2h"`},
+		{"negative limit", append(nats, "--limit", "-1"), "--limit -1"},
+		{"bad key-from", append(nats, "--key-from", "body", "--namespace", "orders"), `key-from "body"`},
+		{"key-from without namespace", append(nats, "--key-from", "message-id"), "needs the receivers' namespace"},
+		{"no store", nats[:6], "no store"},
+		{"argument", append(nats, "extra"), "unknown command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, stderr := redriveRun(t, tc.args...)
+			require.Equal(t, ExitUsage, code, "stderr: %s", stderr)
+			require.Contains(t, stderr, tc.want)
+		})
+	}
+}
+
+// TestRedriveUnreachableBroker: a server that accepts connections and
+// never answers, and a port nobody listens on, fail within --timeout, the
+// error naming the address.
+func TestRedriveUnreachableBroker(t *testing.T) {
+	t.Parallel()
+	silent := testenv.SilentServer(t)
+	closed := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	for _, addr := range []string{silent, closed} {
+		args := append([]string{"--timeout", "500ms", "redrive", "nats", "--nats", "nats://" + addr, "--stream", "DLQ"}, redriveStoreFlags(t)...)
+		code, _, stderr := redriveRun(t, args...)
+		require.Equal(t, ExitError, code, "stderr: %s", stderr)
+		require.Contains(t, stderr, "NATS nats://"+addr)
+	}
+}
+
+// TestRedriveStreamNotFound: a dead-letter stream that does not exist is
+// "not found" (exit 3).
+func TestRedriveStreamNotFound(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATS.Addr(t)
+	args := append([]string{"redrive", "nats", "--nats", url, "--stream", "NO_SUCH_STREAM_FOR_DEDUPCTL"}, redriveStoreFlags(t)...)
+	code, _, stderr := redriveRun(t, args...)
+	require.Equal(t, ExitNotFound, code, "stderr: %s", stderr)
+	require.Contains(t, stderr, `stream "NO_SUCH_STREAM_FOR_DEDUPCTL"`)
+}
