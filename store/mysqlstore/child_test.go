@@ -1,0 +1,3 @@
+package mysqlstore_test
+
+const childEnv = "MYSQLSTORE_TEST_CHILD"

@@ -1,0 +1,142 @@
+package mysqlstore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dedup-go/dedup/store"
+)
+
+// row is a record as a read answers it, with its token and the database's
+// clock.
+type row struct {
+	rec     store.Record
+	token   store.Token
+	expires time.Time // expires_at, which a processing record has too
+	now     time.Time // zero when the read did not return it
+}
+
+// scanner is what rows are read from: *sql.Row and *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanRow reads the key, the record's columns and, withNow, the
+// database's clock.
+func scanRow(r scanner, withNow bool) (row, error) {
+	var (
+		out          row
+		key, tok, fp []byte
+		state        string
+		attempt      int64
+		lease, exp   dbTime
+		clock        dbTime
+	)
+	dest := []any{&key, &state, &tok, &attempt, &fp, &out.rec.Result, &out.rec.LastError, &lease, &exp}
+	if withNow {
+		dest = append(dest, &clock)
+	}
+	if err := r.Scan(dest...); err != nil {
+		return row{}, err
+	}
+	out.rec.Key = string(key)
+	out.rec.State = stateOf(state)
+	out.rec.Attempt = int(attempt)
+	out.rec.Fingerprint = string(fp)
+	copy(out.token[:], tok)
+	out.expires, out.now = exp.t, clock.t
+	switch out.rec.State {
+	case store.StateProcessing:
+		// A claim is kept until its lease plus AbandonedTTL; what the
+		// contract calls its expiry is that of a settled record only.
+		out.rec.LeaseUntil, out.rec.Result = lease.t, nil
+	case store.StateCompleted:
+		out.rec.ExpiresAt = exp.t
+	default:
+		out.rec.ExpiresAt, out.rec.Result = exp.t, nil
+	}
+	return out, nil
+}
+
+// verdict is what a claim makes of a row it read.
+type verdict uint8
+
+const (
+	// claim: absent, gone, failed, or processing under an ended lease,
+	// with agreeing fingerprints: the claim statement takes it.
+	claim verdict = iota
+	// refused: completed, or processing under a live lease: the answer.
+	refused
+	// reusedKey: another fingerprint, in any state: ErrKeyReused.
+	reusedKey
+)
+
+// judge decides what a claim with fingerprint fp does about r, read at
+// r.now; found is false when there was no row.
+func judge(r row, found bool, fp string) verdict {
+	switch {
+	case !found || !r.now.Before(r.expires):
+		return claim
+	case reused(r.rec.Fingerprint, fp):
+		return reusedKey
+	case r.rec.State == store.StateCompleted,
+		r.rec.State == store.StateProcessing && r.now.Before(r.rec.LeaseUntil):
+		return refused
+	}
+	return claim
+}
+
+// reused reports whether a request's fingerprint differs from the
+// record's; an empty one on either side is not checked.
+func reused(stored, requested string) bool {
+	return stored != "" && requested != "" && stored != requested
+}
+
+func errReused(key string, state store.State) error {
+	return fmt.Errorf("mysqlstore: acquire %q: %w: the %s record has another fingerprint", key, store.ErrKeyReused, state)
+}
+
+func stateOf(s string) store.State {
+	switch s {
+	case "processing":
+		return store.StateProcessing
+	case "completed":
+		return store.StateCompleted
+	case "failed":
+		return store.StateFailed
+	}
+	return 0
+}
+
+// dbTime reads a DATETIME(6) of the table, which holds UTC: as a
+// time.Time when the DSN has parseTime=true (whatever its loc: the wall
+// clock is what the column holds), as text otherwise. NULL is the zero
+// time.
+type dbTime struct{ t time.Time }
+
+// dbTimeLayout is how MySQL writes a DATETIME(6) as text.
+const dbTimeLayout = "2006-01-02 15:04:05.999999"
+
+// Scan implements sql.Scanner.
+func (d *dbTime) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		d.t = time.Time{}
+	case time.Time:
+		d.t = time.Date(x.Year(), x.Month(), x.Day(), x.Hour(), x.Minute(), x.Second(), x.Nanosecond(), time.UTC)
+	case []byte:
+		return d.parse(string(x))
+	case string:
+		return d.parse(x)
+	default:
+		return fmt.Errorf("mysqlstore: a DATETIME read as %T", v)
+	}
+	return nil
+}
+
+func (d *dbTime) parse(s string) error {
+	t, err := time.Parse(dbTimeLayout, s)
+	if err != nil {
+		return fmt.Errorf("mysqlstore: a DATETIME read as %q: %w", s, err)
+	}
+	d.t = t
+	return nil
+}

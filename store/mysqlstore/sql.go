@@ -1,0 +1,217 @@
+package mysqlstore
+
+import (
+	"fmt"
+	"strings"
+)
+
+// A record is one row, keyed by the receiver's key (namespace, colon, id).
+// Its columns:
+//
+//	key          the key, VARBINARY(3072): compared and sorted byte by byte,
+//	             so that Order-1 and order-1 are two keys, "a" and "a " too,
+//	             and a prefix is a key range (Scan)
+//	state        'processing', 'completed' or 'failed'
+//	token        the token of the last claim; a completed record keeps the
+//	             token that completed it, so that the same Complete again
+//	             succeeds
+//	attempt      claims made so far, less those whose transaction the
+//	             database failed (TxHandler gives them back)
+//	fingerprint  fingerprint of the first claim that had one (bytes: the
+//	             store never interprets it)
+//	result       the result of a completed record
+//	last_error   the error text of the last failed attempt
+//	lease_until  when the lease of a processing record ends
+//	expires_at   when the record is gone: the lease end plus AbandonedTTL
+//	             while processing, the retention once completed or failed
+//
+// Time is the database's, in UTC: every statement reads UTC_TIMESTAMP(6),
+// which MySQL and MariaDB fix once per statement (at its start), and
+// compares and computes with it, so neither the consumers' clocks nor the
+// session's time_zone ever matter. A lease has ended once now >=
+// lease_until, a record is gone once now >= expires_at, whatever its state:
+// every statement treats a gone row as absent, and Cleanup deletes it.
+
+// schemaSQL creates the table and its expiry index in one statement;
+// Migrate runs it, and teams that run their own migrations apply it
+// themselves. Only what MySQL 8 and MariaDB 10.6+ both take.
+const schemaSQL = "CREATE TABLE IF NOT EXISTS %[1]s (\n" +
+	"\t`key`       VARBINARY(3072) NOT NULL,\n" +
+	"\tstate       VARCHAR(10) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
+	"\ttoken       BINARY(16) NOT NULL,\n" +
+	"\tattempt     INT NOT NULL,\n" +
+	"\tfingerprint VARBINARY(1024) NOT NULL,\n" +
+	"\tresult      LONGBLOB NULL,\n" +
+	"\tlast_error  TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
+	"\tlease_until DATETIME(6) NULL,\n" +
+	"\texpires_at  DATETIME(6) NOT NULL,\n" +
+	"\tPRIMARY KEY (`key`),\n" +
+	"\tKEY %[2]s (expires_at),\n" +
+	"\tCHECK (state IN ('processing', 'completed', 'failed'))\n" +
+	") ENGINE=InnoDB ROW_FORMAT=DYNAMIC"
+
+// now is the statement's clock.
+const now = `UTC_TIMESTAMP(6)`
+
+// us adds a parameter of microseconds to now.
+const us = now + ` + INTERVAL ? MICROSECOND`
+
+// recordCols are the columns a statement answers a record with; reads add
+// the key first and now last.
+const recordCols = "state, token, attempt, fingerprint, result, last_error, lease_until, expires_at"
+
+// claimable is true of the row, as the claim's row lock found it, that a
+// claim conflicts with and takes over: gone, or failed, or processing
+// under an ended lease, and the fingerprints agree (a gone record is
+// claimed afresh, whatever its fingerprint).
+const claimable = `expires_at <= ` + now + `
+		OR ((fingerprint = '' OR VALUES(fingerprint) = '' OR fingerprint = VALUES(fingerprint))
+			AND (state = 'failed' OR (state = 'processing' AND lease_until <= ` + now + `)))`
+
+// mine is true once the row's token is the claim's own: the assignments of
+// ON DUPLICATE KEY UPDATE run in order, each seeing the columns that the
+// ones before it set, so the first one decides (claimable, on the row as
+// it was) and writes the claim's token, and the others follow the token.
+// expires_at, which gone reads, is set last.
+const mine = `token = VALUES(token)`
+
+// claimConflict is the ON DUPLICATE KEY UPDATE part of a claim. A
+// claimable row is taken over: afresh when it is gone (attempt 1, no
+// past), else with attempt plus one; any other row is left as it is.
+// VALUES(col) is the value the row of the INSERT would have had: MySQL
+// 8.0.20+ warns that it is deprecated in favour of a row alias, which
+// MariaDB does not have.
+const claimConflict = `ON DUPLICATE KEY UPDATE
+	token = IF(` + claimable + `, VALUES(token), token),
+	attempt = IF(` + mine + `, IF(expires_at <= ` + now + `, 1, attempt + 1), attempt),
+	fingerprint = IF(` + mine + ` AND (expires_at <= ` + now + ` OR fingerprint = ''), VALUES(fingerprint), fingerprint),
+	last_error = IF(` + mine + ` AND expires_at <= ` + now + `, '', last_error),
+	result = IF(` + mine + `, NULL, result),
+	state = IF(` + mine + `, 'processing', state),
+	lease_until = IF(` + mine + `, VALUES(lease_until), lease_until),
+	expires_at = IF(` + mine + `, VALUES(expires_at), expires_at)`
+
+// claimRow is one row of a claim's VALUES: key, token, fingerprint, lease
+// (µs), lease plus AbandonedTTL (µs).
+const claimRow = `(?, 'processing', ?, 1, ?, NULL, '', ` + us + `, ` + us + `)`
+
+// statements are the store's SQL for one table.
+type statements struct {
+	table    string
+	schema   string
+	read     string // key: one row of read columns
+	get      string // key: the record unless gone
+	complete string
+	release  string
+	extend   string
+	holds    string // key, token: the state the token holds, not gone
+	holdsTx  string // holds, as a locking read inside a transaction
+	giveBack string
+	del      string
+	lockRow  string // key: the row, locked, with now
+	cleanup  string
+}
+
+func newStatements(t tableName) statements {
+	q := func(format string) string { return fmt.Sprintf(format, t.sql) }
+	return statements{
+		table:  t.sql,
+		schema: fmt.Sprintf(schemaSQL, t.sql, t.index),
+
+		read: q("SELECT `key`, " + recordCols + ", " + now + " FROM %[1]s WHERE `key` = ?"),
+
+		get: q("SELECT `key`, " + recordCols + " FROM %[1]s WHERE `key` = ? AND expires_at > " + now),
+
+		// complete: result, retention (µs), key, token. One row affected
+		// when the token held the key.
+		complete: q("UPDATE %[1]s SET state = 'completed', result = ?, lease_until = NULL, expires_at = " + us + `
+WHERE ` + "`key`" + ` = ? AND token = ? AND state = 'processing' AND expires_at > ` + now),
+
+		// release: error, retention (µs), key, token.
+		release: q("UPDATE %[1]s SET state = 'failed', last_error = ?, lease_until = NULL, expires_at = " + us + `
+WHERE ` + "`key`" + ` = ? AND token = ? AND state = 'processing' AND expires_at > ` + now),
+
+		// extend: lease (µs), lease plus AbandonedTTL (µs), key, token.
+		extend: q("UPDATE %[1]s SET lease_until = " + us + ", expires_at = " + us + `
+WHERE ` + "`key`" + ` = ? AND token = ? AND state = 'processing' AND expires_at > ` + now),
+
+		holds:   q("SELECT state FROM %[1]s WHERE `key` = ? AND token = ? AND expires_at > " + now),
+		holdsTx: q("SELECT state FROM %[1]s WHERE `key` = ? AND token = ? AND expires_at > " + now + " FOR UPDATE"),
+
+		// giveBack: key, token. The attempt of a live claim that the
+		// database failed, uncounted.
+		giveBack: q("UPDATE %[1]s SET attempt = attempt - 1 WHERE `key` = ? AND token = ? AND state = 'processing' AND attempt > 0 AND expires_at > " + now),
+
+		del: q("DELETE FROM %[1]s WHERE `key` = ?"),
+
+		lockRow: q("SELECT `key`, " + recordCols + ", " + now + " FROM %[1]s WHERE `key` = ? FOR UPDATE"),
+
+		// cleanup: the batch size. Gone rows in expiry order, through the
+		// expiry index; a row that a claim took over meanwhile (no longer
+		// gone once its lock is granted) is not deleted.
+		cleanup: q("DELETE FROM %[1]s WHERE expires_at <= " + now + " ORDER BY expires_at LIMIT ?"),
+	}
+}
+
+// placeholders returns n comma-separated copies of one.
+func placeholders(one string, n int) string {
+	return strings.TrimSuffix(strings.Repeat(one+", ", n), ", ")
+}
+
+// readMany reads the rows of n keys, with now.
+func (q statements) readMany(n int) string {
+	if n == 1 {
+		return q.read
+	}
+	return "SELECT `key`, " + recordCols + ", " + now + " FROM " + q.table + " WHERE `key` IN (" + placeholders("?", n) + ")"
+}
+
+// claim claims n rows, given in key order.
+func (q statements) claim(n int) string {
+	return "INSERT INTO " + q.table + " (`key`, state, token, attempt, fingerprint, result, last_error, lease_until, expires_at)\nVALUES " +
+		placeholders(claimRow, n) + "\n" + claimConflict
+}
+
+// lockMany locks the rows of n keys, in key order, inside a transaction,
+// and reads each one's key, token, state and whether it is live (not
+// gone).
+func (q statements) lockMany(n int) string {
+	return "SELECT `key`, token, state, expires_at > " + now + " FROM " + q.table +
+		" WHERE `key` IN (" + placeholders("?", n) + ") ORDER BY `key` FOR UPDATE"
+}
+
+// caseOf is a CASE over the key with n branches: key, value.
+func caseOf(n int) string {
+	return "CASE `key` " + strings.TrimSuffix(strings.Repeat("WHEN ? THEN ? ", n), " ") + " END"
+}
+
+// completeMany completes n locked rows: n pairs (key, result), n pairs
+// (key, retention µs), n keys.
+func (q statements) completeMany(n int) string {
+	return "UPDATE " + q.table + " SET state = 'completed', result = " + caseOf(n) +
+		", lease_until = NULL, expires_at = " + now + " + INTERVAL (" + caseOf(n) + ") MICROSECOND" +
+		" WHERE `key` IN (" + placeholders("?", n) + ") AND state = 'processing' AND expires_at > " + now
+}
+
+// extendMany extends n locked rows: n pairs (key, lease µs), n pairs (key,
+// lease plus AbandonedTTL µs), n keys.
+func (q statements) extendMany(n int) string {
+	return "UPDATE " + q.table + " SET lease_until = " + now + " + INTERVAL (" + caseOf(n) + ") MICROSECOND" +
+		", expires_at = " + now + " + INTERVAL (" + caseOf(n) + ") MICROSECOND" +
+		" WHERE `key` IN (" + placeholders("?", n) + ") AND state = 'processing' AND expires_at > " + now
+}
+
+// scan reads a page of records from a lower bound (inclusive on the first
+// page, exclusive after it) to an upper one (none when open): bound, [upper],
+// limit.
+func (q statements) scan(first, upper bool) string {
+	lower := "`key` > ?"
+	if first {
+		lower = "`key` >= ?"
+	}
+	if upper {
+		lower += " AND `key` < ?"
+	}
+	return "SELECT `key`, " + recordCols + " FROM " + q.table + " WHERE " + lower +
+		" AND expires_at > " + now + " ORDER BY `key` LIMIT ?"
+}
