@@ -24,6 +24,12 @@
 // lease has run out, so you see what the handler does when a worker dies
 // between its effect and the record.
 //
+// [Effects] counts a handler's effects by message id: for Run
+// (Options.Effects), or, when a real broker or client delivered the
+// messages, for [Effects.ExactlyOnce], which checks that every expected id
+// had its effect once and reports the others as Run does, in a Report
+// without deliveries.
+//
 // The package imports only the standard library and dedup's core
 // packages; it works with testing.T and with any test framework.
 package deduptest

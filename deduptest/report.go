@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dedup-go/dedup"
@@ -32,6 +31,10 @@ const (
 	// return once its context was cancelled (a handler ignoring
 	// cancellation).
 	Stuck ProblemKind = "stuck"
+	// UnexpectedEffect: the effect counter shows an effect of a message
+	// that was not to have one (Effects.ExactlyOnce: an id outside those
+	// given).
+	UnexpectedEffect ProblemKind = "unexpected-effect"
 )
 
 // Problem is one thing the harness found wrong with a message.
@@ -207,6 +210,10 @@ type Report[R any] struct {
 	// Ended says why the run ended before every copy was settled; empty
 	// when it did not.
 	Ended string
+
+	// effectsOnly: built by Effects.ExactlyOnce, from effects alone (no
+	// deliveries to print).
+	effectsOnly bool
 }
 
 // OK reports whether no problem was found.
@@ -249,8 +256,15 @@ func (r *Report[R]) ProblemsOf(k ProblemKind) []Problem {
 // and its problems.
 func (r *Report[R]) String() string {
 	var b strings.Builder
-	for i := range r.Messages {
-		m := &r.Messages[i]
+	messages := r.Messages
+	if r.effectsOnly {
+		// A line per message would be thousands of lines of one number
+		// each: a summary, and the problems below.
+		r.summarizeEffects(&b)
+		messages = nil
+	}
+	for i := range messages {
+		m := &messages[i]
 		fmt.Fprintf(&b, "message %s: %d deliveries, %d handler runs, %d acked, %d dead-lettered", m.ID, len(m.Deliveries), m.Runs, m.Acked, m.DeadLettered)
 		if m.Effects >= 0 {
 			fmt.Fprintf(&b, ", effect x%d", m.Effects)
@@ -389,29 +403,4 @@ func uniq(s []string) []string {
 		}
 	}
 	return out
-}
-
-// Effects counts effects by message id, for handlers to record theirs
-// and Run to check (Options.Effects = e.Count). It is safe for
-// concurrent use; the zero value is ready.
-type Effects struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// Record counts one effect of the message id.
-func (e *Effects) Record(id string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.n == nil {
-		e.n = make(map[string]int)
-	}
-	e.n[id]++
-}
-
-// Count returns how many effects of the message id were recorded.
-func (e *Effects) Count(id string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n[id]
 }
