@@ -1,0 +1,14 @@
+package mysqlstore
+
+import "context"
+
+// CleanupBatch runs one statement of Cleanup, for the test that checks
+// that a statement deletes at most Options.CleanupBatchSize rows.
+func (s *Store) CleanupBatch(ctx context.Context) (int64, error) { return s.cleanupBatch(ctx) }
+
+// Retried counts the statements and transactions s ran again after a
+// deadlock or a lock wait timeout.
+func Retried(s *Store) int64 { return s.retried.Load() }
+
+// Successor is successor, for its edge cases.
+var Successor = successor
