@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -55,8 +56,9 @@ func blackhole(t *testing.T) string {
 }
 
 // TestUnreachableStore: a store that refuses connections or never answers
-// fails every command within --timeout (the test bounds each run; no
-// command may wait for the test's own timeout), naming its address.
+// fails every command within --timeout, naming its address. Each run is
+// bounded (at 5s, for a --timeout of 300ms): a command that waited on the
+// clients' own defaults instead would not return in time.
 func TestUnreachableStore(t *testing.T) {
 	t.Parallel()
 	for _, dead := range []struct {
@@ -75,7 +77,9 @@ func TestUnreachableStore(t *testing.T) {
 			} {
 				for _, cmd := range [][]string{{"get", "a:1"}, {"scan"}, {"stats"}, {"forget", "a:1"}} {
 					args := with(store, append([]string{"--timeout", "300ms"}, cmd...)...)
-					r := run(t, args...)
+					// Bounded far above --timeout, and far below what the
+					// clients' own defaults (a 3s read, retried) would take.
+					r := runWithin(t, 5*time.Second, "", false, args...)
 					assert.Equal(t, ExitError, r.code, "%q: %s", args, r.err)
 					assert.Contains(t, r.err, addr, "%q names the address", args)
 				}

@@ -1,6 +1,10 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"io"
+	"iter"
 	"regexp"
 	"testing"
 	"time"
@@ -186,4 +190,59 @@ func testForgetBulk(t *testing.T, b backend) {
 		assert.Equal(t, 0, r.code, "nothing to forget, nothing asked: %s", r.err)
 		assert.NotContains(t, r.err, "[y/N]")
 	})
+}
+
+// raceInspector is a store whose Scan lets the test change each record
+// after the scan read it and before the command deletes it.
+type raceInspector struct {
+	store.Inspector
+	meanwhile func(store.Record)
+}
+
+func (r raceInspector) Scan(ctx context.Context, prefix string) iter.Seq2[store.Record, error] {
+	return func(yield func(store.Record, error) bool) {
+		for rec, err := range r.Inspector.Scan(ctx, prefix) {
+			if err == nil {
+				r.meanwhile(rec)
+			}
+			if !yield(rec, err) {
+				return
+			}
+		}
+	}
+}
+
+// TestForgetBulkRace: a record a bulk forget read as failed but that
+// changed before its delete is not deleted: claimed meanwhile, it is
+// reported held (a delivery is running it); completed meanwhile, it is
+// left alone and not reported.
+func TestForgetBulkRace(t *testing.T) {
+	t.Parallel()
+	s, _ := singleBackend(t).fresh(t)
+	failed(t, s, "r:claimed", "boom")
+	failed(t, s, "r:completed", "boom")
+	failed(t, s, "r:failed", "boom")
+	ins := raceInspector{Inspector: s, meanwhile: func(rec store.Record) {
+		switch rec.Key {
+		case "r:claimed":
+			claim(t, s, rec.Key, time.Hour, "")
+		case "r:completed":
+			completed(t, s, rec.Key, nil)
+		}
+	}}
+	var out bytes.Buffer
+	o := &options{output: "json", streams: Streams{Out: &out, Err: io.Discard}}
+	var tally forgetTally
+	sel := selection{namespace: "r", states: []store.State{store.StateFailed}}
+	require.NoError(t, o.forgetBulk(t.Context(), ins, "test", sel, &forgetFlags{yes: true}, o.newPrinter(&out), &tally))
+
+	outcomes := map[string]string{}
+	for _, v := range lines[forgetJSON](t, out.String()) {
+		outcomes[v.Key] = v.Outcome
+	}
+	assert.Equal(t, map[string]string{"r:claimed": "held", "r:failed": "forgotten"}, outcomes)
+	assert.Equal(t, forgetTally{forgotten: 1, held: 1}, tally)
+	assert.True(t, exists(t, s, "r:claimed"))
+	assert.True(t, exists(t, s, "r:completed"))
+	assert.False(t, exists(t, s, "r:failed"))
 }

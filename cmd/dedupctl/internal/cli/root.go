@@ -194,12 +194,12 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found.`,
 	pf.StringVar(&o.redisURL, "redis", os.Getenv(EnvRedisURL),
 		"Redis `URL` of the store: redis://host:6379/0; a Sentinel with ?master_name=NAME&addr=HOST:PORT...; a Cluster with ?addr=HOST:PORT... ($"+EnvRedisURL+")")
 	pf.StringVar(&o.redisMode, "redis-mode", envOr(EnvRedisMode, "auto"),
-		"how to read --redis: auto (master_name means Sentinel; a server with cluster mode on means Cluster), single, sentinel or cluster ($"+EnvRedisMode+")")
+		"how to read --redis: auto (master_name means a Sentinel, addr a Cluster; any other URL's server is asked what it is, and a Cluster node reads the whole Cluster), single, sentinel or cluster ($"+EnvRedisMode+")")
 	pf.StringVar(&o.postgres, "postgres", os.Getenv(EnvPostgres),
 		"PostgreSQL `DSN` of the store, postgres://user@host:5432/db ($"+EnvPostgres+")")
 	pf.StringVar(&o.prefix, "prefix", envOr(EnvPrefix, "dedup:"), "Redis key prefix of the store's records ($"+EnvPrefix+")")
 	pf.StringVar(&o.table, "table", envOr(EnvTable, "dedup_records"), "PostgreSQL table of the store's records ($"+EnvTable+")")
-	pf.StringVar(&o.namespace, "namespace", os.Getenv(EnvNamespace), "the receivers' namespace; keys given without one are read in it ($"+EnvNamespace+")")
+	pf.StringVar(&o.namespace, "namespace", os.Getenv(EnvNamespace), "the receivers' namespace: keys given without one are read in it; scan, stats and a bulk forget read only it ($"+EnvNamespace+")")
 	pf.StringVarP(&o.output, "output", "o", envOr(EnvOutput, "table"), "output format: table or json (one object per line) ($"+EnvOutput+")")
 	pf.DurationVar(&o.timeout, "timeout", envDuration(EnvTimeout, 10*time.Second), "how long to wait for a store or broker to answer each call ($"+EnvTimeout+")")
 

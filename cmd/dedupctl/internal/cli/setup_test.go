@@ -192,12 +192,26 @@ type ran struct {
 // testenv.WaitTimeout.
 func runIn(t *testing.T, in string, interactive bool, args ...string) ran {
 	t.Helper()
+	return runWithin(t, testenv.WaitTimeout, in, interactive, args...)
+}
+
+// runWithin is runIn, failing t if the command does not return within
+// bound.
+func runWithin(t *testing.T, bound time.Duration, in string, interactive bool, args ...string) ran {
+	t.Helper()
 	var out, errb bytes.Buffer
 	s := Streams{In: strings.NewReader(in), Out: &out, Err: &errb, Interactive: interactive}
 	done := make(chan int, 1)
 	go func() { done <- Run(t.Context(), args, s) }()
-	code := testenv.Recv(t, done, "dedupctl "+strings.Join(args, " "))
-	return ran{code: code, out: out.String(), err: errb.String()}
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case code := <-done:
+		return ran{code: code, out: out.String(), err: errb.String()}
+	case <-timer.C:
+		t.Fatalf("dedupctl %q did not return within %v", args, bound)
+		return ran{}
+	}
 }
 
 // run runs dedupctl with args, stdin empty and not a terminal.
