@@ -12,9 +12,14 @@ import (
 // that can double an effect (docs/reliability.md, "PostgreSQL failover"),
 // and logs what each run saw:
 //
-//   - async: the standby is asynchronous, with the default lease: the
+//   - async: the standby is asynchronous, with the default lease; the
+//     primary's process dies, so what it wrote to the standby's
+//     connection is still delivered;
+//   - async-partition: the same 2ms away (another zone), and the
+//     primary's host dies: the link is cut, what was in flight lost. The
 //     primary acknowledged commits that the standby never received, and
 //     the promoted standby has forgotten them;
+//   - sync-partition: the same, with a synchronous standby;
 //   - lease-2s: the standby is synchronous, but the HA manager promotes it
 //     3s after the kill while the lease is 2s: completions give up when
 //     the lease ends before the new primary is reachable.
@@ -28,8 +33,10 @@ func TestFailoverMeasure(t *testing.T) {
 		t.Skip("a measurement: set DEDUP_FAILOVER_MEASURE=1 to run it")
 	}
 	for name, c := range map[string]failoverCase{
-		"async":    {mode: asynchronous},
-		"lease-2s": {mode: synchronous, lease: 2 * time.Second, detect: 3 * time.Second},
+		"async":           {mode: asynchronous},
+		"async-partition": {mode: asynchronous, rtt: 2 * time.Millisecond, partition: true},
+		"sync-partition":  {mode: synchronous, rtt: 2 * time.Millisecond, partition: true},
+		"lease-2s":        {mode: synchronous, lease: 2 * time.Second, detect: 3 * time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
 			run := runFailover(t, c)

@@ -22,17 +22,13 @@ type pgServer struct {
 	bin  string
 	dir  string
 	port int
-	// settings are passed to postgres at each start, as "-c name=value"
-	// options (no shell metacharacters: pg_ctl starts it through a shell).
-	settings []string
 }
 
 // startPostgres runs initdb and starts the server; it is stopped and its
-// folder removed when t ends. settings are passed to postgres at each
-// start ("name=value").
-func startPostgres(t testing.TB, settings ...string) *pgServer {
+// folder removed when t ends.
+func startPostgres(t testing.TB) *pgServer {
 	t.Helper()
-	s := newPGServer(t, settings)
+	s := newPGServer(t)
 	s.run("initdb", "-D", s.data(), "-U", "postgres", "-A", "trust", "--no-sync", "--no-instructions")
 	s.Start()
 	return s
@@ -41,7 +37,7 @@ func startPostgres(t testing.TB, settings ...string) *pgServer {
 // newPGServer makes the folder and picks the port of a server whose data
 // directory is still to be made (by initdb, or pg_basebackup for a
 // standby); it is stopped and its folder removed when t ends.
-func newPGServer(t testing.TB, settings []string) *pgServer {
+func newPGServer(t testing.TB) *pgServer {
 	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
@@ -56,7 +52,7 @@ func newPGServer(t testing.TB, settings []string) *pgServer {
 	if err != nil {
 		t.Fatalf("pgserver: %v", err)
 	}
-	s := &pgServer{t: t, bin: filepath.Dir(bins[len(bins)-1]), dir: dir, port: testenv.FreePort(t), settings: settings}
+	s := &pgServer{t: t, bin: filepath.Dir(bins[len(bins)-1]), dir: dir, port: testenv.FreePort(t)}
 	t.Cleanup(func() {
 		s.stop()
 		_ = os.RemoveAll(dir)
@@ -85,11 +81,8 @@ func (s *pgServer) DSN() string {
 // Start starts the server and waits until it accepts connections.
 func (s *pgServer) Start() {
 	s.t.Helper()
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1", s.port, s.dir)
-	for _, kv := range s.settings {
-		opts += " -c " + kv
-	}
-	s.run("pg_ctl", "-D", s.data(), "-l", filepath.Join(s.dir, "log"), "-w", "-t", "60", "-o", opts, "start")
+	s.run("pg_ctl", "-D", s.data(), "-l", filepath.Join(s.dir, "log"), "-w", "-t", "60",
+		"-o", fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1", s.port, s.dir), "start")
 }
 
 // Kill stops the server at once, as a crash would: no checkpoint, the next

@@ -37,23 +37,41 @@ func (r replication) String() string {
 // from it, each on a free loopback port.
 type pgPair struct {
 	primary, standby *pgServer
+	// link is the standby's way to the primary when it has a latency;
+	// nil when it connects directly.
+	link *latencyProxy
 }
 
 // startPair starts a primary, clones it with pg_basebackup -R (which
-// writes standby.signal and primary_conninfo), starts the clone, makes its
-// replication mode the primary's rule and waits until the standby streams
-// in that mode. Both are stopped and removed when t ends.
+// writes standby.signal and primary_conninfo), starts the clone, makes
+// mode the primary's rule and waits until the standby streams in that
+// mode. With rtt above 0, the standby reaches its primary through a
+// latencyProxy of that round trip (a standby in another zone); with 0,
+// directly. Both are stopped and removed when t ends.
 //
 // synchronous_standby_names is set on the primary only, after the clone:
 // a promoted standby that inherited it would wait for a standby of its own
 // that does not exist, and every commit would hang.
-func startPair(t testing.TB, mode replication, settings ...string) *pgPair {
+func startPair(t testing.TB, mode replication, rtt time.Duration) *pgPair {
 	t.Helper()
-	p := &pgPair{primary: startPostgres(t, settings...)}
-	p.standby = newPGServer(t, settings)
-	p.standby.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(p.primary.port), "-U", "postgres",
+	p := &pgPair{primary: startPostgres(t)}
+	p.standby = newPGServer(t)
+	upstream := p.primary.port
+	if rtt > 0 {
+		p.link = startLatencyProxy(t, "127.0.0.1:"+strconv.Itoa(p.primary.port), rtt)
+		upstream = p.link.Port()
+	}
+	p.standby.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(upstream), "-U", "postgres",
 		"-D", p.standby.data(), "-R", "-X", "stream", "-c", "fast", "--no-sync")
 	p.standby.Start()
+	p.SetMode(t, mode)
+	return p
+}
+
+// SetMode makes mode the primary's rule and waits until the standby
+// streams in that mode.
+func (p *pgPair) SetMode(t testing.TB, mode replication) {
+	t.Helper()
 	names := ""
 	if mode == synchronous {
 		names = "*"
@@ -71,7 +89,7 @@ func startPair(t testing.TB, mode replication, settings ...string) *pgPair {
 		var state string
 		err := conn.QueryRow(ctx, "SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'").Scan(&state)
 		if err == nil && state == mode.String() {
-			return p
+			return
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("the standby does not stream in %s mode within 30s (sync_state %q, %v)", mode, state, err)
