@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/internal/testenv"
 	dedupgrpc "github.com/dedup-go/dedup/middleware/grpc"
 	"github.com/dedup-go/dedup/store"
@@ -124,28 +125,23 @@ func assertNoError(t testing.TB, err error) bool {
 	return true
 }
 
-// The same key from two principals is two operations: each runs once and
-// each is replayed its own response.
+// The same key from two principals is two operations: each call made
+// three times at once and retried until answered runs once per principal,
+// and each principal's copies are replayed its own response.
 func TestTwoPrincipals(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func(testing.TB) store.Store) {
-		svc, s := setup(t, newStore(t), nil)
-		req := chargeReq("acct-1", 500, "")
-		ra, _, err := s.charge(t, req, "x-tenant", "alice", dedupgrpc.MetadataKey, "k-1")
-		require.NoError(t, err)
-		rb, _, err := s.charge(t, req, "x-tenant", "bob", dedupgrpc.MetadataKey, "k-1")
-		require.NoError(t, err)
-		require.Equal(t, int64(2), svc.runs.Load())
-		require.NotEqual(t, idOf(ra), idOf(rb))
-		for _, c := range []struct {
-			tenant string
-			want   *dynamicpb.Message
-		}{{"alice", ra}, {"bob", rb}, {"alice", ra}} {
-			got, header, err := s.charge(t, req, "x-tenant", c.tenant, dedupgrpc.MetadataKey, "k-1")
-			require.NoError(t, err)
-			requireReplayed(t, header, true)
-			require.Equal(t, idOf(c.want), idOf(got), c.tenant)
-		}
-		require.Equal(t, int64(2), svc.runs.Load())
+		var fx deduptest.Effects
+		svc := &payments{fn: func(ctx context.Context, run int64, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+			principal, _ := tenant(ctx)
+			fx.Record(principal)
+			return reply(run, req), nil
+		}}
+		s := serve(t, svc, newInterceptor(t, newStore(t), nil))
+		rep := retried(t, s, chargeReq("acct-1", 500, ""), []call{{"alice", "k-1"}, {"bob", "k-1"}}, &fx)
+		// Once per principal (a principal answered with the other's record
+		// would show no effect), every copy answered, every replay its
+		// principal's first answer.
+		rep.Check(t)
 	})
 }
 

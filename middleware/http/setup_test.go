@@ -116,6 +116,13 @@ type req struct {
 }
 
 func (q req) build(t testing.TB, base string) *http.Request {
+	r, err := q.request(context.Background(), base)
+	require.NoError(t, err)
+	return r
+}
+
+// request is build for a goroutine other than the test's.
+func (q req) request(ctx context.Context, base string) (*http.Request, error) {
 	method := q.method
 	if method == "" {
 		method = http.MethodPost
@@ -124,8 +131,10 @@ func (q req) build(t testing.TB, base string) *http.Request {
 	if path == "" {
 		path = "/orders/o-1/pay"
 	}
-	r, err := http.NewRequest(method, base+path, strings.NewReader(q.body))
-	require.NoError(t, err)
+	r, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(q.body))
+	if err != nil {
+		return nil, err
+	}
 	if q.key != "" {
 		r.Header.Set(deduphttp.HeaderKey, q.key)
 	}
@@ -135,7 +144,7 @@ func (q req) build(t testing.TB, base string) *http.Request {
 	for k, v := range q.header {
 		r.Header.Set(k, v)
 	}
-	return r
+	return r, nil
 }
 
 // do sends q to srv.
