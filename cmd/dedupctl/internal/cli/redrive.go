@@ -109,9 +109,47 @@ still in the stream's duplicate window) is reported as skipped
 }
 
 func (ro *redriveOptions) rabbitMQCmd(o *options) *cobra.Command {
-	return &cobra.Command{Use: "rabbitmq", Hidden: true, RunE: func(*cobra.Command, []string) error {
-		return usageErrorf("redrive rabbitmq: not built yet")
-	}}
+	var cfg redrive.RabbitMQConfig
+	cmd := &cobra.Command{
+		Use:   "rabbitmq --queue DLQ",
+		Short: "Redrive the dead letters of a RabbitMQ queue",
+		Long: `Redrive the dead letters of a RabbitMQ queue: each goes back to the queue named
+by its Dedup-Queue header, through the default exchange (an exchange the
+producer used might hand a copy to every queue bound to it, and only this one
+dead-lettered it), published mandatory with publisher confirms; the letter is
+then acknowledged.
+
+Dead letters of the broker's own dead-lettering (the adapter's
+RejectDeadLetters, a queue's x-dead-letter-exchange) carry only x-death: they
+go to the queue it names, with Dedup-Original-Exchange and
+Dedup-Original-Routing-Key set from it. They carry no key: give --key-from
+(and --namespace) so that their records are read and forgotten like the
+others'; without it they are republished without, and a record that reached
+MaxAttempts dead-letters the copy again.
+
+The letters are read with basic.get and held until the run ends, so that one
+pass (a dry run too) reads each letter once, at most as many as the queue
+held when it began; those left in place go back to the queue when it ends.`,
+		Example: `  dedupctl redrive rabbitmq --amqp amqp://guest:guest@rabbitmq:5672/ --queue orders.dlq --redis redis://redis:6379/0 --dry-run
+  dedupctl redrive rabbitmq --queue orders.dlq --key-from json:id --namespace orders`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.URL == "" {
+				return usageErrorf("no RabbitMQ broker: give --amqp URL ($%s)", EnvAMQPURL)
+			}
+			if cfg.Queue == "" {
+				return usageErrorf("no dead-letter queue: give --queue")
+			}
+			cfg.Timeout = o.timeout
+			return ro.run(cmd.Context(), o, func(ctx context.Context) (redrive.Source, error) {
+				return redrive.NewRabbitMQ(ctx, cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.URL, "amqp", os.Getenv(EnvAMQPURL), "RabbitMQ broker `URL`, amqp://user:password@host:5672/vhost ($"+EnvAMQPURL+")")
+	f.StringVar(&cfg.Queue, "queue", "", "the dead-letter `queue`")
+	return cmd
 }
 
 func (ro *redriveOptions) kafkaCmd(o *options) *cobra.Command {

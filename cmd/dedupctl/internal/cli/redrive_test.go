@@ -72,20 +72,35 @@ func TestRedriveUnreachableBroker(t *testing.T) {
 	silent := testenv.SilentServer(t)
 	closed := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	for _, addr := range []string{silent, closed} {
-		args := append([]string{"--timeout", "500ms", "redrive", "nats", "--nats", "nats://" + addr, "--stream", "DLQ"}, redriveStoreFlags(t)...)
-		code, _, stderr := redriveRun(t, args...)
-		require.Equal(t, ExitError, code, "stderr: %s", stderr)
-		require.Contains(t, stderr, "NATS nats://"+addr)
+		for _, tc := range []struct {
+			args  []string
+			where string
+		}{
+			{[]string{"nats", "--nats", "nats://" + addr, "--stream", "DLQ"}, "NATS nats://" + addr},
+			{[]string{"rabbitmq", "--amqp", "amqp://guest:secret@" + addr + "/", "--queue", "dlq"}, "RabbitMQ amqp://guest:xxxxx@" + addr + "/"},
+		} {
+			args := append(append([]string{"--timeout", "500ms", "redrive"}, tc.args...), redriveStoreFlags(t)...)
+			code, _, stderr := redriveRun(t, args...)
+			require.Equal(t, ExitError, code, "stderr: %s", stderr)
+			require.Contains(t, stderr, tc.where)
+			require.NotContains(t, stderr, "secret")
+		}
 	}
 }
 
-// TestRedriveStreamNotFound: a dead-letter stream that does not exist is
-// "not found" (exit 3).
-func TestRedriveStreamNotFound(t *testing.T) {
+// TestRedriveDestinationNotFound: a dead-letter stream or queue that does
+// not exist is "not found" (exit 3).
+func TestRedriveDestinationNotFound(t *testing.T) {
 	t.Parallel()
-	url := testenv.NATS.Addr(t)
-	args := append([]string{"redrive", "nats", "--nats", url, "--stream", "NO_SUCH_STREAM_FOR_DEDUPCTL"}, redriveStoreFlags(t)...)
-	code, _, stderr := redriveRun(t, args...)
-	require.Equal(t, ExitNotFound, code, "stderr: %s", stderr)
-	require.Contains(t, stderr, `stream "NO_SUCH_STREAM_FOR_DEDUPCTL"`)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nats", "--nats", testenv.NATS.Addr(t), "--stream", "NO_SUCH_STREAM_FOR_DEDUPCTL"}, `stream "NO_SUCH_STREAM_FOR_DEDUPCTL"`},
+		{[]string{"rabbitmq", "--amqp", testenv.RabbitMQ.Addr(t), "--queue", "no.such.queue.for.dedupctl"}, `queue "no.such.queue.for.dedupctl"`},
+	} {
+		code, _, stderr := redriveRun(t, append(append([]string{"redrive"}, tc.args...), redriveStoreFlags(t)...)...)
+		require.Equal(t, ExitNotFound, code, "stderr: %s", stderr)
+		require.Contains(t, stderr, tc.want)
+	}
 }
