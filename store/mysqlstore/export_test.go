@@ -12,3 +12,7 @@ func Retried(s *Store) int64 { return s.retried.Load() }
 
 // Successor is successor, for its edge cases.
 var Successor = successor
+
+// ClaimSQL is the claim statement of one key: key, token, fingerprint,
+// lease (µs), lease plus AbandonedTTL (µs).
+func ClaimSQL(s *Store) string { return s.sql.claim(1) }
