@@ -63,7 +63,7 @@ func (o *options) redisClient(ctx context.Context) (redis.UniversalClient, strin
 	default:
 		c, where, err := o.redisSingle()
 		if err != nil {
-			return nil, "", err
+			return nil, "", err // not c: a nil *redis.Client would make a non-nil interface
 		}
 		return c, where, nil
 	}
