@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/internal/testenv"
@@ -59,8 +59,7 @@ func TestConnectionCut(t *testing.T) {
 		// on the new channel, where their tags mean nothing or another
 		// message.
 		var (
-			mu        sync.Mutex
-			effects   = map[string]int{}
+			charged   deduptest.Effects
 			blocking  atomic.Bool
 			blocked   atomic.Int64
 			cancelled atomic.Int64
@@ -82,15 +81,8 @@ func TestConnectionCut(t *testing.T) {
 				}
 			}
 			time.Sleep(time.Millisecond)
-			mu.Lock()
-			effects[m.Body.ID]++
-			mu.Unlock()
+			charged.Record(m.Body.ID)
 			return struct{}{}, nil
-		}
-		charged := func() int {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(effects)
 		}
 		store, err := memstore.New(nil)
 		require.NoError(t, err)
@@ -106,15 +98,17 @@ func TestConnectionCut(t *testing.T) {
 		require.NoError(t, err)
 
 		var msgs []amqp.Publishing
+		var ids []string
 		for i := range orders {
 			id := fmt.Sprintf("o-%05d", i)
 			msgs = append(msgs, amqp.Publishing{MessageId: id, Body: orderJSON(t, Order{ID: id, Cents: i})})
+			ids = append(ids, id)
 		}
 		publishAll(t, conn, top.Queue, msgs)
 		require.NoError(t, c.Start(t.Context()))
 		stopAtCleanup(t, c)
 
-		eventually(t, "a third of the orders charged", func() bool { return charged() >= orders/3 })
+		eventually(t, "a third of the orders charged", func() bool { return charged.Len() >= orders/3 })
 		blocking.Store(true)
 		eventually(t, "every worker blocked in its handler", func() bool { return blocked.Load() == int64(dedupamqp.DefaultConcurrency) })
 		proxy.Load().Cut()
@@ -122,7 +116,7 @@ func TestConnectionCut(t *testing.T) {
 		eventually(t, "reconnect attempts failing against the cut proxy", func() bool {
 			return len(lg.contains("reconnect failed")) >= 2
 		})
-		atCut := charged()
+		atCut := charged.Len()
 		blocking.Store(false)
 		proxy.Store(redistest.StartProxy(t, target))
 		// Their redeliveries wait for them (one key, one process), so
@@ -130,21 +124,12 @@ func TestConnectionCut(t *testing.T) {
 		eventually(t, "the consumer on a new connection", func() bool { return c.Stats().Reconnects >= 1 })
 		close(release) // the old session's handlers succeed now
 
-		eventually(t, "every order charged", func() bool { return charged() == orders })
+		eventually(t, "every order charged", func() bool { return charged.Len() == orders })
 		eventually(t, "the queue drained", func() bool { return depth(t, conn, top.Queue) == 0 })
 		require.NoError(t, c.Stop(t.Context()))
 		require.NoError(t, c.Err())
 
-		mu.Lock()
-		var doubled []string
-		for id, n := range effects {
-			if n != 1 {
-				doubled = append(doubled, fmt.Sprintf("%s=%d", id, n))
-			}
-		}
-		require.Len(t, effects, orders, "orders lost")
-		mu.Unlock()
-		require.Empty(t, doubled, "orders charged more than once")
+		charged.ExactlyOnce(ids...).Check(t)
 		require.Less(t, atCut, orders, "the cut came after the work was done")
 
 		st := c.Stats()
