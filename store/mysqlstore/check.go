@@ -107,6 +107,10 @@ func (s *Store) problems(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	problems = append(problems, keyProblems...)
+	if len(colProblems) > 0 {
+		// The probes of the privileges name the columns.
+		return problems, nil
+	}
 	lacks, err := s.privileges(ctx)
 	if err != nil {
 		return nil, err
@@ -244,9 +248,9 @@ func (s *Store) privileges(ctx context.Context) ([]string, error) {
 
 // quoteUser quotes CURRENT_USER()'s user@host for a GRANT.
 func quoteUser(u string) string {
-	name, host, ok := strings.Cut(u, "@")
-	if !ok {
+	i := strings.LastIndexByte(u, '@')
+	if i < 0 {
 		return u
 	}
-	return "'" + name + "'@'" + host + "'"
+	return "'" + u[:i] + "'@'" + u[i+1:] + "'"
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -68,8 +70,12 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
 	if err := db.PingContext(cctx); err != nil {
-		if ctx.Err() != nil {
+		var myErr *mysql.MySQLError
+		switch {
+		case ctx.Err() != nil:
 			return nil, fmt.Errorf("mysqlstore: connect to the server: %w", ctx.Err())
+		case errors.As(err, &myErr) && misconfigurations[myErr.Number] != "":
+			return nil, s.fail(ctx, "connect", "", err)
 		}
 		return nil, fmt.Errorf("mysqlstore: %w: the server does not answer: %w", store.ErrUnavailable, s.timedOut(err))
 	}
