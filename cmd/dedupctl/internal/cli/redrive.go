@@ -152,10 +152,56 @@ held when it began; those left in place go back to the queue when it ends.`,
 	return cmd
 }
 
+// defaultGroup is the consumer group whose offsets record which Kafka
+// dead letters were redriven.
+const defaultGroup = "dedupctl-redrive"
+
 func (ro *redriveOptions) kafkaCmd(o *options) *cobra.Command {
-	return &cobra.Command{Use: "kafka", Hidden: true, RunE: func(*cobra.Command, []string) error {
-		return usageErrorf("redrive kafka: not built yet")
-	}}
+	var cfg redrive.KafkaConfig
+	brokers := strings.Split(os.Getenv(EnvKafkaBroker), ",")
+	if brokers[0] == "" {
+		brokers = nil
+	}
+	cmd := &cobra.Command{
+		Use:   "kafka --topic DLQ_TOPIC",
+		Short: "Redrive the dead letters of a Kafka topic",
+		Long: `Redrive the dead letters of a Kafka topic: each goes back to the topic and
+partition named by its Dedup-Topic and Dedup-Partition headers, with its key,
+value and headers and the original's Message-Id back, written with acks from
+all in-sync replicas (acks=all).
+
+A topic keeps its records: a letter is removed by committing the offset of the
+tool's own consumer group (--group, never your consumers' group) past it. Each
+partition is read from that offset to the end it had when the run began. The
+offset only passes letters in order: a letter left in place (skipped, refused,
+or not matching the filters) holds its partition's offset, and the letters
+after it that were redriven are read again by the next run, which finds their
+records completed and passes them. To look at passed letters again, give
+another --group or reset this one's offsets.`,
+		Example: `  dedupctl redrive kafka --brokers kafka-0:9092,kafka-1:9092 --topic orders.dlq --redis redis://redis:6379/0 --dry-run
+  dedupctl redrive kafka --topic orders.dlq --reason attempts-exhausted --limit 100`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Brokers = brokers
+			switch {
+			case len(cfg.Brokers) == 0:
+				return usageErrorf("no Kafka broker: give --brokers HOST:PORT,... ($%s)", EnvKafkaBroker)
+			case cfg.Topic == "":
+				return usageErrorf("no dead-letter topic: give --topic")
+			case cfg.Group == "":
+				return usageErrorf("--group: an empty group")
+			}
+			cfg.Timeout = o.timeout
+			return ro.run(cmd.Context(), o, func(ctx context.Context) (redrive.Source, error) {
+				return redrive.NewKafka(ctx, cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&brokers, "brokers", brokers, "Kafka bootstrap brokers, `HOST:PORT`,... ($"+EnvKafkaBroker+")")
+	f.StringVar(&cfg.Topic, "topic", "", "the dead-letter `topic`")
+	f.StringVar(&cfg.Group, "group", defaultGroup, "the tool's own consumer `group`, whose committed offsets say which dead letters are done")
+	return cmd
 }
 
 // engineOptions checks the shared flags and turns them into the engine's.

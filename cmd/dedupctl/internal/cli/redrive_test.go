@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/dedup-go/dedup/internal/testenv"
 )
@@ -47,6 +48,10 @@ func TestRedriveUsage(t *testing.T) {
 		{"unknown broker", []string{"redrive", "sqs"}, "unknown command"},
 		{"no server", []string{"redrive", "nats", "--stream", "DLQ"}, "no NATS server: give --nats URL ($DEDUP_NATS_URL)"},
 		{"no stream", []string{"redrive", "nats", "--nats", "nats://127.0.0.1:4222"}, "no dead-letter stream"},
+		{"no amqp", []string{"redrive", "rabbitmq", "--queue", "dlq"}, "no RabbitMQ broker: give --amqp URL ($DEDUP_AMQP_URL)"},
+		{"no queue", []string{"redrive", "rabbitmq", "--amqp", "amqp://127.0.0.1:5672/"}, "no dead-letter queue"},
+		{"no brokers", []string{"redrive", "kafka", "--topic", "dlq"}, "no Kafka broker: give --brokers HOST:PORT,... ($DEDUP_KAFKA_BROKERS)"},
+		{"no topic", []string{"redrive", "kafka", "--brokers", "127.0.0.1:9092"}, "no dead-letter topic"},
 		{"bad since", append(nats, "--since", "yesterday"), `--since "yesterday"`},
 		{"negative since", append(nats, "--since", "-2h"), `--since "-2h"`},
 		{"negative limit", append(nats, "--limit", "-1"), "--limit -1"},
@@ -78,6 +83,7 @@ func TestRedriveUnreachableBroker(t *testing.T) {
 		}{
 			{[]string{"nats", "--nats", "nats://" + addr, "--stream", "DLQ"}, "NATS nats://" + addr},
 			{[]string{"rabbitmq", "--amqp", "amqp://guest:secret@" + addr + "/", "--queue", "dlq"}, "RabbitMQ amqp://guest:xxxxx@" + addr + "/"},
+			{[]string{"kafka", "--brokers", addr, "--topic", "dlq"}, "Kafka " + addr},
 		} {
 			args := append(append([]string{"--timeout", "500ms", "redrive"}, tc.args...), redriveStoreFlags(t)...)
 			code, _, stderr := redriveRun(t, args...)
@@ -98,9 +104,18 @@ func TestRedriveDestinationNotFound(t *testing.T) {
 	}{
 		{[]string{"nats", "--nats", testenv.NATS.Addr(t), "--stream", "NO_SUCH_STREAM_FOR_DEDUPCTL"}, `stream "NO_SUCH_STREAM_FOR_DEDUPCTL"`},
 		{[]string{"rabbitmq", "--amqp", testenv.RabbitMQ.Addr(t), "--queue", "no.such.queue.for.dedupctl"}, `queue "no.such.queue.for.dedupctl"`},
+		{[]string{"kafka", "--brokers", redriveKafka(t), "--topic", "no.such.topic"}, `topic "no.such.topic"`},
 	} {
 		code, _, stderr := redriveRun(t, append(append([]string{"redrive"}, tc.args...), redriveStoreFlags(t)...)...)
 		require.Equal(t, ExitNotFound, code, "stderr: %s", stderr)
 		require.Contains(t, stderr, tc.want)
 	}
+}
+
+// redriveKafka starts an in-process Kafka cluster (kfake) for the test.
+func redriveKafka(t *testing.T) string {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders.dlq"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()[0]
 }
