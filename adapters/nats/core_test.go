@@ -111,7 +111,7 @@ func TestCoreRequestTwice(t *testing.T) {
 		}
 		require.Equal(t, map[string]string{"undecodable": "{oops", "no-key": string(orderJSON(t, Order{ID: "o-5"}))}, reasons)
 
-		requireExactlyOnce(t, fx, []string{"o-1", "o-2", "o-3"})
+		fx.ExactlyOnce("o-1", "o-2", "o-3").Check(t)
 	})
 }
 
@@ -149,6 +149,6 @@ func TestCoreQueueGroupDropsDuplicates(t *testing.T) {
 		}
 		require.NoError(t, nc.Flush())
 		require.Eventually(t, func() bool { return deliveries.Load() == 2*orders }, 30*time.Second, 20*time.Millisecond)
-		requireExactlyOnce(t, fx, want)
+		fx.ExactlyOnce(want...).Check(t)
 	})
 }

@@ -146,7 +146,7 @@ func TestDropPoisonLogsAndCounts(t *testing.T) {
 
 		settled(t, cons, 20*time.Second)
 		require.Eventually(t, func() bool { return c.Stats().PoisonDropped == 1 }, 10*time.Second, 10*time.Millisecond)
-		requireExactlyOnce(t, fx, []string{"o-1"})
+		fx.ExactlyOnce("o-1").Check(t)
 		require.Contains(t, logs.String(), "level=ERROR msg=\"dedupnats: poison message dropped")
 		require.Contains(t, logs.String(), "stream="+n.stream+" sequence=1 ")
 		require.Contains(t, logs.String(), "reason=undecodable")

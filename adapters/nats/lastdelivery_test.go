@@ -96,7 +96,7 @@ func TestLastDeliveryWaitsForHolder(t *testing.T) {
 
 				settled(t, cons, 20*time.Second)
 				require.NoError(t, c.Stop(t.Context())) // every settlement reported and counted
-				requireExactlyOnce(t, fx, []string{"o-1"})
+				fx.ExactlyOnce("o-1").Check(t)
 				mu.Lock()
 				defer mu.Unlock()
 				// The first delivery is Nak'd; the last is held in place,

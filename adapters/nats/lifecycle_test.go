@@ -73,7 +73,7 @@ func startRunning(t *testing.T, url, kind string) running {
 	require.NoError(t, rn.r.Start(ctx))
 	stopAtCleanup(t, rn.r)
 	publish()
-	require.Eventually(t, func() bool { return len(fx.snapshot()) == 1 }, 10*time.Second, 10*time.Millisecond, "the order was not handled")
+	require.Eventually(t, func() bool { return fx.Len() == 1 }, 10*time.Second, 10*time.Millisecond, "the order was not handled")
 	return rn
 }
 

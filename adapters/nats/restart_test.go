@@ -93,7 +93,7 @@ func TestJetStreamRestartWithoutDrain(t *testing.T) {
 			t.Fatal("the consumer did not stop when its connection closed")
 		}
 		require.Error(t, c1.Err(), "a closed connection is reported")
-		require.Less(t, len(fx.snapshot()), orders, "the crash came too late to test anything")
+		require.Less(t, fx.Len(), orders, "the crash came too late to test anything")
 
 		// Second process: same durable consumer, same store.
 		_, js2 := connect(t, url)
@@ -104,9 +104,8 @@ func TestJetStreamRestartWithoutDrain(t *testing.T) {
 		require.NoError(t, c2.Start(t.Context()))
 		stopAtCleanup(t, c2)
 
-		require.Eventually(t, func() bool { return len(fx.snapshot()) == orders }, 60*time.Second, 50*time.Millisecond)
-		settled(t, cons2, 30*time.Second)
-		requireExactlyOnce(t, fx, want)
+		settled(t, cons2, 60*time.Second)
+		fx.ExactlyOnce(want...).Check(t)
 	})
 }
 
@@ -154,15 +153,14 @@ func TestJetStreamStoreDownFailClosed(t *testing.T) {
 
 		// Every order is refused at least twice: redelivered after the Nak.
 		require.Eventually(t, func() bool { return refused.Load() >= 2*orders }, 30*time.Second, 20*time.Millisecond)
-		require.Empty(t, fx.snapshot(), "the handler ran while the store was down")
+		require.Zero(t, fx.Len(), "the handler ran while the store was down")
 		require.Nil(t, badDelay.Load(), "a refused delivery was not Nak'd with the store retry delay")
 		info, err := cons.Info(t.Context())
 		require.NoError(t, err)
 		require.Positive(t, info.NumAckPending+int(info.NumPending)+info.NumRedelivered, "nothing is waiting for redelivery")
 
 		srv.Start()
-		require.Eventually(t, func() bool { return len(fx.snapshot()) == orders }, 30*time.Second, 20*time.Millisecond)
 		settled(t, cons, 30*time.Second)
-		requireExactlyOnce(t, fx, want)
+		fx.ExactlyOnce(want...).Check(t)
 	})
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/internal/adaptertest"
 	"github.com/dedup-go/dedup/internal/testenv"
 )
@@ -142,50 +142,17 @@ func orderJSON(t testing.TB, o Order) []byte {
 	return b
 }
 
-// effects counts side effects per order id.
+// effects counts side effects per order id, and in all.
 type effects struct {
-	mu     sync.Mutex
-	counts map[string]int
-	total  atomic.Int64
+	deduptest.Effects
+	total atomic.Int64
 }
 
-func newEffects() *effects { return &effects{counts: map[string]int{}} }
+func newEffects() *effects { return &effects{} }
 
 func (e *effects) add(id string) int64 {
-	e.mu.Lock()
-	e.counts[id]++
-	e.mu.Unlock()
+	e.Record(id)
 	return e.total.Add(1)
-}
-
-func (e *effects) snapshot() map[string]int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make(map[string]int, len(e.counts))
-	for k, v := range e.counts {
-		out[k] = v
-	}
-	return out
-}
-
-// requireExactlyOnce checks that every id in want had its effect exactly
-// once and that nothing else had one.
-func requireExactlyOnce(t testing.TB, e *effects, want []string) {
-	t.Helper()
-	got := e.snapshot()
-	var missing, doubled []string
-	for _, id := range want {
-		switch got[id] {
-		case 1:
-		case 0:
-			missing = append(missing, id)
-		default:
-			doubled = append(doubled, id)
-		}
-	}
-	require.Empty(t, missing, "orders never processed (lost)")
-	require.Empty(t, doubled, "orders processed more than once")
-	require.Len(t, got, len(want), "effects for orders that were never published")
 }
 
 // settled waits until the consumer has nothing pending or unacknowledged.

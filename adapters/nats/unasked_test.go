@@ -41,7 +41,7 @@ func TestConsumerDeletedIsAnError(t *testing.T) {
 			stopAtCleanup(t, c)
 			_, err = js.Publish(t.Context(), n.subject, orderJSON(t, Order{ID: "o-1"}))
 			require.NoError(t, err)
-			require.Eventually(t, func() bool { return len(fx.snapshot()) == 1 }, 10*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return fx.Len() == 1 }, 10*time.Second, 10*time.Millisecond)
 
 			switch what {
 			case "consumer":

@@ -51,7 +51,7 @@ func TestInvalidUTF8Bodies(t *testing.T) {
 				got = append(got, d.Data())
 			}
 			require.ElementsMatch(t, bodies, got, "each dead letter carries its original bytes")
-			require.Empty(t, fx.snapshot())
+			require.Zero(t, fx.Len())
 		})
 		t.Run("own decoder", func(t *testing.T) {
 			n := newNames()
@@ -74,7 +74,7 @@ func TestInvalidUTF8Bodies(t *testing.T) {
 			require.NoError(t, c.Start(t.Context()))
 			stopAtCleanup(t, c)
 			settled(t, cons, 20*time.Second)
-			requireExactlyOnce(t, fx, []string{string(bodies[0]), string(bodies[1])})
+			fx.ExactlyOnce(string(bodies[0]), string(bodies[1])).Check(t)
 			for range bodies {
 				select {
 				case r := <-reasons:
