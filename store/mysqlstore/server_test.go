@@ -121,4 +121,3 @@ func (s *mariadbServer) Kill() {
 	}
 	s.cmd = nil
 }
-
