@@ -4,8 +4,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	"github.com/dedup-go/dedup/deduptest"
 )
 
 // TestFailoverMeasure runs, when DEDUP_FAILOVER_MEASURE=1, the failovers
@@ -44,11 +42,11 @@ func TestFailoverMeasure(t *testing.T) {
 			for _, w := range run.wrong {
 				t.Log(w)
 			}
-			for _, p := range run.effects.ProblemsOf(deduptest.DoubleEffect) {
-				t.Log(p)
+			for _, d := range run.doubles {
+				t.Log(d)
 			}
-			if lost := run.effects.ProblemsOf(deduptest.NoEffect); len(lost) > 0 {
-				t.Errorf("%d messages lost: %v", len(lost), lost)
+			if len(run.lost) > 0 {
+				t.Errorf("%d messages lost: %v", len(run.lost), run.lost)
 			}
 			if run.unsettled > 0 {
 				t.Errorf("%d copies never settled", run.unsettled)
