@@ -64,7 +64,7 @@ matches --reason/--since.`,
 	pf.IntVar(&ro.limit, "limit", 0, "stop after this many dead letters matching the filters (0: no limit)")
 	pf.BoolVar(&ro.dryRun, "dry-run", false, "list what would be done and change nothing")
 	pf.BoolVar(&ro.force, "force", false, "republish no-key, invalid-key, undecodable and key-reused dead letters too (never truncated ones)")
-	pf.StringVar(&ro.keyFrom, "key-from", "", "derive the key of RabbitMQ's own dead letters (x-death, no Dedup-Key) as the receiver does: message-id, header:NAME or json:FIELD, in --namespace")
+	pf.StringVar(&ro.keyFrom, "key-from", "", "derive the key of RabbitMQ's own dead letters (x-death, no Dedup-Key) as the receiver does: `FROM` is message-id, header:NAME or json:FIELD, in --namespace")
 	cmd.AddCommand(ro.natsCmd(o), ro.rabbitMQCmd(o), ro.kafkaCmd(o))
 	return cmd
 }
@@ -220,9 +220,12 @@ func (ro *redriveOptions) engineOptions(o *options, now time.Time) (redrive.Opti
 		}
 	}
 	if ro.keyFrom != "" {
+		if o.namespace == "" {
+			return opts, usageErrorf("--key-from needs the receivers' namespace: give --namespace ($%s)", EnvNamespace)
+		}
 		k, err := redrive.ParseKeyFrom(ro.keyFrom, o.namespace)
 		if err != nil {
-			return opts, usageErrorf("--%v (give --namespace with it)", err)
+			return opts, usageErrorf("--%v", err)
 		}
 		opts.KeyFrom = k
 	}
@@ -231,14 +234,15 @@ func (ro *redriveOptions) engineOptions(o *options, now time.Time) (redrive.Opti
 
 // redriveRow is a dead letter's line of --output json.
 type redriveRow struct {
-	ID     string     `json:"id"`
-	Key    string     `json:"key"`
-	Reason string     `json:"reason"`
-	To     string     `json:"to"`
-	Time   *time.Time `json:"time,omitempty"`
-	Action string     `json:"action"`
-	Why    string     `json:"why,omitempty"`
-	Detail string     `json:"detail,omitempty"`
+	ID        string     `json:"id"`
+	MessageID string     `json:"message_id,omitempty"`
+	Key       string     `json:"key"`
+	Reason    string     `json:"reason"`
+	To        string     `json:"to"`
+	Time      *time.Time `json:"time,omitempty"`
+	Action    string     `json:"action"`
+	Why       string     `json:"why,omitempty"`
+	Detail    string     `json:"detail,omitempty"`
 }
 
 // redriveSummary is the last line of --output json.
@@ -281,25 +285,21 @@ func (ro *redriveOptions) run(ctx context.Context, o *options, open func(context
 		cancel()
 	}()
 
-	p := o.newPrinter(o.streams.Out, "ID", "KEY", "REASON", "TO", "ACTION", "WHY")
+	p := o.newPrinter(o.streams.Out, "ID", "KEY", "REASON", "TO", "ACTION", "DETAIL")
 	bar := o.newProgress(src.Size(), "redrive", "letters")
 	opts.Progress = func() { bar.add(1) }
 	sum, runErr := redrive.Run(ctx, src, opts, func(out redrive.Outcome) error {
 		l := out.Letter
-		row := redriveRow{ID: l.ID, Key: l.Key, Reason: l.Reason, To: l.To, Action: string(out.Action), Why: out.Why, Detail: out.Detail}
+		row := redriveRow{ID: l.ID, MessageID: l.MessageID, Key: l.Key, Reason: l.Reason, To: l.To, Action: string(out.Action), Why: out.Why, Detail: out.Detail}
 		if !l.Time.IsZero() {
 			t := l.Time.UTC()
 			row.Time = &t
 		}
 		action := string(out.Action)
-		if out.Detail != "" && out.Why == "" {
-			action += " (" + out.Detail + ")"
+		if out.Why != "" {
+			action += ": " + out.Why
 		}
-		why := out.Why
-		if out.Why != "" && out.Detail != "" {
-			why += ": " + out.Detail
-		}
-		return p.row(row, orDash(l.ID), orDash(l.Key), orDash(l.Reason), orDash(l.To), action, orDash(why))
+		return p.row(row, orDash(l.ID), orDash(l.Key), orDash(l.Reason), orDash(l.To), action, orDash(out.Detail))
 	})
 	bar.done()
 	if err := p.flush(); err != nil {

@@ -56,7 +56,7 @@ func TestRedriveUsage(t *testing.T) {
 		{"negative since", append(nats, "--since", "-2h"), `--since "-2h"`},
 		{"negative limit", append(nats, "--limit", "-1"), "--limit -1"},
 		{"bad key-from", append(nats, "--key-from", "body", "--namespace", "orders"), `key-from "body"`},
-		{"key-from without namespace", append(nats, "--key-from", "message-id"), "needs the receivers' namespace"},
+		{"key-from without namespace", append(nats, "--key-from", "message-id"), "--key-from needs the receivers' namespace: give --namespace ($DEDUP_NAMESPACE)"},
 		{"no store", nats[:6], "no store"},
 		{"argument", append(nats, "extra"), "unknown command"},
 	} {

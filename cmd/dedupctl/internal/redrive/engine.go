@@ -183,15 +183,15 @@ func (r *run) letter(ctx context.Context, l *Letter) (Outcome, error) {
 	}
 	switch {
 	case l.Marking == Unmarked:
-		return skip(WhyNoHeaders, "neither Dedup-* headers nor x-death: it does not say where it came from")
+		return skip(WhyNoHeaders, "neither Dedup-* headers nor x-death: where it came from is unknown")
 	case l.Truncated != "":
 		return skip(WhyTruncated, l.Truncated)
 	case l.To == "":
-		return skip(WhyNoDestination, "the header naming its origin is missing")
+		return skip(WhyNoDestination, "no header names where it came from")
 	}
 	forced := slices.Contains(unredrivable, l.Reason)
 	if forced && !r.opts.Force {
-		return skip(l.Reason, "a copy would be dead-lettered again; --force republishes it")
+		return skip(l.Reason, "a copy would be dead-lettered again (--force)")
 	}
 	if l.Key == "" && l.Marking == ByBroker && r.opts.KeyFrom != nil {
 		key, err := r.opts.KeyFrom.Key(l)
@@ -204,7 +204,7 @@ func (r *run) letter(ctx context.Context, l *Letter) (Outcome, error) {
 	case forced:
 		out.Detail = "forced"
 	case l.Key == "":
-		out.Detail = "no key: its record was neither read nor forgotten (--key-from)"
+		out.Detail = "no key: its record is neither read nor forgotten (--key-from)"
 	}
 
 	if l.Key != "" {
@@ -217,14 +217,14 @@ func (r *run) letter(ctx context.Context, l *Letter) (Outcome, error) {
 		case rec.State == store.StateCompleted && l.Reason == string(dedup.ReasonKeyReused):
 			// Another payload's record: it says nothing of this message.
 		case rec.State == store.StateCompleted:
-			out.Action, out.Detail = RemovedCompleted, fmt.Sprintf("record completed at attempt %d", rec.Attempt)
+			out.Action, out.Detail = RemovedCompleted, fmt.Sprintf("completed at attempt %d", rec.Attempt)
 			if r.opts.DryRun {
 				out.Action = WouldRemoveCompleted
 				return out, r.leave(ctx, l)
 			}
 			return out, r.remove(ctx, l)
 		case rec.State == store.StateProcessing && r.opts.Now().Before(rec.LeaseUntil):
-			return skip(WhyInFlight, fmt.Sprintf("attempt %d is processing, its lease ends at %s",
+			return skip(WhyInFlight, fmt.Sprintf("attempt %d is processing until %s",
 				rec.Attempt, rec.LeaseUntil.UTC().Format(time.RFC3339)))
 		}
 		// A failed record (forgotten, or to be in a dry run), or a lease

@@ -176,15 +176,16 @@ func fixedReceiver(t testing.TB, st store.Store, ns string, e *effects) *dedup.R
 // row is a line of the tool's --output json: a dead letter's, or the
 // summary.
 type row struct {
-	ID      string    `json:"id"`
-	Key     string    `json:"key"`
-	Reason  string    `json:"reason"`
-	To      string    `json:"to"`
-	Time    time.Time `json:"time"`
-	Action  string    `json:"action"`
-	Why     string    `json:"why"`
-	Detail  string    `json:"detail"`
-	Summary *summary  `json:"summary"`
+	ID        string    `json:"id"`
+	MessageID string    `json:"message_id"`
+	Key       string    `json:"key"`
+	Reason    string    `json:"reason"`
+	To        string    `json:"to"`
+	Time      time.Time `json:"time"`
+	Action    string    `json:"action"`
+	Why       string    `json:"why"`
+	Detail    string    `json:"detail"`
+	Summary   *summary  `json:"summary"`
 }
 
 type summary struct {

@@ -45,12 +45,13 @@ type Letter struct {
 	// never republished.
 	Truncated string
 
-	// MessageID, Header and Body serve a key derived by Options.KeyFrom
-	// for a broker's letter: the broker's message id property, a header's
-	// value, the body.
+	// MessageID is the original's message id, when it had one: its
+	// Nats-Msg-Id, AMQP message-id property or Kafka Message-Id header.
 	MessageID string
-	Header    func(name string) (string, bool)
-	Body      []byte
+	// Header reads a header of the letter, and Body is its body: with
+	// MessageID, what Options.KeyFrom derives a broker's letter's key from.
+	Header func(name string) (string, bool)
+	Body   []byte
 
 	// handle is the Source's own.
 	handle any

@@ -62,7 +62,8 @@ func newNATSEnv(t testing.TB, cfg ...func(*jetstream.StreamConfig)) *natsEnv {
 		f(&orders)
 	}
 	e.createStream(t, orders)
-	e.createStream(t, jetstream.StreamConfig{Name: e.dlqStream, Subjects: []string{e.dlq}, Storage: jetstream.MemoryStorage})
+	// The .other subject holds letters of another consumer's, for --subject.
+	e.createStream(t, jetstream.StreamConfig{Name: e.dlqStream, Subjects: []string{e.dlq, e.dlq + ".other"}, Storage: jetstream.MemoryStorage})
 	return e
 }
 
@@ -191,7 +192,13 @@ func (e *natsEnv) deadLetter(t testing.TB, orders []Order) {
 // publishLetter publishes a dead letter of the test's own making.
 func (e *natsEnv) publishLetter(t testing.TB, data []byte, hdr natsgo.Header) {
 	t.Helper()
-	m := natsgo.NewMsg(e.dlq)
+	e.publishLetterOn(t, e.dlq, data, hdr)
+}
+
+// publishLetterOn publishes a dead letter on subject.
+func (e *natsEnv) publishLetterOn(t testing.TB, subject string, data []byte, hdr natsgo.Header) {
+	t.Helper()
+	m := natsgo.NewMsg(subject)
 	m.Data = data
 	for k, vs := range hdr {
 		m.Header[k] = vs

@@ -290,3 +290,46 @@ func TestNATSDuplicateWindow(t *testing.T) {
 	require.EqualValues(t, 1, e.count(t, e.dlqStream), "the letter stays")
 	require.EqualValues(t, 1, e.count(t, e.stream), "the original alone")
 }
+
+// TestNATSDuplicateOfEarlierCopy: a copy the stream drops as a duplicate
+// of another message than the original (an earlier copy, published by a
+// run that crashed before removing the letter) is there already: the
+// letter is removed, and the stream holds that one copy.
+func TestNATSDuplicateOfEarlierCopy(t *testing.T) {
+	t.Parallel()
+	e := newNATSEnv(t, func(c *jetstream.StreamConfig) { c.Duplicates = time.Hour })
+	// The earlier copy, sequence 1 of the orders stream.
+	e.publish(t, orders("a"), func(_ int, h natsgo.Header) { h.Set(jetstream.MsgIDHeader, "msg-a") })
+	// The letter of an original that was sequence 7, whose id the
+	// stream has forgotten since.
+	e.publishLetter(t, orderJSON(t, Order{ID: "a", Cents: 100}), natsgo.Header{
+		dedupnats.HeaderReason: {"attempts-exhausted"}, dedupnats.HeaderKey: {"orders:a"},
+		dedupnats.HeaderSubject: {e.subject}, dedupnats.HeaderStream: {e.stream}, dedupnats.HeaderSequence: {"7"},
+		dedupnats.HeaderMsgID: {"msg-a"},
+	})
+
+	res := runTool(t, nil, e.args()...)
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	require.Equal(t, "republished", res.rows[0].Action)
+	require.Equal(t, "msg-a", res.rows[0].MessageID)
+	require.Zero(t, e.count(t, e.dlqStream), "the letter removed")
+	require.EqualValues(t, 1, e.count(t, e.stream), "the earlier copy alone")
+}
+
+// TestNATSSubjectFilter: --subject reads only the stream's letters on that
+// subject; the others are not even read.
+func TestNATSSubjectFilter(t *testing.T) {
+	t.Parallel()
+	e := newNATSEnv(t)
+	e.publishLetterOn(t, e.dlq+".other", []byte(`{"id":"x"}`), natsgo.Header{
+		dedupnats.HeaderReason: {"attempts-exhausted"}, dedupnats.HeaderSubject: {e.subject}, dedupnats.HeaderKey: {"orders:x"},
+	})
+	e.deadLetter(t, orders("a"))
+
+	res := runTool(t, nil, e.args("--subject", e.dlq, "--dry-run")...)
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	require.Equal(t, 1, res.summary.Read)
+	require.Len(t, res.rows, 1)
+	require.Equal(t, "orders:a", res.rows[0].Key)
+	require.Equal(t, "2", res.rows[0].ID, "the stream's second letter")
+}

@@ -25,14 +25,15 @@ func TestRabbitMQCrashHalfway(t *testing.T) {
 
 	first := crashRun(t, n/2, e.args()...)
 	eff := newEffects()
-	stop := e.consume(t, fixedReceiver(t, e.st, e.ns, eff), false, false)
+	fixed := e.consumer(t, fixedReceiver(t, e.st, e.ns, eff), false, false)
+	stop := fixed()
 	eventually(t, 30*time.Second, "the dead letters to come back after the kill", func() bool {
 		return e.depth(t, e.top.DeadLetterQueue) >= n-len(first)
 	})
 
 	second := runTool(t, nil, e.args()...)
 	require.Equal(t, 0, second.code, "stderr: %s", second.stderr)
-	e.drained(t, stop)
+	e.drained(t, stop, fixed)
 	requireExactlyOnce(t, eff, ids)
 	require.Zero(t, e.depth(t, e.top.DeadLetterQueue), "dead letters left")
 	t.Logf("first run: %d redriven before the kill; second run: %v", len(first), second.summary.Actions)
@@ -57,7 +58,8 @@ func TestRabbitMQCrashAfterConfirm(t *testing.T) {
 	require.Equal(t, "republished", res.rows[0].Action)
 	require.Equal(t, 2, e.depth(t, e.top.Queue), "a second copy")
 	eff := newEffects()
-	e.drained(t, e.consume(t, fixedReceiver(t, e.st, e.ns, eff), false, false))
+	fixed := e.consumer(t, fixedReceiver(t, e.st, e.ns, eff), false, false)
+	e.drained(t, fixed(), fixed)
 	requireExactlyOnce(t, eff, []string{"a"})
 	require.Zero(t, e.depth(t, e.top.DeadLetterQueue))
 }
@@ -96,15 +98,17 @@ func poisonRabbitMQ(t *testing.T, e *rabbitEnv) {
 	t.Helper()
 	eff := newEffects()
 	e.publishOrders(t, []Order{{ID: "reused", Cents: 1}})
-	e.drained(t, e.consume(t, fixedReceiver(t, e.st, e.ns, eff), false, true))
+	fixed := e.consumer(t, fixedReceiver(t, e.st, e.ns, eff), false, true)
+	e.drained(t, fixed(), fixed)
 	e.publish(t, e.top.Queue, []amqp.Publishing{
 		{Body: []byte(`{"cents": 5}`)},
 		{Body: []byte("not json")},
 		{Body: orderJSON(t, Order{ID: "reused", Cents: 2})},
 	})
-	stop := e.consume(t, brokenReceiver(t, e.st, e.ns), false, true)
+	broken := e.consumer(t, brokenReceiver(t, e.st, e.ns), false, true)
+	stop := broken()
 	e.waitDLQ(t, 3)
-	e.drained(t, stop)
+	e.drained(t, stop, broken)
 	e.publish(t, e.top.DeadLetterQueue, []amqp.Publishing{{Body: []byte(`{"id":"plain"}`), Headers: amqp.Table{"Source": "a producer"}}})
 }
 
@@ -229,7 +233,8 @@ func TestRabbitMQBrokerLetters(t *testing.T) {
 	}
 	e.publish(t, e.top.Queue, publishings(copies))
 	eff := newEffects()
-	e.drained(t, e.consume(t, fixedReceiver(t, e.st, e.ns, eff), true, false))
+	fixed := e.consumer(t, fixedReceiver(t, e.st, e.ns, eff), true, false)
+	e.drained(t, fixed(), fixed)
 	requireExactlyOnce(t, eff, []string{"a", "b"})
 	require.Zero(t, e.depth(t, e.top.DeadLetterQueue))
 }
