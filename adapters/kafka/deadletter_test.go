@@ -98,7 +98,7 @@ func testDeadLetterBeforeCommit(t *testing.T, batch int) {
 	eventually(t, 30*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return written == 1 && fx.distinct() == 2
+		return written == 1 && fx.Len() == 2
 	}, "the dead letter written, and the partition gone on")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -73,7 +73,7 @@ func TestDropPoisonLogsAndCounts(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))
 	stopAtCleanup(t, c)
-	eventually(t, 30*time.Second, func() bool { return fx.distinct() == 1 }, "the valid order to be processed")
+	eventually(t, 30*time.Second, func() bool { return fx.Len() == 1 }, "the valid order to be processed")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, c.Stop(ctx))

@@ -145,7 +145,7 @@ func TestReaderLeftToCaller(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))
 	stopAtCleanup(t, c)
-	eventually(t, 30*time.Second, func() bool { return fx.distinct() == 2 }, "both orders handled")
+	eventually(t, 30*time.Second, func() bool { return fx.Len() == 2 }, "both orders handled")
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
 	defer cancel()
 	require.NoError(t, c.Stop(ctx))
@@ -161,7 +161,7 @@ func TestReaderLeftToCaller(t *testing.T) {
 	m, err := r.FetchMessage(fctx)
 	require.NoError(t, err, "the reader was closed by the consumer")
 	require.Equal(t, int64(2), m.Offset)
-	require.Equal(t, 2, fx.distinct(), "the consumer handled a message after Stop")
+	require.Equal(t, 2, fx.Len(), "the consumer handled a message after Stop")
 
 	// The caller's Close leaves the group.
 	closed = true

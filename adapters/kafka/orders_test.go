@@ -179,7 +179,7 @@ func testOrders(t *testing.T, s store.Store, opts *dedupkafka.Options, strictOrd
 	for p := range partitions {
 		wantAll = append(wantAll, want[p]...)
 	}
-	eventually(t, 3*time.Minute, func() bool { return fx.distinct() >= len(wantAll) }, "orders processed")
+	eventually(t, 3*time.Minute, func() bool { return fx.Len() >= len(wantAll) }, "orders processed")
 	poison := 2 * orderCount / poisonEvery
 	eventually(t, time.Minute, func() bool {
 		mu.Lock()
@@ -198,7 +198,7 @@ func testOrders(t *testing.T, s store.Store, opts *dedupkafka.Options, strictOrd
 	require.NoError(t, c.Stop(ctx))
 	require.NoError(t, c.Err())
 
-	requireExactlyOnce(t, fx.snapshot(), wantAll)
+	fx.ExactlyOnce(wantAll...).Check(t)
 	mu.Lock()
 	require.Equal(t, orderCount/copyEvery, reasons[dedup.ReasonDuplicate], "every copy answered as a duplicate")
 	require.Equal(t, len(wantAll), reasons[dedup.ReasonProcessed])

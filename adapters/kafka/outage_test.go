@@ -90,7 +90,7 @@ func TestStoreDownFailClosed(t *testing.T) {
 	}
 	require.Empty(t, bad, "a refused delivery was not retried with the store retry delay")
 	mu.Unlock()
-	require.Empty(t, fx.snapshot(), "a handler ran while the store was down")
+	require.Zero(t, fx.Len(), "a handler ran while the store was down")
 
 	// Fetching stops once the buffers are full.
 	read := r.Stats().Messages
@@ -109,8 +109,8 @@ func TestStoreDownFailClosed(t *testing.T) {
 	t.Logf("read ahead while the store was down: %d messages (bound %d, of %d produced)", read, bound, count)
 
 	srv.Start()
-	eventually(t, time.Minute, func() bool { return fx.distinct() >= count }, "orders processed once Redis is back")
-	requireExactlyOnce(t, fx.snapshot(), want)
+	eventually(t, time.Minute, func() bool { return fx.Len() >= count }, "orders processed once Redis is back")
+	fx.ExactlyOnce(want...).Check(t)
 	for p := range partitions {
 		var wantP []string
 		for i := p; i < count; i += partitions {

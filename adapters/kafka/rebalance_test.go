@@ -21,6 +21,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store/redisstore"
@@ -213,7 +214,7 @@ func TestRebalanceStalls(t *testing.T) {
 	}
 
 	r := read()
-	requireExactlyOnce(t, r.counts, want)
+	r.counts.ExactlyOnce(want...).Check(t)
 	require.Contains(t, r.firsts, stuck, "the order the killed consumer held")
 	require.Equal(t, endOffsets(t, brokers, topic, rebalancePartitions), committed(t, brokers, group, topic, rebalancePartitions))
 
@@ -348,7 +349,7 @@ func (p *producer) stop() []string {
 
 // run is what the consumer processes of TestRebalanceStalls wrote.
 type run struct {
-	counts   map[string]int       // effects per order id
+	counts   deduptest.Effects    // effects per order id
 	firsts   map[string]time.Time // first effect per order id
 	handled  map[string]int       // effects per process
 	inFlight map[string]uint64    // the receiver's Stats().InFlight per process, written when it stopped
@@ -359,7 +360,7 @@ type run struct {
 
 func readRun(t testing.TB, procs []*process) *run {
 	t.Helper()
-	r := &run{counts: map[string]int{}, firsts: map[string]time.Time{}, handled: map[string]int{}, inFlight: map[string]uint64{}, parts: map[int][]time.Time{}}
+	r := &run{firsts: map[string]time.Time{}, handled: map[string]int{}, inFlight: map[string]uint64{}, parts: map[int][]time.Time{}}
 	ns := func(s string) time.Time {
 		v, err := strconv.ParseInt(s, 10, 64)
 		require.NoError(t, err)
@@ -372,7 +373,7 @@ func readRun(t testing.TB, procs []*process) *run {
 				at := ns(l[5])
 				part, err := strconv.Atoi(l[3])
 				require.NoError(t, err)
-				r.counts[l[1]]++
+				r.counts.Record(l[1])
 				if f, ok := r.firsts[l[1]]; !ok || at.Before(f) {
 					r.firsts[l[1]] = at
 				}

@@ -137,11 +137,11 @@ func TestRetryTopicTransient(t *testing.T) {
 	main := startConsumer(t, newReader(t, brokers, group, topic), rcv, opts)
 	retry := startConsumer(t, newReader(t, brokers, retryGroup, retry1, retry2), rcv, opts)
 
-	eventually(t, 30*time.Second, func() bool { return fx.distinct() == 10 }, "every order processed")
+	eventually(t, 30*time.Second, func() bool { return fx.Len() == 10 }, "every order processed")
 	stopNow(t, main)
 	stopNow(t, retry)
 
-	requireExactlyOnce(t, fx.snapshot(), ids)
+	fx.ExactlyOnce(ids...).Check(t)
 	want := append(append(append([]string(nil), ids[:3]...), ids[4:]...), ids[3])
 	require.Equal(t, want, fx.order(0), "the partition did not go on while the failed order waited in its retry topic")
 
@@ -198,7 +198,7 @@ func TestRetryTopicAttemptsExhausted(t *testing.T) {
 	letters := readAll(t, brokers, dlq, 1)
 	stopNow(t, main)
 	stopNow(t, retry)
-	requireExactlyOnce(t, fx.snapshot(), []string{orderID(0), orderID(2)})
+	fx.ExactlyOnce(orderID(0), orderID(2)).Check(t)
 	got := cl.of(orderID(1))
 	require.Len(t, got, 3, "MaxAttempts is 3")
 	for i, c := range got {
@@ -397,10 +397,10 @@ func TestRetryTopicWriteBeforeCommit(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, resp.Errors[retry1])
 	retry := startConsumer(t, newReader(t, brokers, retryGroup, retry1), rcv, opts)
-	eventually(t, 30*time.Second, func() bool { return fx.distinct() == 3 }, "every order processed")
+	eventually(t, 30*time.Second, func() bool { return fx.Len() == 3 }, "every order processed")
 	stopNow(t, main)
 	stopNow(t, retry)
-	requireExactlyOnce(t, fx.snapshot(), ids)
+	fx.ExactlyOnce(ids...).Check(t)
 	require.Equal(t, []string{orderID(0), orderID(2), orderID(1)}, fx.order(0))
 	require.Len(t, cl.of(orderID(1)), 2)
 	readAll(t, brokers, retry1, 1)

@@ -18,6 +18,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/internal/redistest"
 )
 
@@ -162,11 +163,13 @@ func TestScaleOut(t *testing.T) {
 	}
 
 	got := effects()
-	counts := map[string]int{}
+	var fx deduptest.Effects
 	for id, at := range got {
-		counts[id] = len(at)
+		for range at {
+			fx.Record(id)
+		}
 	}
-	requireExactlyOnce(t, counts, wantAll)
+	fx.ExactlyOnce(wantAll...).Check(t)
 	require.Contains(t, got, stuck)
 	t.Logf("group recovered from the SIGKILL in %v (kill to the effect of order %s, which the killed process was handling)",
 		time.Unix(0, got[stuck][0]).Sub(killed).Round(time.Millisecond), stuck)

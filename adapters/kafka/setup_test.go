@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/internal/adaptertest"
 )
 
@@ -124,68 +124,31 @@ func orderJSON(t testing.TB, o Order) []byte {
 
 func orderID(i int) string { return fmt.Sprintf("o-%05d", i) }
 
-// effects counts side effects per order id and keeps each partition's
-// order of first effects.
+// effects counts side effects per order id (deduptest.Effects) and in
+// all, and keeps each partition's order of first effects.
 type effects struct {
+	deduptest.Effects
 	mu     sync.Mutex
-	counts map[string]int
 	firsts map[int][]string // partition -> ids in the order of their first effect
 	total  atomic.Int64
 }
 
-func newEffects() *effects { return &effects{counts: map[string]int{}, firsts: map[int][]string{}} }
+func newEffects() *effects { return &effects{firsts: map[int][]string{}} }
 
 func (e *effects) add(partition int, id string) int64 {
 	e.mu.Lock()
-	e.counts[id]++
-	if e.counts[id] == 1 {
+	if e.Count(id) == 0 {
 		e.firsts[partition] = append(e.firsts[partition], id)
 	}
+	e.Record(id)
 	e.mu.Unlock()
 	return e.total.Add(1)
-}
-
-func (e *effects) distinct() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.counts)
-}
-
-func (e *effects) snapshot() map[string]int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make(map[string]int, len(e.counts))
-	for k, v := range e.counts {
-		out[k] = v
-	}
-	return out
 }
 
 func (e *effects) order(partition int) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]string(nil), e.firsts[partition]...)
-}
-
-// requireExactlyOnce checks that every id in want had its effect exactly
-// once and that nothing else had one.
-func requireExactlyOnce(t testing.TB, got map[string]int, want []string) {
-	t.Helper()
-	var missing, doubled []string
-	for _, id := range want {
-		switch got[id] {
-		case 1:
-		case 0:
-			missing = append(missing, id)
-		default:
-			doubled = append(doubled, id)
-		}
-	}
-	sort.Strings(missing)
-	sort.Strings(doubled)
-	require.Empty(t, missing, "orders never processed (lost)")
-	require.Empty(t, doubled, "orders processed more than once")
-	require.Len(t, got, len(want), "effects for orders that were never produced")
 }
 
 // endOffsets returns each partition's end offset (the next offset to be
