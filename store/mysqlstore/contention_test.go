@@ -122,20 +122,22 @@ func contend(t *testing.T, s *mysqlstore.Store, workers, rounds int, minLease, m
 }
 
 // TestFirstClaimsRace: of two deliveries of a new key claimed at the same
-// moment, each in a transaction that holds its claim uncommitted (as
-// INSERT ... ON DUPLICATE KEY UPDATE does while it runs), exactly one
-// claims it and the other waits, then sees its claim: no deadlock, no
-// duplicate-key error, under either isolation level.
+// moment, each in a transaction that holds its claim uncommitted (as the
+// claim's statement does while it runs), exactly one claims it and the
+// other waits on its row lock, then sees its claim: with INSERT ... ON
+// DUPLICATE KEY UPDATE it finds the live lease and leaves the row as it
+// is; with the plain INSERT that claims a key the store found without a
+// record, it fails on the duplicate key (1062), and the store reads the
+// record again. No deadlock, under either isolation level.
 //
-// It also pins why the claim is that one statement and not a locking read
-// in a short transaction (SELECT ... FOR UPDATE, then INSERT when no row
-// was found): under REPEATABLE READ, InnoDB's default, the locking read of
-// an absent key takes a gap lock, which does not keep the other delivery's
+// It also pins why a claim is one statement and not a locking read in a
+// short transaction (SELECT ... FOR UPDATE, then INSERT when no row was
+// found): under REPEATABLE READ, InnoDB's default, the locking read of an
+// absent key takes a gap lock, which does not keep the other delivery's
 // from taking the same gap; each INSERT then waits for the other's gap
 // lock, and InnoDB breaks the deadlock by rolling one back (1213). Under
 // READ COMMITTED there is no gap lock, and the second INSERT fails on the
-// duplicate key (1062) instead. Either way the loser would have to try
-// again; the one statement never makes it.
+// duplicate key (1062) after waiting, as the plain INSERT does.
 func TestFirstClaimsRace(t *testing.T) {
 	t.Parallel()
 	for isoName, iso := range isolationLevels {
@@ -146,7 +148,7 @@ func TestFirstClaimsRace(t *testing.T) {
 			db := open(t, d.with(map[string]string{"tx_isolation": iso}, nil), 4)
 			ctx := t.Context()
 
-			// The store's claim: two transactions claim "new" at once.
+			// The store's claims: two transactions claim a new key at once.
 			s := newStore(t, db, nil)
 			begin := func() *sql.Tx {
 				tx, err := db.BeginTx(ctx, nil)
@@ -154,19 +156,36 @@ func TestFirstClaimsRace(t *testing.T) {
 				t.Cleanup(func() { _ = tx.Rollback() })
 				return tx
 			}
-			claimIn := func(tx *sql.Tx, key string) error {
-				_, err := tx.ExecContext(ctx, mysqlstore.ClaimSQL(s), key, store.NewToken().String()[:16], "", int64(60e6), int64(120e6))
+			token := func() []byte { tok := store.NewToken(); return tok[:] }
+			upsert := func(tx *sql.Tx, key string) error {
+				_, err := tx.ExecContext(ctx, mysqlstore.ClaimSQL(s), key, token(), "", int64(60e6), int64(120e6))
 				return err
 			}
-			t1, t2 := begin(), begin()
-			require.NoError(t, claimIn(t1, "new"))
+			insertNew := func(tx *sql.Tx, key string) error {
+				at := dbNow(t, db).Format("2006-01-02 15:04:05.000000")
+				_, err := tx.ExecContext(ctx, mysqlstore.InsertSQL(s), key, token(), "", at, int64(60e6), at, int64(120e6))
+				return err
+			}
 			second := make(chan error, 1)
-			go func() { second <- claimIn(t2, "new") }()
-			waitForLockWait(t, d, second)
-			require.NoError(t, t1.Commit())
-			require.NoError(t, testenv.Recv(t, second, "the second claim"), "the second claim waits, then finds the first one's")
-			require.NoError(t, t2.Commit())
-			require.Equal(t, 1, d.count(t, "SELECT attempt FROM dedup_records WHERE `key` = 'new'"), "the second claim found the first one's live lease and left it")
+			for _, claim := range []struct {
+				name string
+				run  func(*sql.Tx, string) error
+				err  uint16 // of the second claim
+			}{{"upsert", upsert, 0}, {"insert", insertNew, 1062}} {
+				t1, t2 := begin(), begin()
+				require.NoError(t, claim.run(t1, claim.name))
+				go func() { second <- claim.run(t2, claim.name) }()
+				waitForLockWait(t, d, second)
+				require.NoError(t, t1.Commit())
+				err := testenv.Recv(t, second, "the second claim")
+				if claim.err == 0 {
+					require.NoError(t, err, "%s: the second claim waits, then finds the first one's", claim.name)
+				} else {
+					requireServerError(t, err, claim.err)
+				}
+				require.NoError(t, t2.Commit())
+				require.Equal(t, 1, d.count(t, "SELECT attempt FROM dedup_records WHERE `key` = ?", claim.name), "%s: the first claim's record, left as it was", claim.name)
+			}
 
 			// A locking read, then an INSERT.
 			l1, l2 := begin(), begin()
@@ -176,7 +195,7 @@ func TestFirstClaimsRace(t *testing.T) {
 				require.Zero(t, n)
 			}
 			insert := func(tx *sql.Tx) error {
-				_, err := tx.ExecContext(ctx, "INSERT INTO dedup_records (`key`, state, token, attempt, fingerprint, last_error, expires_at) VALUES ('other', 'processing', ?, 1, '', '', UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)", store.NewToken().String()[:16])
+				_, err := tx.ExecContext(ctx, "INSERT INTO dedup_records (`key`, state, token, attempt, fingerprint, last_error, expires_at) VALUES ('other', 'processing', ?, 1, '', '', UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)", token())
 				return err
 			}
 			lockingRead(l1)
@@ -213,7 +232,7 @@ func waitForLockWait(t *testing.T, d *testDB, done <-chan error) {
 		select {
 		case err := <-done:
 			t.Fatalf("the statement did not wait for a lock: %v", err)
-		case <-time.After(150 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

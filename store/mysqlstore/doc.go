@@ -47,18 +47,24 @@
 //   - A duplicate of a completed record, or a delivery of a key held
 //     under a live lease, is answered by one plain read of the row: no
 //     lock, no write, and it waits for no transaction that holds the row.
-//   - Otherwise the claim is one autocommit statement, INSERT ... ON
-//     DUPLICATE KEY UPDATE, which takes the record over when it is gone,
-//     failed, or processing under an ended lease (and the fingerprints
-//     agree), and leaves it as it is otherwise: never check-then-set, no
-//     advisory lock. On a duplicate key InnoDB locks the row exclusively
-//     and evaluates the update on its latest committed version, whatever
-//     the isolation level, so of any number of processes delivering a
-//     message at once exactly one claims it; the others wait on its row
-//     lock for the moment it takes, then see its claim. A read of the row
-//     then tells the caller whether its token is the row's. A record that
-//     changed between the two (a lease that ended meanwhile) is claimed
-//     again, within Options.Timeout.
+//   - Otherwise the claim is one autocommit statement. A key without a
+//     record is claimed by a plain INSERT, whose lease starts on the clock
+//     of the read; when another delivery inserted the key first, the
+//     INSERT waits on its row lock and fails on the duplicate key, and the
+//     store reads the record again. A record that may be taken over is
+//     claimed by INSERT ... ON DUPLICATE KEY UPDATE, which takes it over
+//     when it is gone, failed, or processing under an ended lease (and the
+//     fingerprints agree), and leaves it as it is otherwise: never
+//     check-then-set, no advisory lock. On a duplicate key InnoDB locks the
+//     row exclusively and evaluates the update on its latest committed
+//     version, whatever the isolation level, so of any number of processes
+//     delivering a message at once exactly one claims it; the others wait
+//     on its row lock for the moment it takes, then see its claim. A read
+//     of the row then tells the caller whether its token is the row's (no
+//     RETURNING in MySQL). A record that changed between the statements (a
+//     lease that ended meanwhile) is claimed again, within Options.Timeout.
+//     A new message costs two statements (the read, the INSERT) and one
+//     commit; a takeover three.
 //   - The database's clock is the only clock of leases and expiry:
 //     UTC_TIMESTAMP(6), which MySQL and MariaDB fix once per statement, so
 //     neither the consumers' clocks nor the session's time_zone matter. A
@@ -84,15 +90,16 @@
 //
 //   - Two deliveries of a new key claiming it at once, each statement
 //     holding its claim: the second waits on the first's row lock and then
-//     sees its claim, under REPEATABLE READ and READ COMMITTED: no
-//     deadlock, no duplicate-key error. The obvious alternative, a locking
+//     sees its claim (the plain INSERT by failing on the duplicate key,
+//     after which the store reads the record), under REPEATABLE READ and
+//     READ COMMITTED: no deadlock. The obvious alternative, a locking
 //     read in a short transaction (SELECT ... FOR UPDATE, then INSERT when
 //     no row was found), fails both ways: under REPEATABLE READ the locking
 //     read of an absent key takes a gap lock, which does not keep the other
 //     delivery from taking one on the same gap, and each INSERT then waits
 //     for the other's: InnoDB rolls one back as a deadlock (1213), every
 //     time; under READ COMMITTED the second INSERT fails on the duplicate
-//     key (1062). Hence the one statement.
+//     key (1062) as the plain INSERT does. Hence the one statement.
 //   - 24 workers claiming one key ten times each, with 1-3 ms and 50-200
 //     ms leases, a quarter of them in batches: every answer a claim, a
 //     duplicate or in flight; no deadlock, under either level.

@@ -35,6 +35,7 @@ var ErrMisconfigured = fmt.Errorf("mysqlstore: the database does not fit the sto
 const (
 	errDeadlock        = 1213 // ER_LOCK_DEADLOCK: the transaction was rolled back
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT: the statement was rolled back
+	errDuplicateKey    = 1062 // ER_DUP_ENTRY
 )
 
 // misconfigurations are the server's errors that say the table or the

@@ -16,3 +16,8 @@ var Successor = successor
 // ClaimSQL is the claim statement of one key: key, token, fingerprint,
 // lease (µs), lease plus AbandonedTTL (µs).
 func ClaimSQL(s *Store) string { return s.sql.claim(1) }
+
+// InsertSQL is the claim statement of a key without a record: key, token,
+// fingerprint, the read's clock, lease (µs), the clock again, lease plus
+// AbandonedTTL (µs).
+func InsertSQL(s *Store) string { return s.sql.insert }

@@ -178,7 +178,9 @@ func (s *Store) CallTimeout() time.Duration { return s.cfg.timeout }
 // every state.
 //
 // A plain read answers a key that is completed or held under a live
-// lease (a duplicate costs one read, no lock, no write). Otherwise the
+// lease (a duplicate costs one read, no lock, no write). A key without a
+// record is claimed by one INSERT, on the read's clock (a duplicate key:
+// another claim was first, and the key is read again). Otherwise the
 // claim is one INSERT ... ON DUPLICATE KEY UPDATE statement, which takes
 // the record over under its row lock when it is gone, failed or processing
 // under an ended lease (and the fingerprints agree), and leaves it as it
@@ -222,7 +224,7 @@ func (s *Store) acquireKeys(ctx context.Context, reqs []store.AcquireRequest) []
 		}
 	}
 	for len(pending) > 0 {
-		rows, err := s.readKeys(cctx, reqs, pending)
+		rows, clock, err := s.readKeys(cctx, reqs, pending)
 		if err != nil {
 			failAll(pending, err)
 			return out
@@ -237,12 +239,26 @@ func (s *Store) acquireKeys(ctx context.Context, reqs []store.AcquireRequest) []
 		if len(claim) == 0 {
 			return out
 		}
+		if _, found := rows[reqs[0].Key]; len(reqs) == 1 && !found {
+			// No record: a plain INSERT claims the key, on the clock of the
+			// read, and needs no read after it.
+			rec, err := s.insert(cctx, reqs[0], tokens[0], clock)
+			switch {
+			case errors.Is(err, errInsertedFirst):
+				continue
+			case err != nil:
+				failAll(claim, err)
+			default:
+				out[0] = store.AcquireOutcome{Claim: store.Claim{Acquired: true, Token: tokens[0], Record: rec}}
+			}
+			return out
+		}
 		slices.SortFunc(claim, func(a, b int) int { return strings.Compare(reqs[a].Key, reqs[b].Key) })
 		if err := s.claim(cctx, reqs, tokens, claim); err != nil {
 			failAll(claim, err)
 			return out
 		}
-		if rows, err = s.readKeys(cctx, reqs, claim); err != nil {
+		if rows, _, err = s.readKeys(cctx, reqs, claim); err != nil {
 			failAll(claim, err)
 			return out
 		}
@@ -280,10 +296,42 @@ func (s *Store) answer(req store.AcquireRequest, r row, found bool, token store.
 	return false
 }
 
+// errInsertedFirst: the INSERT of a claim found the key inserted by
+// another claim.
+var errInsertedFirst = errors.New("mysqlstore: another claim inserted the key first")
+
+// insert claims req's key, which a read at clock found without a record,
+// with one INSERT whose lease starts at clock (the database's, moments
+// ago), and returns the record it wrote. A duplicate key is
+// errInsertedFirst; a deadlock or lock wait timeout runs it again.
+func (s *Store) insert(ctx context.Context, req store.AcquireRequest, token store.Token, clock time.Time) (store.Record, error) {
+	at := clock.Format(dbTimeLayoutFixed)
+	lease, keep := micros(req.Lease), micros(req.Lease)+micros(s.cfg.abandonedTTL)
+	args := []any{[]byte(req.Key), token[:], fingerprint(req.Fingerprint), at, lease, at, keep}
+	_, err := s.exec(ctx, s.sql.insert, args...)
+	for s.again(ctx, err) {
+		_, err = s.exec(ctx, s.sql.insert, args...)
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) && myErr.Number == errDuplicateKey {
+		return store.Record{}, errInsertedFirst
+	}
+	if err != nil {
+		return store.Record{}, err
+	}
+	return store.Record{
+		Key:         req.Key,
+		State:       store.StateProcessing,
+		Attempt:     1,
+		Fingerprint: req.Fingerprint,
+		LeaseUntil:  clock.Add(time.Duration(lease) * time.Microsecond),
+	}, nil
+}
+
 // readKeys reads the rows of the requests at idx, by key, with the
-// database's clock; a deadlock or lock wait timeout cannot happen to a
-// plain read, so none is retried.
-func (s *Store) readKeys(ctx context.Context, reqs []store.AcquireRequest, idx []int) (map[string]row, error) {
+// database's clock (zero when many keys found no row); a deadlock or lock
+// wait timeout cannot happen to a plain read, so none is retried.
+func (s *Store) readKeys(ctx context.Context, reqs []store.AcquireRequest, idx []int) (map[string]row, time.Time, error) {
 	args := make([]any, len(idx))
 	for n, i := range idx {
 		args[n] = []byte(reqs[i].Key)
@@ -298,18 +346,22 @@ func (s *Store) readKeys(ctx context.Context, reqs []store.AcquireRequest, idx [
 		rows, err = s.db.QueryContext(ctx, s.sql.readMany(len(idx)), args...)
 	}
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	defer rows.Close()
 	out := make(map[string]row, len(idx))
+	var clock time.Time
 	for rows.Next() {
 		r, err := scanRow(rows, true)
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
-		out[r.rec.Key] = r
+		clock = r.now
+		if r.rec.Key != "" {
+			out[r.rec.Key] = r
+		}
 	}
-	return out, rows.Err()
+	return out, clock, rows.Err()
 }
 
 // claim runs the claim statement for the requests at idx, in key order,

@@ -1,6 +1,7 @@
 package mysqlstore
 
 import (
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -20,17 +21,19 @@ type row struct {
 type scanner interface{ Scan(dest ...any) error }
 
 // scanRow reads the key, the record's columns and, withNow, the
-// database's clock.
+// database's clock. A row whose columns are all NULL (the read of a single
+// key found none: see statements.read) is a zero record with its key
+// empty.
 func scanRow(r scanner, withNow bool) (row, error) {
 	var (
-		out          row
-		key, tok, fp []byte
-		state        string
-		attempt      int64
-		lease, exp   dbTime
-		clock        dbTime
+		out              row
+		key, tok, fp     []byte
+		state, lastError sql.NullString
+		attempt          sql.NullInt64
+		lease, exp       dbTime
+		clock            dbTime
 	)
-	dest := []any{&key, &state, &tok, &attempt, &fp, &out.rec.Result, &out.rec.LastError, &lease, &exp}
+	dest := []any{&key, &state, &tok, &attempt, &fp, &out.rec.Result, &lastError, &lease, &exp}
 	if withNow {
 		dest = append(dest, &clock)
 	}
@@ -38,9 +41,10 @@ func scanRow(r scanner, withNow bool) (row, error) {
 		return row{}, err
 	}
 	out.rec.Key = string(key)
-	out.rec.State = stateOf(state)
-	out.rec.Attempt = int(attempt)
+	out.rec.State = stateOf(state.String)
+	out.rec.Attempt = int(attempt.Int64)
 	out.rec.Fingerprint = string(fp)
+	out.rec.LastError = lastError.String
 	copy(out.token[:], tok)
 	out.expires, out.now = exp.t, clock.t
 	switch out.rec.State {
@@ -112,8 +116,12 @@ func stateOf(s string) store.State {
 // time.
 type dbTime struct{ t time.Time }
 
-// dbTimeLayout is how MySQL writes a DATETIME(6) as text.
-const dbTimeLayout = "2006-01-02 15:04:05.999999"
+// dbTimeLayout is how MySQL writes a DATETIME(6) as text;
+// dbTimeLayoutFixed how the store sends one.
+const (
+	dbTimeLayout      = "2006-01-02 15:04:05.999999"
+	dbTimeLayoutFixed = "2006-01-02 15:04:05.000000"
+)
 
 // Scan implements sql.Scanner.
 func (d *dbTime) Scan(v any) error {

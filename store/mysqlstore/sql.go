@@ -100,6 +100,7 @@ type statements struct {
 	table    string
 	schema   string
 	read     string // key: one row of read columns
+	insert   string
 	get      string // key: the record unless gone
 	complete string
 	release  string
@@ -118,7 +119,16 @@ func newStatements(t tableName) statements {
 		table:  t.sql,
 		schema: fmt.Sprintf(schemaSQL, t.sql, t.index),
 
-		read: q("SELECT `key`, " + recordCols + ", " + now + " FROM %[1]s WHERE `key` = ?"),
+		// read: key. Always one row, with now: the record's columns are
+		// NULL when there is none.
+		read: q("SELECT r.`key`, r." + strings.ReplaceAll(recordCols, ", ", ", r.") + ", " + now + " FROM (SELECT 1) AS one LEFT JOIN %[1]s AS r ON r.`key` = ?"),
+
+		// insert: key, token, fingerprint, the clock of the read that found
+		// no record, lease (µs), lease plus AbandonedTTL (µs). The claim of
+		// a key that has no record: a duplicate-key error when another
+		// claim inserted it first.
+		insert: q("INSERT INTO %[1]s (`key`, state, token, attempt, fingerprint, result, last_error, lease_until, expires_at)\n" +
+			"VALUES (?, 'processing', ?, 1, ?, NULL, '', CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND, CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND)"),
 
 		get: q("SELECT `key`, " + recordCols + " FROM %[1]s WHERE `key` = ? AND expires_at > " + now),
 

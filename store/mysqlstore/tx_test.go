@@ -263,7 +263,7 @@ func TestTakeoverWaitsForCommit(t *testing.T) {
 		select {
 		case o := <-taken:
 			t.Fatalf("the takeover did not wait for the completing transaction: %+v, %v", o.c, o.err)
-		case <-time.After(150 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	require.NoError(t, tx.Commit())
@@ -275,13 +275,21 @@ func TestTakeoverWaitsForCommit(t *testing.T) {
 	require.Equal(t, 1, d.count(t, "SELECT COUNT(*) FROM "+table))
 }
 
-// lockWaits counts the transactions of the test's database waiting for a
-// lock. InnoDB refreshes the table it reads only when it was not read for
-// 100 ms: poll it more slowly than that.
+// lockWaits counts the transactions waiting for a row lock of the test's
+// database, as SHOW ENGINE INNODB STATUS lists them (information_schema's
+// INNODB_TRX is a cache that tests polling it at once could keep stale).
 func lockWaits(t testing.TB, d *testDB) int {
 	t.Helper()
-	return d.count(t, `SELECT COUNT(*) FROM information_schema.INNODB_TRX x JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
-WHERE x.trx_state = 'LOCK WAIT' AND p.DB = ?`, d.name)
+	var typ, name, status string
+	require.NoError(t, d.db.QueryRow("SHOW ENGINE INNODB STATUS").Scan(&typ, &name, &status))
+	n := 0
+	lines := strings.Split(status, "\n")
+	for i, line := range lines {
+		if strings.Contains(line, "FOR THIS LOCK TO BE GRANTED") && i+1 < len(lines) && strings.Contains(lines[i+1], "`"+d.name+"`.") {
+			n++
+		}
+	}
+	return n
 }
 
 // TestTxDeadlockRetried: two handlers that update two rows of a business
