@@ -10,6 +10,10 @@ require (
 	github.com/dedup-go/dedup v0.1.0
 	github.com/dedup-go/dedup/adapters/kafka v0.1.0
 	github.com/dedup-go/dedup/adapters/rabbitmq v0.1.0
+	github.com/dedup-go/dedup/store/mysqlstore v0.1.0
+	github.com/dedup-go/dedup/store/pgstore v0.1.0
+	github.com/go-sql-driver/mysql v1.10.1
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rabbitmq/amqp091-go v1.16.0
@@ -19,6 +23,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cenkalti/backoff/v3 v3.2.2 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
@@ -33,6 +38,9 @@ require (
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/hashicorp/go-uuid v1.0.3 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/jcmturner/aescts/v2 v2.0.0 // indirect
 	github.com/jcmturner/dnsutils/v2 v2.0.0 // indirect
 	github.com/jcmturner/gofork v1.7.6 // indirect
@@ -52,6 +60,8 @@ require (
 	go.opentelemetry.io/otel/trace v1.29.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )
 
@@ -76,6 +86,12 @@ replace (
 	github.com/dedup-go/dedup/adapters/kafka => ../adapters/kafka
 	github.com/dedup-go/dedup/adapters/nats => ../adapters/nats
 	github.com/dedup-go/dedup/adapters/rabbitmq => ../adapters/rabbitmq
+)
+
+// The SQL stores are measured as they are in this repository.
+replace (
+	github.com/dedup-go/dedup/store/mysqlstore => ../store/mysqlstore
+	github.com/dedup-go/dedup/store/pgstore => ../store/pgstore
 )
 
 // github.com/twmb/franz-go is required at v1.22.2 for the Kafka row's
