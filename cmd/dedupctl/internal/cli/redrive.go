@@ -263,12 +263,12 @@ func (ro *redriveOptions) run(ctx context.Context, o *options, open func(context
 	if err != nil {
 		return err
 	}
-	ins, _, closeStore, err := o.openStore(ctx)
+	ins, where, closeStore, err := o.openStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	opts.Store = ins
+	opts.Store, opts.StoreName = ins, where
 
 	octx, cancel := context.WithTimeout(ctx, o.timeout)
 	src, err := open(octx)

@@ -60,6 +60,9 @@ type Outcome struct {
 type Options struct {
 	// Store holds the receivers' records. Required.
 	Store store.Inspector
+	// StoreName names the store in errors: its address. Defaults to
+	// "the store".
+	StoreName string
 	// Reasons keeps only the letters of these reasons; empty keeps all.
 	Reasons []string
 	// Since keeps only the letters dead-lettered at or after it; a letter
@@ -105,6 +108,7 @@ type Summary struct {
 // which it returns. The caller closes src.
 func Run(ctx context.Context, src Source, opts Options, report func(Outcome) error) (Summary, error) {
 	opts.Timeout = cmp.Or(opts.Timeout, 10*time.Second)
+	opts.StoreName = cmp.Or(opts.StoreName, "the store")
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -264,7 +268,7 @@ func (r *run) record(ctx context.Context, key string) (rec store.Record, found, 
 	case errors.Is(err, store.ErrNotFound):
 		return rec, false, false, nil
 	case err != nil:
-		return rec, false, false, fmt.Errorf("the record of %q: %w", key, err)
+		return rec, false, false, fmt.Errorf("%s: the record of %q: %w", r.opts.StoreName, key, err)
 	}
 	return rec, true, deleted, nil
 }

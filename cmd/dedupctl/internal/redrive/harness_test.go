@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
@@ -27,6 +28,7 @@ import (
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/pgstore"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
 
@@ -102,13 +104,21 @@ func requireExactlyOnce(t testing.TB, e *effects, want []string) {
 	require.Len(t, got, len(want), "effects of orders never published")
 }
 
-// testStore is a redisstore on the shared Redis under a prefix of the
-// test's own, and the flags that name it to the tool.
+// recordStore is a store the receivers and the tool share.
+type recordStore interface {
+	store.Store
+	store.Inspector
+}
+
+// testStore is a store of the test's own, and the flags that name it to
+// the tool.
 type testStore struct {
-	*redisstore.Store
+	recordStore
 	flags []string
 }
 
+// newStore is a redisstore on the shared Redis under a prefix of the
+// test's own.
 func newStore(t testing.TB) testStore {
 	t.Helper()
 	c := redistest.Client(t)
@@ -119,7 +129,31 @@ func newStore(t testing.TB) testStore {
 	if !strings.Contains(addr, "://") {
 		addr = "redis://" + addr
 	}
-	return testStore{Store: s, flags: []string{"--redis", addr, "--prefix", prefix}}
+	return testStore{recordStore: s, flags: []string{"--redis", addr, "--prefix", prefix}}
+}
+
+// newPGStore is a pgstore on the shared PostgreSQL, in a table of the
+// test's own (dropped at cleanup).
+func newPGStore(t testing.TB) testStore {
+	t.Helper()
+	dsn := testenv.Postgres.Addr(t)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	table := "dedupctl_redrive_" + strings.ToLower(suffix())
+	s, err := pgstore.New(t.Context(), pool, &pgstore.Options{Table: table, Migrate: true})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+			t.Logf("drop table %s: %v", table, err)
+		}
+	})
+	return testStore{recordStore: s, flags: []string{"--postgres", dsn, "--table", table}}
 }
 
 // record returns the record of key, or a zero one with found false.
@@ -342,7 +376,7 @@ func (removeCrashes) Remove(context.Context, *redrive.Letter) error { return err
 func crashAfterConfirm(t testing.TB, src redrive.Source, st testStore) {
 	t.Helper()
 	var outs []redrive.Outcome
-	_, err := redrive.Run(t.Context(), removeCrashes{src}, redrive.Options{Store: st.Store}, func(o redrive.Outcome) error {
+	_, err := redrive.Run(t.Context(), removeCrashes{src}, redrive.Options{Store: st}, func(o redrive.Outcome) error {
 		outs = append(outs, o)
 		return nil
 	})

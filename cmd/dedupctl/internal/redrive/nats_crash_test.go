@@ -4,9 +4,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup/cmd/dedupctl/internal/redrive"
+	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/store/redisstore"
 )
 
 // TestNATSCrashHalfway: 1,000 orders dead-lettered by the adapter (a
@@ -57,4 +61,31 @@ func TestNATSCrashAfterConfirm(t *testing.T) {
 	e.settled(t)
 	requireExactlyOnce(t, eff, []string{"a"})
 	require.Zero(t, e.count(t, e.dlqStream))
+}
+
+// TestNATSStoreDown: a store that stops answering stops the run at the
+// first letter whose record it cannot read, naming the store; the letter
+// stays and nothing is republished.
+func TestNATSStoreDown(t *testing.T) {
+	t.Parallel()
+	e := newNATSEnv(t)
+	e.deadLetter(t, orders("a"))
+	proxy := redistest.StartProxy(t, testenv.Redis.Addr(t))
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	st, err := redisstore.New(t.Context(), c, &redisstore.Options{Prefix: e.st.flags[3]})
+	require.NoError(t, err)
+	proxy.Cut()
+
+	src, err := redrive.NewNATS(t.Context(), redrive.NATSConfig{URL: e.url, Stream: e.dlqStream, Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer src.Close(t.Context())
+	_, err = redrive.Run(t.Context(), src, redrive.Options{Store: st, StoreName: "Redis " + proxy.Addr(), Timeout: time.Second},
+		func(redrive.Outcome) error { return nil })
+	require.ErrorContains(t, err, "Redis "+proxy.Addr()+`: the record of "orders:a"`)
+	require.EqualValues(t, 1, e.count(t, e.dlqStream), "the letter stays")
+	require.EqualValues(t, 1, e.count(t, e.stream), "nothing republished")
+	rec, found := e.st.record(t, "orders:a")
+	require.True(t, found)
+	require.Equal(t, "failed", rec.State.String())
 }

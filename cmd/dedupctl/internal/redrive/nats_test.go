@@ -333,3 +333,25 @@ func TestNATSSubjectFilter(t *testing.T) {
 	require.Equal(t, "orders:a", res.rows[0].Key)
 	require.Equal(t, "2", res.rows[0].ID, "the stream's second letter")
 }
+
+// TestNATSOnPostgres: the same steps over a PostgreSQL store: a failed
+// record is forgotten and its copy runs once, a completed one's letter is
+// removed without a copy.
+func TestNATSOnPostgres(t *testing.T) {
+	t.Parallel()
+	e := newNATSEnv(t)
+	e.st = newPGStore(t)
+	e.deadLetter(t, orders("a", "b"))
+	completeRecord(t, e.st, "orders:b")
+
+	res := runTool(t, nil, e.args()...)
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	rows := res.byKey()
+	require.Equal(t, "republished", rows["orders:a"].Action)
+	require.Equal(t, "removed-completed", rows["orders:b"].Action)
+	eff := newEffects()
+	e.consume(t, fixedReceiver(t, e.st, e.ns, eff), false)
+	e.settled(t)
+	requireExactlyOnce(t, eff, []string{"a"})
+	require.Zero(t, e.count(t, e.dlqStream))
+}
