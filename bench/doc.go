@@ -11,9 +11,10 @@
 // BENCH_ROUNDS sets the number of rounds (default 7), BENCH_ROWS a regular
 // expression selecting rows by name, and BENCH_OUT a file to write the
 // table to as well. The rows that need a service find it like the tests
-// do, and fail when it is missing: RabbitMQ is the shared broker; Redis,
-// NATS (an embedded nats-server) and Kafka (kfake, in process) are started
-// by their rows. The broker rows consume fresh messages, published before
+// do, and fail when it is missing: RabbitMQ is the shared broker, and
+// PostgreSQL and MariaDB the shared databases (each SQL row works in a
+// schema or database of its own); Redis, NATS (an embedded nats-server)
+// and Kafka (kfake, in process) are started by their rows. The broker rows consume fresh messages, published before
 // the clock starts, from a queue, stream or topic of each run's own.
 //
 // It is a module of its own so that the peers it measures (Watermill and
