@@ -56,6 +56,7 @@ var (
 	natsPkgs  = []string{"github.com/nats-io"}
 	amqpPkgs  = []string{"github.com/rabbitmq", "github.com/streadway/amqp"}
 	pgxPkgs   = []string{"github.com/jackc"}
+	mysqlPkgs = []string{"github.com/go-sql-driver/mysql"}
 	grpcPkgs  = []string{"google.golang.org/grpc"}
 )
 
@@ -73,17 +74,19 @@ type user struct {
 
 var userSpecs = []user{
 	{name: "kafka", dir: "adapters/kafka", must: []string{"github.com/segmentio/kafka-go"},
-		forbid: map[string][]string{"nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "grpc": grpcPkgs}},
+		forbid: map[string][]string{"nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
 	{name: "nats", dir: "adapters/nats", must: []string{"github.com/nats-io/nats.go"},
-		forbid: map[string][]string{"kafka": kafkaPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "grpc": grpcPkgs}},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
 	{name: "rabbitmq", dir: "adapters/rabbitmq", must: []string{"github.com/rabbitmq/amqp091-go"},
-		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "pgx": pgxPkgs, "grpc": grpcPkgs}},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
 	{name: "pgstore", dir: "store/pgstore", must: []string{"github.com/jackc/pgx/v5"},
-		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "grpc": grpcPkgs}},
-	{name: "http", dir: "middleware/http",
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
+	{name: "mysqlstore", dir: "store/mysqlstore", must: []string{"github.com/go-sql-driver/mysql"},
 		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "grpc": grpcPkgs}},
+	{name: "http", dir: "middleware/http",
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
 	{name: "grpc", dir: "middleware/grpc", must: []string{"google.golang.org/grpc"},
-		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs}},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs}},
 }
 
 func main() {
