@@ -1,11 +1,13 @@
 package redrive_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -21,8 +23,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	dedupctl = filepath.Join(dir, "dedupctl")
-	build := exec.Command("go", "build", "-o", dedupctl, "github.com/dedup-go/dedup/cmd/dedupctl")
-	if out, err := build.CombinedOutput(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	build := exec.CommandContext(ctx, "go", "build", "-o", dedupctl, "github.com/dedup-go/dedup/cmd/dedupctl")
+	out, err := build.CombinedOutput()
+	cancel()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "build dedupctl: %v\n%s", err, out)
 		_ = os.RemoveAll(dir)
 		os.Exit(1)

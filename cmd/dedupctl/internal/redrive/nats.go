@@ -205,7 +205,3 @@ func (n *NATS) Close(context.Context) error {
 	n.nc.Close()
 	return nil
 }
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
