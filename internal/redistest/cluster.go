@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,16 +20,24 @@ import (
 // t ends.
 func StartCluster(t testing.TB, extra ...string) (*redis.ClusterClient, []*Server) {
 	t.Helper()
+	return StartClusterReplicas(t, 0, extra...)
+}
+
+// StartClusterReplicas is StartCluster with replicas replicas per master:
+// the nodes are the three masters, then their replicas, and it returns
+// once every replica's link to its master is up.
+func StartClusterReplicas(t testing.TB, replicas int, extra ...string) (*redis.ClusterClient, []*Server) {
+	t.Helper()
 	cli := testenv.Binary(t, "redis-cli", installRedis)
 	var addrs []string
 	var nodes []*Server
-	for range 3 {
+	for range 3 * (1 + replicas) {
 		s := StartServerOn(t, FreePortPair(t, 10000),
 			append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"}, extra...)...)
 		addrs = append(addrs, s.Addr())
 		nodes = append(nodes, s)
 	}
-	create := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...)
+	create := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")...)
 	if out, err := create.CombinedOutput(); err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v: %s", err, out)
 	}
@@ -44,6 +53,9 @@ func StartCluster(t testing.TB, extra ...string) (*redis.ClusterClient, []*Serve
 		if !ok {
 			t.Fatalf("redistest: cluster node %s not ok within 30s", addr)
 		}
+	}
+	for _, addr := range addrs[3:] {
+		WaitLinkUp(t, addr, 30*time.Second)
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = cc.Close() })

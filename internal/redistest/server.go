@@ -23,6 +23,7 @@ type Server struct {
 	bin  string
 	port int
 	dir  string
+	conf string // a configuration file, the first argument; "" for none
 	args []string
 	cmd  *exec.Cmd
 }
@@ -37,6 +38,15 @@ func StartServer(t testing.TB, extra ...string) *Server {
 // StartServerOn is StartServer on the given port.
 func StartServerOn(t testing.TB, port int, extra ...string) *Server {
 	t.Helper()
+	s := newServer(t, port, extra)
+	s.Start()
+	return s
+}
+
+// newServer prepares a server on port, killed when t ends, without
+// starting it.
+func newServer(t testing.TB, port int, extra []string) *Server {
+	t.Helper()
 	s := &Server{
 		t:    t,
 		bin:  testenv.Binary(t, "redis-server", installRedis),
@@ -44,7 +54,6 @@ func StartServerOn(t testing.TB, port int, extra ...string) *Server {
 		dir:  t.TempDir(),
 		args: extra,
 	}
-	s.Start()
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -56,11 +65,15 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 // until it answers PING.
 func (s *Server) Start() {
 	s.t.Helper()
-	args := append([]string{
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
+	}
+	args = append(append(args,
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--logfile", "redis.log",
-	}, s.args...) // later options win
+	), s.args...) // later options win
 	s.cmd = exec.Command(s.bin, args...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("redistest: start redis-server: %v", err)
@@ -82,6 +95,12 @@ func (s *Server) Start() {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Port is the server's port.
+func (s *Server) Port() int { return s.port }
+
+// Dir is the server's working folder, which holds its log (redis.log).
+func (s *Server) Dir() string { return s.dir }
 
 // Stop kills the server, as a crash would, and waits for it to exit.
 func (s *Server) Stop() {

@@ -43,6 +43,10 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 		}
 		return out
 	}
+	if s.minReplicas > 0 {
+		s.acquireWaited(ctx, acqs, out)
+		return out
+	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.StatusCmd, len(reqs))
@@ -113,6 +117,16 @@ func (s *Store) CompleteBatchReport(ctx context.Context, reqs []store.CompleteRe
 
 // completeBatch is CompleteBatch into errs and, unless nil, done.
 func (s *Store) completeBatch(ctx context.Context, reqs []store.CompleteRequest, errs []error, done []store.Completion) {
+	if s.minReplicas > 0 {
+		var todo []int
+		for i, req := range reqs {
+			if errs[i] = checkSettle("complete", req.Key, req.Token, req.Retention); errs[i] == nil {
+				todo = append(todo, i)
+			}
+		}
+		s.completeWaited(ctx, reqs, todo, errs, done)
+		return
+	}
 	if s.oneServer() {
 		s.completeMany(ctx, reqs, errs, done)
 		return
@@ -219,6 +233,10 @@ func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []e
 			continue
 		}
 		calls = append(calls, scriptCall{index: i, key: req.Key, script: extendScript, args: s.extendArgs(req, now)})
+	}
+	if s.minReplicas > 0 {
+		s.extendWaited(ctx, reqs, calls, errs)
+		return errs
 	}
 	s.run(ctx, "extend", extendManyScript, calls, func(i int, reply any, err error) {
 		if err == nil {

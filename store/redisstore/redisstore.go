@@ -18,6 +18,18 @@ const (
 	DefaultPrefix       = "dedup:"
 	DefaultTimeout      = 2 * time.Second
 	DefaultAbandonedTTL = 24 * time.Hour
+
+	// DefaultReplicaTimeout is Options.ReplicaTimeout's default. A replica
+	// that keeps up acknowledges a write within a round trip (WAIT asks
+	// the replicas at once, it does not wait for their once-a-second
+	// report): well under a millisecond on a LAN. The timeout only matters
+	// when a replica lags or is gone, and is then what each write waits
+	// before failing as unavailable: 200ms is a hundred times a healthy
+	// replica's answer, a tenth of the default Timeout, and small beside
+	// the receiver's StoreTimeout (a fifth of the lease), so that a
+	// completion refused for want of a replica is tried again several
+	// times in a lease.
+	DefaultReplicaTimeout = 200 * time.Millisecond
 )
 
 // Options configures a Store. A nil *Options means all defaults; a zero
@@ -44,6 +56,29 @@ type Options struct {
 	// dead-lettered instead of looping. Must not be negative. Defaults to
 	// 24h.
 	AbandonedTTL time.Duration
+
+	// MinReplicas is how many replicas must acknowledge each write of the
+	// store before the call succeeds. After every write that the promise
+	// rests on (a claim that wrote, a takeover, an extension, a
+	// completion, a release, and their batch forms; not the answer to a
+	// duplicate, which writes nothing) the store sends WAIT MinReplicas
+	// ReplicaTimeout on the same connection, in the same pipeline; on a
+	// Cluster, to the master that took the write. A write that fewer
+	// replicas acknowledged fails the call with an error matching
+	// store.ErrUnavailable and ErrNotReplicated: it may be lost in a
+	// failover, so it is not reported done. See "Replication and
+	// failover" in the package documentation for what n must be and what
+	// it costs. The client must be a *redis.Client (single server or
+	// Sentinel's FailoverClient) or a *redis.ClusterClient. Must not be
+	// negative. Defaults to 0: no WAIT, and a failover may lose the last
+	// writes acknowledged by the old master.
+	MinReplicas int
+
+	// ReplicaTimeout bounds each WAIT that MinReplicas sends. It must be
+	// less than Timeout and than the client's ReadTimeout, which bound the
+	// write and its WAIT together. Unused when MinReplicas is 0. Defaults
+	// to 200ms (see DefaultReplicaTimeout).
+	ReplicaTimeout time.Duration
 }
 
 // Store is a store.Store in Redis. It is safe for concurrent use and holds
@@ -53,6 +88,9 @@ type Store struct {
 	prefix       string
 	timeout      time.Duration
 	abandonedTTL time.Duration
+
+	minReplicas    int // WAIT after each write when positive
+	replicaTimeout time.Duration
 }
 
 var (
@@ -83,10 +121,15 @@ func New(ctx context.Context, client redis.UniversalClient, opts *Options) (*Sto
 		return nil, fmt.Errorf("redisstore: %w: AbandonedTTL is %v, it must not be negative", store.ErrInvalidConfig, o.AbandonedTTL)
 	}
 	s := &Store{
-		client:       client,
-		prefix:       cmp.Or(o.Prefix, DefaultPrefix),
-		timeout:      cmp.Or(o.Timeout, DefaultTimeout),
-		abandonedTTL: cmp.Or(o.AbandonedTTL, DefaultAbandonedTTL),
+		client:         client,
+		prefix:         cmp.Or(o.Prefix, DefaultPrefix),
+		timeout:        cmp.Or(o.Timeout, DefaultTimeout),
+		abandonedTTL:   cmp.Or(o.AbandonedTTL, DefaultAbandonedTTL),
+		minReplicas:    o.MinReplicas,
+		replicaTimeout: cmp.Or(o.ReplicaTimeout, DefaultReplicaTimeout),
+	}
+	if err := s.checkReplicas(o); err != nil {
+		return nil, err
 	}
 	if err := s.load(ctx); err != nil {
 		return nil, err
@@ -153,6 +196,9 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Cl
 	}
 	if err := ctx.Err(); err != nil {
 		return store.Claim{}, errContext("acquire", req.Key, err)
+	}
+	if s.minReplicas > 0 {
+		return s.acquireReplicated(ctx, req)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -303,6 +349,9 @@ func (s *Store) CompleteReport(ctx context.Context, req store.CompleteRequest) (
 	if err := checkSettle("complete", req.Key, req.Token, req.Retention); err != nil {
 		return store.CompletionUnknown, err
 	}
+	if s.minReplicas > 0 {
+		return s.completeReplicated(ctx, req)
+	}
 	reply, err := s.eval(ctx, "complete", req.Key, completeScript, completeArgs(req))
 	if err != nil {
 		return store.CompletionUnknown, err
@@ -332,6 +381,9 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 // settle runs one of the scripts that answer 1 (done) or 0 (the token does
 // not hold the key).
 func (s *Store) settle(ctx context.Context, op, key string, script *redis.Script, args []any) error {
+	if s.minReplicas > 0 {
+		return s.settleReplicated(ctx, op, key, script, args)
+	}
 	reply, err := s.eval(ctx, op, key, script, args)
 	if err != nil {
 		return err
@@ -405,8 +457,10 @@ func ms(d time.Duration) int64 {
 // fail wraps an error of a Redis call. When the caller's ctx ended, the
 // error is the context's; anything else (a refused connection, a timeout,
 // a script the server rejected) is a *store.OpError, which matches
-// store.ErrUnavailable.
+// store.ErrUnavailable. An error that may mean a Cluster's shard moved has
+// the client reload its slot map (see refreshTopology).
 func (s *Store) fail(ctx context.Context, op, key string, err error) error {
+	s.refreshTopology(err)
 	if cerr := ctx.Err(); cerr != nil {
 		return errContext(op, key, cerr)
 	}

@@ -182,6 +182,49 @@ local function deleteIf(key, states, expired, now)
 end
 `
 
+// abandonLua: abandon(key, token) gives back the claim of token, which
+// too few replicas acknowledged (Options.MinReplicas), so that the next
+// Acquire need not wait for its lease: a first attempt's record is
+// deleted; a takeover's is left processing with its lease ended and the
+// attempt count it had before the takeover (the handler never ran), so the
+// next Acquire takes it over at once and counts that attempt again. It
+// answers 1, or 0 when token does not hold the key.
+const abandonLua = `
+local function abandon(key, token)
+	local v = redis.call('GET', key)
+	if not v or string.sub(v, 1, 17) ~= 'p' .. token then
+		return 0
+	end
+	local attempt, rest = string.match(v, '^(%d+)(,.*)$', 31)
+	if not attempt then
+		return 0
+	end
+	if attempt == '1' then
+		redis.call('DEL', key)
+	else
+		redis.call('SET', key, string.sub(v, 1, 17) .. '0000000000000' .. (attempt - 1) .. rest, 'KEEPTTL')
+	end
+	return 1
+end
+`
+
+// confirmLua: confirm(key, token) writes the completed record of token
+// again, unchanged (value and expiry), and answers 1; or 0 when token did
+// not complete the key. A completion that finds its record completed
+// already (a retry of one whose WAIT fell short) wrote nothing on this
+// connection, so a WAIT after it would not cover the write it found: this
+// one does, the replication stream being in order.
+const confirmLua = `
+local function confirm(key, token)
+	local v = redis.call('GET', key)
+	if not v or string.sub(v, 1, 17) ~= 'c' .. token then
+		return 0
+	end
+	redis.call('SET', key, v, 'KEEPTTL')
+	return 1
+end
+`
+
 // one returns a script that calls fn with KEYS[1] and its n arguments.
 func one(prelude, lua, fn string, n int) *redis.Script {
 	return redis.NewScript(prelude + lua + "return " + fn + "(KEYS[1]" + argvList("", n) + ")")
@@ -218,6 +261,10 @@ var (
 	acquireScript      = one("", acquireLua, "acquire", 5)
 	acquireManyScript  = many("", acquireLua, "acquire", 5)
 	deleteIfScript     = one("", deleteIfLua, "deleteIf", 3)
+	abandonScript      = one("", abandonLua, "abandon", 1)
+	abandonManyScript  = many("", abandonLua, "abandon", 1)
+	confirmScript      = one("", confirmLua, "confirm", 1)
+	confirmManyScript  = many("", confirmLua, "confirm", 1)
 )
 
 // scripts are loaded together by New, and again by a pipeline that met
@@ -225,5 +272,5 @@ var (
 var scripts = []*redis.Script{
 	completeScript, completeManyScript, completeEachScript, releaseScript,
 	extendScript, extendManyScript, acquireScript, acquireManyScript,
-	deleteIfScript,
+	deleteIfScript, abandonScript, abandonManyScript, confirmScript, confirmManyScript,
 }
