@@ -2,6 +2,7 @@ package dedupamqp
 
 import (
 	"errors"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -23,12 +24,18 @@ const (
 	HeaderOriginalExchange   = "Dedup-Original-Exchange" // where the producer published it
 	HeaderOriginalRoutingKey = "Dedup-Original-Routing-Key"
 	HeaderOriginalMessageID  = "Dedup-Original-Message-Id"
+	// HeaderDeadLetteredAt is when the Consumer dead-lettered the message,
+	// RFC 3339 with milliseconds, UTC: dedupctl redrive --since reads it.
+	HeaderDeadLetteredAt = "Dedup-Dead-Lettered-At"
 	// HeaderRetries counts the trips through retry tiers: a message comes
 	// back from one as a new message, with a delivery count of 1.
 	HeaderRetries = "Dedup-Retries"
 	// HeaderRetryReason is the reason of the last trip through a retry tier.
 	HeaderRetryReason = "Dedup-Retry-Reason"
 )
+
+// DeadLetteredAtLayout is the time layout of HeaderDeadLetteredAt.
+const DeadLetteredAtLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // republished copies d's properties and body into a new message with a
 // copy of its headers, less the ones the broker sets per delivery. A
@@ -97,6 +104,7 @@ func deadLetterPublishing[R any](d *amqp.Delivery, queue string, deliveries int,
 		h[HeaderAttempt] = int64(attempt)
 	}
 	h[HeaderDeliveryCount] = int64(deliveries)
+	h[HeaderDeadLetteredAt] = time.Now().UTC().Format(DeadLetteredAtLayout)
 	if d.MessageId != "" {
 		h[HeaderOriginalMessageID] = d.MessageId
 	}

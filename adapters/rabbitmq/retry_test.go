@@ -163,6 +163,7 @@ func TestMaxAttemptsDeadLetter(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, c.Start(t.Context()))
 		stopAtCleanup(t, c)
+		published := time.Now().Truncate(time.Millisecond)
 		publishAll(t, conn, top.Queue, []amqp.Publishing{{MessageId: "m-1", Body: orderJSON(t, Order{ID: "o-1"})}})
 
 		dead := getAll(t, conn, top.DeadLetterQueue, 1)[0]
@@ -173,6 +174,9 @@ func TestMaxAttemptsDeadLetter(t *testing.T) {
 		require.EqualValues(t, 3, dead.Headers["Dedup-Attempt"])
 		require.Equal(t, "attempts:m-1", dead.Headers["Dedup-Key"])
 		require.Contains(t, dead.Headers[dedupamqp.HeaderError], "card declined (run 3)")
+		at, err := time.Parse(dedupamqp.DeadLetteredAtLayout, fmt.Sprint(dead.Headers[dedupamqp.HeaderDeadLetteredAt]))
+		require.NoError(t, err, "the dead letter says when it was made")
+		require.False(t, at.Before(published) || at.After(time.Now()), "dead-lettered at %v: not between the publish (%v) and now", at, published)
 		require.Equal(t, "m-1", dead.MessageId)
 		if n, ok := dead.Headers["x-delivery-count"]; ok {
 			require.Equal(t, dedupamqp.Quorum, typ, "the work queue's x-delivery-count was copied into the dead letter")

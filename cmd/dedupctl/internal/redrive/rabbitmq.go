@@ -132,6 +132,9 @@ func rabbitLetterOf(d amqp.Delivery) *Letter {
 		l.Key, _ = tableString(h, dedupamqp.HeaderKey)
 		l.Error, _ = tableString(h, dedupamqp.HeaderError)
 		rl.queue, _ = tableString(h, dedupamqp.HeaderQueue)
+		if at, ok := tableString(h, dedupamqp.HeaderDeadLetteredAt); ok {
+			l.Time, _ = time.Parse(dedupamqp.DeadLetteredAtLayout, at)
+		}
 	} else if death, ok := lastDeath(h); ok {
 		l.Marking = ByBroker
 		l.Reason, _ = tableString(death, "reason")

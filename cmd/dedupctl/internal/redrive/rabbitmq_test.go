@@ -247,3 +247,25 @@ func publishings(ds []amqp.Delivery) []amqp.Publishing {
 	}
 	return out
 }
+
+// TestRabbitMQSince: --since reads the time the adapter wrote on its
+// letters (Dedup-Dead-Lettered-At): the letters made before it stay.
+func TestRabbitMQSince(t *testing.T) {
+	t.Parallel()
+	e := newRabbitEnv(t)
+	e.deadLetter(t, orders("a", "b"), false)
+	// The header has milliseconds: mid is after every millisecond a and b
+	// were dead-lettered in, and c is dead-lettered after mid.
+	mid := time.Now().Truncate(time.Millisecond).Add(time.Millisecond)
+	for !time.Now().After(mid) {
+		time.Sleep(time.Millisecond)
+	}
+	e.deadLetter(t, orders("c"), false)
+
+	res := runTool(t, nil, e.args("--since", mid.UTC().Format(time.RFC3339Nano))...)
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	require.Len(t, res.rows, 1, "rows: %+v", res.rows)
+	require.Equal(t, "orders:c", res.rows[0].Key)
+	require.Equal(t, "republished", res.rows[0].Action)
+	eventually(t, 10*time.Second, "a and b back in their queue", func() bool { return e.depth(t, e.top.DeadLetterQueue) == 2 })
+}
