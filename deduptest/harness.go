@@ -81,6 +81,12 @@ type Options[M any] struct {
 // When every copy is settled (or MaxDeliveries or Timeout is reached) Run
 // checks what happened and returns the Report. It returns an error only
 // for invalid arguments. ctx ends the run early, as Timeout does.
+//
+// A target behind a real server (an HTTP or gRPC middleware whose
+// receiver runs on the real clock) may leave its receiver on the real
+// clock: clk then only paces the redeliveries, as a retrying client's
+// backoff would, and leases and Crash faults are measured by the
+// server's own clock.
 func Run[M, R any](ctx context.Context, clk *clock.Fake, target Target[M, R], msgs []M, opts *Options[M]) (*Report[R], error) {
 	if clk == nil || target == nil {
 		return nil, errors.New("deduptest: Run needs a clock and a target")
