@@ -108,6 +108,45 @@
 // transaction pooling mode set [Options.QueryExecMode] to
 // pgx.QueryExecModeExec.
 //
+// # Failover
+//
+// With a primary and a streaming standby, a failover doubles no effect
+// when the standby is synchronous and the lease is longer than the
+// failover, clients' switch-over included. A double can follow one only
+// when:
+//
+//   - the standby is asynchronous (synchronous_standby_names empty, or
+//     synchronous_commit = local or off): the primary acknowledged commits
+//     that the promoted standby never received. A lost completion leaves
+//     the claim processing, and a copy takes it over once the lease ends
+//     and runs again; a lost claim makes its completion fail with
+//     store.ErrLeaseLost, and the next copy claims the key afresh;
+//   - the lease is shorter than the failover (the HA manager noticing the
+//     death, the promotion) plus the clients' switch-over (reaching the
+//     new primary): completions in flight give up when the lease ends
+//     (result not stored), and a copy takes the claim over.
+//
+// A claim whose commit reached the standby but whose answer was lost with
+// the primary is an orphan: its key waits for the lease to end, then the
+// next copy takes it over. A delay, never a double.
+//
+// The clients find the new primary when their connection string lists
+// every server with target_session_attrs=read-write (pgx and libpq try
+// them in order and skip a standby), or through an address the HA manager
+// moves. Give it connect_timeout (2 seconds, say): without one, a new
+// connection waits on a dead host for as long as the operating system
+// tries (about two minutes on Linux) before it tries the next server; New
+// logs a warning for a connection string that lists several servers
+// without it. Give the pool room: when a statement times out against a
+// server that went silent, pgx closes that connection in the background
+// for up to 15 seconds while it keeps its place in the pool, so MaxConns
+// should be well above the number of calls the store makes at once. A
+// standby is read-only until it is promoted: its errors (SQLSTATE 25006)
+// match store.ErrUnavailable, so deliveries are refused and retried, never
+// dead-lettered. The failover test of this package (a synchronous standby
+// 2ms away, the primary's host dying mid-stream) holds 0 doubles and 0
+// lost messages.
+//
 // # Batches and inspection
 //
 // The Store is a [store.BatchStore]: a batch is claimed in one statement

@@ -78,8 +78,10 @@ type Options struct {
 	// Defaults to 1000.
 	CleanupBatchSize int
 
-	// Logger receives what RunCleanup reports: the rows each run deleted,
-	// and runs that failed. Defaults to slog.Default().
+	// Logger receives what RunCleanup reports (the rows each run deleted,
+	// and runs that failed), and New's warning about a pool that lists
+	// several servers without a connect timeout (see "Failover" in the
+	// package documentation). Defaults to slog.Default().
 	Logger *slog.Logger
 }
 

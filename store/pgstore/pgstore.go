@@ -50,6 +50,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Store, error)
 		return nil, err
 	}
 	s := &Store{pool: pool, cfg: cfg, sql: newStatements(cfg.table)}
+	s.warnFailover(ctx)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
 	if err := pool.Ping(cctx); err != nil {

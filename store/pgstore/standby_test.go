@@ -37,17 +37,20 @@ func (r replication) String() string {
 // from it, each on a free loopback port.
 type pgPair struct {
 	primary, standby *pgServer
-	// link is the standby's way to the primary when it has a latency;
-	// nil when it connects directly.
-	link *latencyProxy
+	// With a round trip to the standby, the primary is on a host of its
+	// own, which the test may kill (HostDies): the standby streams from it
+	// through replication, and clients reach it through front. Both are
+	// nil when the standby and the clients connect directly.
+	replication, front *link
 }
 
 // startPair starts a primary, clones it with pg_basebackup -R (which
 // writes standby.signal and primary_conninfo), starts the clone, makes
 // mode the primary's rule and waits until the standby streams in that
-// mode. With rtt above 0, the standby reaches its primary through a
-// latencyProxy of that round trip (a standby in another zone); with 0,
-// directly. Both are stopped and removed when t ends.
+// mode. With rtt above 0, the standby streams through a link of that
+// round trip (a standby in another zone), and clients reach the primary
+// through a link of their own; with 0, both connect directly. Both
+// servers are stopped and removed when t ends.
 //
 // synchronous_standby_names is set on the primary only, after the clone:
 // a promoted standby that inherited it would wait for a standby of its own
@@ -58,8 +61,10 @@ func startPair(t testing.TB, mode replication, rtt time.Duration) *pgPair {
 	p.standby = newPGServer(t)
 	upstream := p.primary.port
 	if rtt > 0 {
-		p.link = startLatencyProxy(t, "127.0.0.1:"+strconv.Itoa(p.primary.port), rtt)
-		upstream = p.link.Port()
+		primary := "127.0.0.1:" + strconv.Itoa(p.primary.port)
+		p.replication = startLink(t, primary, rtt)
+		p.front = startLink(t, primary, 0)
+		upstream = p.replication.Port()
 	}
 	p.standby.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(upstream), "-U", "postgres",
 		"-D", p.standby.data(), "-R", "-X", "stream", "-c", "fast", "--no-sync")
@@ -107,8 +112,23 @@ func quote(s string) string { return "'" + s + "'" }
 // skips a server that is down or read-only (a standby not yet promoted)
 // and lands on whichever is the primary.
 func (p *pgPair) DSN() string {
+	primary := p.primary.port
+	if p.front != nil {
+		primary = p.front.Port()
+	}
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write",
-		p.primary.port, p.standby.port)
+		primary, p.standby.port)
+}
+
+// HostDies kills the primary as the death of its host does: the
+// replication link breaks with what was in flight on it, clients hear
+// nothing more from the primary (their statements and connection
+// attempts wait for their own timeouts), and the server is gone (pg_ctl
+// stop -m immediate). It needs a pair with a round trip.
+func (p *pgPair) HostDies() {
+	p.replication.Cut()
+	p.front.Silence()
+	p.primary.Kill()
 }
 
 // Promote makes the standby a primary and waits until it is one.
