@@ -164,12 +164,12 @@ func TestUserWithoutRights(t *testing.T) {
 	d.exec(t, "GRANT DELETE ON "+table+" TO '"+user+"'@'%'")
 	s, err := newAsUser()
 	require.NoError(t, err)
-	_, err = s.Acquire(ctx, store.AcquireRequest{Key: "k", Lease: time.Minute})
+	c, err := s.Acquire(ctx, store.AcquireRequest{Key: "k", Lease: time.Minute})
 	require.NoError(t, err)
 
-	// Revoked at run time: the claim's ON DUPLICATE KEY UPDATE needs it.
+	// Revoked at run time: the completion is an UPDATE.
 	d.exec(t, "REVOKE UPDATE ON "+table+" FROM '"+user+"'@'%'")
-	_, err = s.Acquire(ctx, store.AcquireRequest{Key: "k2", Lease: time.Minute})
+	err = s.Complete(ctx, store.CompleteRequest{Key: "k", Token: c.Token, Retention: time.Hour})
 	requireMisconfigured(t, err, "privilege", "UPDATE command denied")
 }
 
