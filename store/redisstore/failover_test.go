@@ -21,7 +21,6 @@ import (
 	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store/redisstore"
-	"github.com/dedup-go/dedup/store/storetest"
 )
 
 // The failover tests play a broker against receivers on a Redis whose
@@ -271,8 +270,10 @@ func TestSentinelFailover(t *testing.T) {
 }
 
 // TestClusterFailover runs on one Redis Cluster of three masters with one
-// replica each (cluster-node-timeout 1s): the conformance suite with
-// MinReplicas 1, the WAIT of each write on its own master (waitOnOwnMaster),
+// replica each (cluster-node-timeout 1s): the batch rules with MinReplicas
+// 1 (each master's pipeline ending with its WAIT; TestReplicatedStoretest
+// runs the whole suite on one master), the WAIT of each write on its own
+// master (waitOnOwnMaster),
 // the slot map reloaded after a failover (slotMapReloaded), and the stream
 // of TestSentinelFailover with a master SIGKILLed mid-stream (clusterStream).
 func TestClusterFailover(t *testing.T) {
@@ -289,12 +290,8 @@ func TestClusterFailover(t *testing.T) {
 	for _, n := range nodes[:3] {
 		require.Equal(t, "master", redistest.Role(t.Context(), n.Addr()))
 	}
-	t.Run("Storetest", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) storetest.Harness {
-			h := harness(cc)(t)
-			h.Store = newStore(t, cc, &redisstore.Options{MinReplicas: 1, ReplicaTimeout: healthy})
-			return h
-		})
+	t.Run("BatchRules", func(t *testing.T) {
+		batchRules(t, newStore(t, cc, &redisstore.Options{MinReplicas: 1, ReplicaTimeout: healthy}))
 	})
 	t.Run("WaitOnOwnMaster", func(t *testing.T) { waitOnOwnMaster(t, cc, nodes) })
 	t.Run("SlotMapReloaded", func(t *testing.T) { slotMapReloaded(t, addrs, nodes, nodes[1]) })

@@ -23,7 +23,7 @@ const healthy = time.Second
 // a client of the master, the replica, and a store with MinReplicas 1.
 func replicated(t *testing.T) (*redis.Client, *redistest.Server, *redisstore.Store) {
 	t.Helper()
-	master := redistest.StartServer(t)
+	master := redistest.StartServer(t, "--repl-diskless-sync-delay", "0")
 	replica := redistest.StartReplica(t, master)
 	c := redis.NewClient(&redis.Options{Addr: master.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
