@@ -1,0 +1,121 @@
+package dedupnats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dedup-go/dedup/outbox"
+)
+
+// ErrInvalidSubject: an outbox message's Destination is not a subject a
+// message can be published to (empty, a wildcard, whitespace).
+var ErrInvalidSubject = errors.New("dedupnats: invalid subject")
+
+// OutboxOptions configures an OutboxPublisher. A nil *OutboxOptions means
+// all defaults.
+type OutboxOptions struct {
+	// ExpectStream makes each publish fail unless the stream that stores
+	// it has this name (the Nats-Expected-Stream header): a subject
+	// captured by a stream other than the one meant is refused rather than
+	// stored where no consumer reads it. Defaults to "": any stream.
+	ExpectStream string
+}
+
+// OutboxPublisher is the outbox.Publisher of JetStream: each message is
+// published to the subject its Destination names, with its ID in the
+// Nats-Msg-Id header (so the stream's duplicate window drops a copy the
+// relay publishes again, and the next consumer's idstrategy.MessageID
+// finds it) and its Header as NATS headers, and counts as acknowledged
+// once the stream's PubAck arrived (a PubAck of a duplicate included: the
+// stream holds the message). The messages of one Publish are published at
+// once (PublishMsgAsync), then their PubAcks awaited. The OrderingKey is
+// not sent: JetStream keeps the order in which a connection's messages
+// arrive, and the relay publishes a key's next message only after the
+// previous one's PubAck.
+//
+// The JetStream context and its connection stay the caller's. Its
+// WithPublishAsyncMaxPending bounds how many messages are in flight; a
+// relay's batches should fit under it.
+type OutboxPublisher struct {
+	js   jetstream.JetStream
+	opts []jetstream.PublishOpt
+}
+
+var _ outbox.Publisher = (*OutboxPublisher)(nil)
+
+// NewOutboxPublisher returns an OutboxPublisher on js; opts may be nil.
+func NewOutboxPublisher(js jetstream.JetStream, opts *OutboxOptions) (*OutboxPublisher, error) {
+	if js == nil {
+		return nil, wrapConfig("JetStream is nil")
+	}
+	p := &OutboxPublisher{js: js}
+	if opts != nil && opts.ExpectStream != "" {
+		p.opts = append(p.opts, jetstream.WithExpectStream(opts.ExpectStream))
+	}
+	return p, nil
+}
+
+// Publish publishes msgs and waits for their PubAcks (see outbox.Publisher).
+// A message whose subject is invalid fails alone, with ErrInvalidSubject,
+// without being published.
+func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	errs := make([]error, len(msgs))
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		if !validPublishSubject(m.Destination) {
+			errs[i] = fmt.Errorf("%w: %q", ErrInvalidSubject, m.Destination)
+			continue
+		}
+		nm := &natsgo.Msg{Subject: m.Destination, Data: m.Body, Header: make(natsgo.Header, len(m.Header)+1)}
+		for k, v := range m.Header {
+			nm.Header[k] = []string{v}
+		}
+		f, err := p.js.PublishMsgAsync(nm, append(p.opts[:len(p.opts):len(p.opts)], jetstream.WithMsgID(m.ID))...)
+		if err != nil {
+			errs[i] = fmt.Errorf("dedupnats: publish to %q: %w", m.Destination, err)
+			continue
+		}
+		futures[i] = f
+	}
+	failed := false
+	for i, f := range futures {
+		if f != nil {
+			errs[i] = awaitAck(ctx, f)
+		}
+		failed = failed || errs[i] != nil
+	}
+	if !failed {
+		return nil
+	}
+	return &outbox.BatchError{Errs: errs}
+}
+
+// awaitAck waits for f's PubAck, or ctx's end (which gives ctx's error
+// unless the PubAck is already there).
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return fmt.Errorf("dedupnats: publish to %q: %w", f.Msg().Subject, err)
+	case <-ctx.Done():
+	}
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return fmt.Errorf("dedupnats: publish to %q: %w", f.Msg().Subject, err)
+	default:
+		return ctx.Err()
+	}
+}
