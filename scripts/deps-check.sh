@@ -43,13 +43,13 @@ go build ./...
 mods=$(go list -m all)
 echo "deps-check: a module importing only the core builds with:"
 printf '%s\n' "$mods" | sed 's/^/  /'
-bad=$(printf '%s\n' "$mods" | grep -E 'nats-io|rabbitmq|amqp|segmentio/kafka|twmb/franz|jackc/pgx|google.golang.org/grpc|go.opentelemetry.io' || true)
+bad=$(printf '%s\n' "$mods" | grep -E 'nats-io|rabbitmq|amqp|segmentio/kafka|twmb/franz|jackc/pgx|go-sql-driver/mysql|google.golang.org/grpc|go.opentelemetry.io' || true)
 if [ -n "$bad" ]; then
 	echo "deps-check: FAIL: the core pulls in integration dependencies:" >&2
 	printf '%s\n' "$bad" >&2
 	exit 1
 fi
-echo "deps-check: ok, no broker client, nats-server, pgx or gRPC"
+echo "deps-check: ok, no broker client, nats-server, pgx, the MySQL driver or gRPC"
 
 # An integration pulls in only what its users need: the HTTP middleware only
 # the standard library and the core, the gRPC interceptor no grpc-gateway
