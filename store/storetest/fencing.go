@@ -18,6 +18,7 @@ var fencingCases = []testCase{
 	{"ReleaseAfterExpiry", testReleaseAfterExpiry},
 	{"ExtendAfterExpiry", testExtendAfterExpiry},
 	{"CompleteTwice", testCompleteTwice},
+	{"StaleTokenWhileHeld", testStaleTokenWhileHeld},
 }
 
 // requireFencedOff requires that the token of claim c, refused once on key
@@ -135,4 +136,26 @@ func testCompleteTwice(t *testing.T, f *fixture) {
 	requireLeaseLost(t, f.store.Release(f.ctx, f.releaseRequest(key, c.Token, "late")), "Release of a completed key")
 	requireLeaseLost(t, f.store.Extend(f.ctx, f.extendRequest(key, c.Token)), "Extend of a completed key")
 	f.requireCompleted(t, key, []byte("first"))
+}
+
+// testStaleTokenWhileHeld: once another claim took the key over, every
+// call with the first claim's token fails with ErrLeaseLost and leaves the
+// new holder's record as it is, whatever the store does with a late call
+// before a takeover.
+func testStaleTokenWhileHeld(t *testing.T, f *fixture) {
+	key := f.key("stale-while-held")
+	old := f.claim(t, key)
+	f.advance(f.lease())
+	taken := f.acquire(t, key, "")
+	require.True(t, taken.Acquired, "the lease ended: the key must be taken over")
+	require.Equal(t, 2, taken.Record.Attempt)
+
+	requireLeaseLost(t, f.store.Complete(f.ctx, f.completeRequest(key, old.Token, "stale")), "Complete with the token of a claim taken over")
+	requireLeaseLost(t, f.store.Release(f.ctx, f.releaseRequest(key, old.Token, "stale")), "Release with the token of a claim taken over")
+	requireLeaseLost(t, f.store.Extend(f.ctx, f.extendRequest(key, old.Token)), "Extend with the token of a claim taken over")
+	rec := f.requireHeld(t, key, 2)
+	require.Empty(t, rec.LastError, "a refused Release must not record its error")
+
+	f.complete(t, key, taken.Token, []byte("new"))
+	f.requireCompleted(t, key, []byte("new"))
 }
