@@ -13,10 +13,10 @@ import (
 //   - async: the standby is asynchronous, with the default lease; the
 //     primary's process dies on a live host, so what it wrote to the
 //     standby's connection is still delivered;
-//   - async-host-dies: the same 2ms away (another zone), and the
-//     primary's host dies (pgPair.HostDies): what was in flight to the
-//     standby is lost. The primary acknowledged commits that the standby
-//     never received, and the promoted standby has forgotten them;
+//   - async-host-dies: the same 2ms away (another zone); the primary
+//     loses its standby, serves its clients for 200ms more, then its host
+//     dies. It acknowledged commits that the standby never received, and
+//     the promoted standby has forgotten them;
 //   - sync-host-dies: the same, with a synchronous standby (the CI test);
 //   - lease-2s: the standby is synchronous, but the HA manager promotes it
 //     3s after the kill while the lease is 2s: completions give up when
@@ -32,8 +32,8 @@ func TestFailoverMeasure(t *testing.T) {
 	}
 	for name, c := range map[string]failoverCase{
 		"async":           {mode: asynchronous},
-		"async-host-dies": {mode: asynchronous, rtt: 2 * time.Millisecond, hostDies: true},
-		"sync-host-dies":  {mode: synchronous, rtt: 2 * time.Millisecond, hostDies: true},
+		"async-host-dies": {mode: asynchronous, rtt: 2 * time.Millisecond, hostDies: true, isolated: 200 * time.Millisecond},
+		"sync-host-dies":  {mode: synchronous, rtt: 2 * time.Millisecond, hostDies: true, isolated: 200 * time.Millisecond},
 		"lease-2s":        {mode: synchronous, lease: 2 * time.Second, detect: 3 * time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -30,8 +30,11 @@ type failoverCase struct {
 	detect time.Duration // from the kill to the promotion
 	rtt    time.Duration // between the primary and the standby; 0: loopback
 	// hostDies: the primary's host dies (pgPair.HostDies) rather than
-	// its process alone. It needs an rtt.
+	// its process alone, isolated after it lost its standby (a partition,
+	// the primary serving its clients meanwhile, until the HA manager
+	// fences it). It needs an rtt.
 	hostDies bool
+	isolated time.Duration
 }
 
 // Sizes of a failover run: failoverIDs messages, each delivered
@@ -72,19 +75,20 @@ func (r *failoverRun) String() string {
 
 // TestFailoverSynchronousStandby: a stream of messages, each delivered
 // three times by eight workers in two processes through receivers on
-// pgstore, with the default lease. The primary's host dies in the middle
-// of it (pgPair.HostDies): the link to its synchronous standby (2ms away,
-// another zone) breaks with what was in flight on it, the clients hear
-// nothing more from it, and the server is killed (pg_ctl stop -m
-// immediate); then the standby is promoted. The clients find the new
-// primary by themselves: their connection string lists both servers with
+// pgstore, with the default lease. In the middle of it, the primary loses
+// its synchronous standby (2ms away, another zone; what was in flight
+// between them is lost) and goes on serving its clients for 200ms; then
+// its host dies (pgPair.HostDies): the clients hear nothing more from it,
+// and the server is killed (pg_ctl stop -m immediate). The standby is
+// promoted. The clients find the new primary by themselves: their
+// connection string lists both servers with
 // target_session_attrs=read-write, and a connection attempt gives up on
 // the silent host after its connect timeout. No message has its effect
 // twice, none is lost, every copy is acknowledged, no done status carries
 // an error, and the new primary holds every message's record completed.
 func TestFailoverSynchronousStandby(t *testing.T) {
 	t.Parallel()
-	run := runFailover(t, failoverCase{mode: synchronous, rtt: 2 * time.Millisecond, hostDies: true})
+	run := runFailover(t, failoverCase{mode: synchronous, rtt: 2 * time.Millisecond, hostDies: true, isolated: 200 * time.Millisecond})
 	t.Log(run)
 	for what, list := range map[string][]string{
 		"messages had their effect twice":        run.doubles,
@@ -140,6 +144,12 @@ func runFailover(t *testing.T, c failoverCase) *failoverRun {
 		rcvs = append(rcvs, rcv)
 	}
 
+	if pair.front != nil {
+		// Before the pools close (cleanups run last first): a pool waits
+		// up to 15s for each connection to a silent server to close.
+		t.Cleanup(pair.front.Cut)
+	}
+
 	ids := make([]string, failoverIDs)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("m%04d", i)
@@ -165,6 +175,8 @@ func runFailover(t *testing.T, c failoverCase) *failoverRun {
 	}
 	killed := time.Now()
 	if c.hostDies {
+		pair.Isolate()
+		time.Sleep(c.isolated)
 		pair.HostDies()
 	} else {
 		pair.primary.Kill()

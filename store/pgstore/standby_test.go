@@ -120,13 +120,17 @@ func (p *pgPair) DSN() string {
 		primary, p.standby.port)
 }
 
+// Isolate cuts the primary off from its standby, losing what was in
+// flight between them: a partition. Clients still reach the primary.
+func (p *pgPair) Isolate() { p.replication.Cut() }
+
 // HostDies kills the primary as the death of its host does: the
 // replication link breaks with what was in flight on it, clients hear
 // nothing more from the primary (their statements and connection
 // attempts wait for their own timeouts), and the server is gone (pg_ctl
 // stop -m immediate). It needs a pair with a round trip.
 func (p *pgPair) HostDies() {
-	p.replication.Cut()
+	p.Isolate()
 	p.front.Silence()
 	p.primary.Kill()
 }
