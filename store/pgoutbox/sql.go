@@ -1,0 +1,174 @@
+package pgoutbox
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The outbox is three tables. The outbox itself, one row per message:
+//
+//	seq           the order of writing: an identity, so a message written
+//	              after another's transaction committed has a larger one
+//	id            the message's id (outbox.MessageID), unique
+//	claim_key     the key of the claim whose handler wrote it
+//	name          its name, or position, within that handler
+//	destination   where it goes, ordering_key what keeps it in order
+//	key_hash      FNV-1a of the ordering key (of the id when there is
+//	              none), 31 bits
+//	bucket        key_hash modulo the bucket count, a generated column:
+//	              the count is fixed in the schema, so no writer can
+//	              disagree with another about it
+//	body, headers the message (headers a JSON object of strings, or NULL)
+//	created_at    when it was written, by the database's clock
+//	sent_at       when a relay marked it sent: after the broker's
+//	              acknowledgement. NULL until then
+//
+// The leases, one row per bucket: the relay that holds it (owner) and
+// until when. The relays, one row per running relay, with the time its
+// presence lasts until: what a relay divides the buckets by.
+const schemaSQL = `CREATE TABLE IF NOT EXISTS {table} (
+	seq          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	id           text COLLATE "C" NOT NULL,
+	claim_key    text NOT NULL,
+	name         text NOT NULL,
+	destination  text NOT NULL,
+	ordering_key text NOT NULL,
+	key_hash     integer NOT NULL CHECK (key_hash >= 0),
+	bucket       integer GENERATED ALWAYS AS (key_hash % {buckets}) STORED,
+	body         bytea NOT NULL,
+	headers      jsonb,
+	created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+	sent_at      timestamptz,
+	CONSTRAINT {idKey} UNIQUE (id)
+);
+CREATE INDEX IF NOT EXISTS {pending} ON {table} (bucket, seq) WHERE sent_at IS NULL;
+CREATE INDEX IF NOT EXISTS {sent} ON {table} (sent_at) WHERE sent_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS {leases} (
+	bucket      integer PRIMARY KEY,
+	owner       uuid,
+	lease_until timestamptz NOT NULL DEFAULT '-infinity'
+);
+INSERT INTO {leases} (bucket) SELECT b FROM generate_series(0, {buckets} - 1) b
+WHERE NOT EXISTS (SELECT FROM {leases});
+CREATE TABLE IF NOT EXISTS {relays} (
+	relay       uuid PRIMARY KEY,
+	alive_until timestamptz NOT NULL
+);
+`
+
+// us turns a bigint of microseconds into an interval.
+const us = `* interval '1 microsecond'`
+
+// statements are the outbox's SQL for one set of tables.
+type statements struct {
+	schema  string
+	check   string
+	buckets string
+	add     string
+
+	fetch   string
+	mark    string
+	alive   string
+	renew   string
+	acquire string
+	release string
+	leave   string
+	cleanup string
+	prune   string
+}
+
+func newStatements(n names, buckets int, notify bool) statements {
+	r := strings.NewReplacer("{table}", n.table, "{leases}", n.leases, "{relays}", n.relays,
+		"{idKey}", n.idKey, "{pending}", n.pending, "{sent}", n.sent, "{buckets}", fmt.Sprint(buckets))
+	q := r.Replace
+	add := `WITH ins AS (
+	INSERT INTO {table} (id, claim_key, name, destination, ordering_key, key_hash, body, headers)
+	VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::integer, $7::bytea, $8::jsonb)
+	ON CONFLICT (id) DO NOTHING
+	RETURNING bucket
+)
+SELECT bucket FROM ins`
+	if notify {
+		// The channel's payload is the bucket, so that a relay that does
+		// not hold it need not look. NOTIFY is delivered at commit, and
+		// not at all after a rollback.
+		add = strings.Replace(add, "SELECT bucket FROM ins", "SELECT pg_notify($9::text, bucket::text) FROM ins", 1)
+	}
+	return statements{
+		schema: q(schemaSQL),
+
+		// check: the columns every statement uses, and the bucket count.
+		check: q(`SELECT (SELECT count(*) FROM {leases}),
+	(SELECT count(*) FROM (SELECT seq, id, claim_key, name, destination, ordering_key, key_hash, bucket, body, headers, created_at, sent_at FROM {table} LIMIT 0) t),
+	(SELECT count(*) FROM (SELECT relay, alive_until FROM {relays} LIMIT 0) r),
+	(SELECT count(*) FROM (SELECT bucket, owner, lease_until FROM {leases} LIMIT 0) l)`),
+		buckets: q(`SELECT count(*) FROM {leases}`),
+
+		// add: $1 id .. $8 headers, $9 the channel. One row when the
+		// message was written (none when a message of its id exists).
+		add: q(add),
+
+		// fetch: $1 the relay, $2 the batch size. The first unsent
+		// messages of each bucket the relay holds a live lease on, by
+		// seq: for each bucket, a prefix of its unsent messages in the
+		// order of writing, so a message never goes out before an
+		// earlier one of its key that is still to send. The age is in
+		// microseconds.
+		fetch: q(`SELECT o.seq, o.id, o.destination, o.ordering_key, o.body, o.headers,
+	(extract(epoch FROM clock_timestamp() - o.created_at) * 1000000)::bigint
+FROM {leases} l
+CROSS JOIN LATERAL (
+	SELECT * FROM {table} m WHERE m.bucket = l.bucket AND m.sent_at IS NULL ORDER BY m.seq LIMIT $2::int
+) o
+WHERE l.owner = $1::uuid AND l.lease_until > clock_timestamp()
+ORDER BY o.seq LIMIT $2::int`),
+
+		// mark: $1 seqs. Only what the broker acknowledged.
+		mark: q(`UPDATE {table} SET sent_at = clock_timestamp() WHERE seq = ANY($1::bigint[]) AND sent_at IS NULL`),
+
+		// alive: $1 the relay, $2 how long its presence lasts (µs). The
+		// relays present, this one included.
+		alive: q(`WITH me AS (
+	INSERT INTO {relays} (relay, alive_until) VALUES ($1::uuid, clock_timestamp() + $2::bigint ` + us + `)
+	ON CONFLICT (relay) DO UPDATE SET alive_until = excluded.alive_until
+	RETURNING relay
+)
+SELECT 1 + count(*) FROM {relays} WHERE alive_until > clock_timestamp() AND relay <> $1::uuid`),
+
+		// renew: $1 the relay, $2 the lease (µs). The buckets it still
+		// holds: those no other relay took (a lease that ran out but
+		// that nobody took is still the relay's, as nobody else
+		// published its messages meanwhile).
+		renew: q(`UPDATE {leases} SET lease_until = clock_timestamp() + $2::bigint ` + us + `
+WHERE owner = $1::uuid RETURNING bucket`),
+
+		// acquire: $1 the relay, $2 the lease (µs), $3 how many. Free
+		// buckets, or buckets whose lease ran out, skipping those
+		// another relay is taking right now; FOR UPDATE rechecks the
+		// lease on the row's latest version.
+		acquire: q(`UPDATE {leases} l SET owner = $1::uuid, lease_until = clock_timestamp() + $2::bigint ` + us + `
+WHERE l.bucket IN (
+	SELECT bucket FROM {leases}
+	WHERE owner IS NULL OR lease_until <= clock_timestamp()
+	ORDER BY random() LIMIT $3::int FOR UPDATE SKIP LOCKED
+)
+RETURNING l.bucket`),
+
+		// release: $1 the relay, $2 buckets. Given back, free at once.
+		release: q(`UPDATE {leases} SET owner = NULL, lease_until = '-infinity' WHERE owner = $1::uuid AND bucket = ANY($2::int[])`),
+
+		// leave: $1 the relay. Its presence ends.
+		leave: q(`DELETE FROM {relays} WHERE relay = $1::uuid`),
+
+		// cleanup: $1 retention (µs), $2 batch size. Sent rows past the
+		// retention, locked by primary key, skipping locked ones.
+		cleanup: q(`DELETE FROM {table} WHERE seq IN (
+	SELECT seq FROM {table} WHERE sent_at < clock_timestamp() - $1::bigint ` + us + `
+	ORDER BY sent_at LIMIT $2::int FOR UPDATE SKIP LOCKED
+)`),
+
+		// prune: relays gone for an hour (killed: a stopped relay
+		// removes its own row).
+		prune: q(`DELETE FROM {relays} WHERE alive_until < clock_timestamp() - interval '1 hour'`),
+	}
+}
