@@ -66,12 +66,14 @@ type Options struct {
 	// Cluster, to the master that took the write. A write that fewer
 	// replicas acknowledged fails the call with an error matching
 	// store.ErrUnavailable and ErrNotReplicated: it may be lost in a
-	// failover, so it is not reported done. See "Replication and
-	// failover" in the package documentation for what n must be and what
-	// it costs. The client must be a *redis.Client (single server or
-	// Sentinel's FailoverClient) or a *redis.ClusterClient. Must not be
-	// negative. Defaults to 0: no WAIT, and a failover may lose the last
-	// writes acknowledged by the old master.
+	// failover, so it is not reported done. The Inspector's Delete and
+	// DeleteIf send no WAIT: an operator's delete that a failover loses
+	// leaves the record as it was. See "Replication and failover" in the
+	// package documentation for what n must be and what it costs. The
+	// client must be a *redis.Client (single server or Sentinel's
+	// FailoverClient) or a *redis.ClusterClient. Must not be negative.
+	// Defaults to 0: no WAIT, and a failover may lose the last writes
+	// acknowledged by the old master.
 	MinReplicas int
 
 	// ReplicaTimeout bounds each WAIT that MinReplicas sends. It must be
