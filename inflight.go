@@ -31,18 +31,21 @@ type inFlightWaits struct {
 }
 
 type inFlightWait struct {
-	looks int       // in-flight answers in a row
-	until time.Time // after this the holder's lease has ended: start over
+	looks   int       // in-flight answers in a row
+	until   time.Time // after this the holder's lease has ended: start over
+	attempt int       // the holder's claim: another one has just begun, start over
 }
 
 // next returns how long to wait before looking at key again, now that it
-// was found held with remaining lease left.
-func (w *inFlightWaits) next(key string, now time.Time, remaining time.Duration) time.Duration {
+// was found held by claim attempt with remaining lease left. A new holder
+// (a takeover of an orphaned claim) starts the waits over: it has just
+// begun, and may finish in milliseconds.
+func (w *inFlightWaits) next(key string, now time.Time, remaining time.Duration, attempt int) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e, ok := w.m[key]
-	if !ok || now.After(e.until) {
-		e = inFlightWait{}
+	if !ok || now.After(e.until) || e.attempt != attempt {
+		e = inFlightWait{attempt: attempt}
 	}
 	// Past the lease's end on this clock (the holder's store may disagree by
 	// a clock skew), the wait stays one first wait rather than none.

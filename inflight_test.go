@@ -2,6 +2,7 @@ package dedup_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -113,4 +114,46 @@ func TestInFlightLooksAreBounded(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, looks, 5)
 	require.Equal(t, int64(1), runs.Load())
+}
+
+// TestInFlightLooksStartOverOnTakeover: once an orphaned claim was taken
+// over, the new holder has just begun: the next look comes after a first
+// wait again, not after the doubled waits the dead holder ran up, which
+// could reach a whole second lease.
+func TestInFlightLooksStartOverOnTakeover(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	st := newMemstore(t, clk)
+	key := dedup.DefaultNamespace + ":o-1"
+	dead, err := st.Acquire(t.Context(), store.AcquireRequest{Key: key, Lease: testLease})
+	require.NoError(t, err)
+	require.True(t, dead.Acquired)
+	waiter := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
+		return "", errors.New("the waiter must not run the handler")
+	}, &dedup.Config{Clock: clk, Lease: testLease})
+
+	// The waiter looks until the dead holder's lease ends: its waits
+	// doubled, the last ones reaching to the lease's end.
+	var longest time.Duration
+	for clk.Now().Before(dead.Record.LeaseUntil) {
+		res, err := waiter.Handle(t.Context(), order{ID: "o-1"})
+		require.NoError(t, err)
+		require.Equal(t, dedup.StatusInFlight, res.Status)
+		require.Equal(t, 1, res.Attempt)
+		longest = max(longest, res.RetryAfter)
+		clk.Advance(res.RetryAfter)
+	}
+	require.Greater(t, longest, 2*time.Second, "the waits doubled while the first holder was away")
+
+	// Right then, another process takes the key over.
+	taken, err := st.Acquire(t.Context(), store.AcquireRequest{Key: key, Lease: testLease})
+	require.NoError(t, err)
+	require.True(t, taken.Acquired)
+	require.Equal(t, 2, taken.Record.Attempt)
+
+	res, err := waiter.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusInFlight, res.Status)
+	require.Equal(t, 2, res.Attempt)
+	require.LessOrEqual(t, res.RetryAfter, 200*time.Millisecond, "the new holder's first look comes soon")
 }

@@ -484,7 +484,7 @@ func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, clai
 	case !claim.Acquired:
 		r.stats.inFlight.Add(1)
 		now := r.cfg.Clock.Now()
-		wait := r.waits.next(key, now, max(rec.LeaseUntil.Sub(now), 0))
+		wait := r.waits.next(key, now, max(rec.LeaseUntil.Sub(now), 0), rec.Attempt)
 		return Result[R]{Status: StatusInFlight, Key: key, Attempt: rec.Attempt, RetryAfter: wait}, nil, true
 	case rec.Attempt > r.cfg.MaxAttempts:
 		// Workers crashed (or were dead-lettered and redriven) too often: do
