@@ -2,7 +2,6 @@ package cli
 
 import (
 	"flag"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup/cmd/dedupctl/internal/transcript"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -32,84 +32,33 @@ var transcribed = []string{"get", "scan", "stats", "forget"}
 // TestTranscript -update rewrites the blocks with this run's output.
 func TestTranscript(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile(operationsDoc)
+	doc, err := transcript.Load(operationsDoc, "## dedupctl")
 	require.NoError(t, err)
-	lines := strings.Split(string(doc), "\n")
-	start := slices.Index(lines, "## dedupctl")
-	require.NotEqual(t, -1, start, "docs/operations.md has a ## dedupctl section")
-	end := len(lines)
-	for i := start + 1; i < len(lines); i++ {
-		if strings.HasPrefix(lines[i], "## ") {
-			end = i
-			break
-		}
-	}
-
 	s, flags := postgresBackend(t).fresh(t)
 	seedTranscript(t, s)
 
-	// Each command's output runs from the line after it to the next
-	// command or the end of its block; -update replaces those lines.
-	type run struct {
-		line     int // the command's line
-		from, to int // its output lines, [from, to)
-		args     []string
-	}
-	var runs []run
 	seen := map[string]bool{}
-	inBlock := false
-	for i := start; i < end; i++ {
-		switch l := lines[i]; {
-		case l == "```console":
-			inBlock = true
-		case l == "```" && inBlock:
-			inBlock = false
-			if n := len(runs); n > 0 && runs[n-1].to == -1 {
-				runs[n-1].to = i
-			}
-		case inBlock && strings.HasPrefix(l, "$ "):
-			if n := len(runs); n > 0 && runs[n-1].to == -1 {
-				runs[n-1].to = i
-			}
-			args := strings.Fields(strings.TrimPrefix(l, "$ "))
-			if len(args) > 1 && args[0] == "dedupctl" && slices.Contains(transcribed, subcommand(args[1:])) {
-				seen[subcommand(args[1:])] = true
-				runs = append(runs, run{line: i, from: i + 1, to: -1, args: args[1:]})
-			}
+	for _, r := range doc.Runs() {
+		c := transcript.Subcommand(r.Args)
+		if !slices.Contains(transcribed, c) {
+			continue
 		}
+		seen[c] = true
+		res := runIn(t, "", false, with(flags, r.Args...)...)
+		got := strings.Split(strings.TrimSuffix(res.out+res.err, "\n"), "\n")
+		if *update {
+			doc.Set(r, got)
+			continue
+		}
+		assert.Equal(t, normalise(doc.Output(r)), normalise(got), "line %d: $ dedupctl %s (go test -run TestTranscript -update rewrites it)",
+			r.Line+1, strings.Join(r.Args, " "))
 	}
 	for _, c := range []string{"get", "scan", "stats"} {
 		assert.True(t, seen[c], "the transcript shows dedupctl %s", c)
 	}
-
-	var rewritten []string
-	last := 0
-	for _, r := range runs {
-		res := runIn(t, "", false, with(flags, r.args...)...)
-		got := strings.Split(strings.TrimSuffix(res.out+res.err, "\n"), "\n")
-		want := lines[r.from:r.to]
-		if *update {
-			rewritten = append(append(rewritten, lines[last:r.from]...), got...)
-			last = r.to
-			continue
-		}
-		assert.Equal(t, normalise(want), normalise(got), "line %d: $ dedupctl %s (go test -run TestTranscript -update rewrites it)",
-			r.line+1, strings.Join(r.args, " "))
-	}
 	if *update {
-		rewritten = append(rewritten, lines[last:]...)
-		require.NoError(t, os.WriteFile(operationsDoc, []byte(strings.Join(rewritten, "\n")), 0o644))
+		require.NoError(t, doc.Write())
 	}
-}
-
-// subcommand is the first argument that is not a flag.
-func subcommand(args []string) string {
-	for _, a := range args {
-		if !strings.HasPrefix(a, "-") {
-			return a
-		}
-	}
-	return ""
 }
 
 var (

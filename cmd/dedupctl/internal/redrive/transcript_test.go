@@ -7,12 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup/cmd/dedupctl/internal/transcript"
 )
 
 var update = flag.Bool("update", false, "rewrite the redrive transcript of docs/operations.md with this run's output")
@@ -29,18 +30,8 @@ const operationsDoc = "../../../../docs/operations.md"
 // TestTranscript -update rewrites the output lines.
 func TestTranscript(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile(operationsDoc)
+	doc, err := transcript.Load(operationsDoc, "### Redrive")
 	require.NoError(t, err)
-	lines := strings.Split(string(doc), "\n")
-	start := slices.Index(lines, "### Redrive")
-	require.NotEqual(t, -1, start, "docs/operations.md has a ### Redrive subsection")
-	end := len(lines)
-	for i := start + 1; i < len(lines); i++ {
-		if strings.HasPrefix(lines[i], "## ") || strings.HasPrefix(lines[i], "### ") {
-			end = i
-			break
-		}
-	}
 
 	e := newNATSEnv(t)
 	names := strings.NewReplacer(e.dlqStream, "ORDERS_DLQ", e.stream, "ORDERS", e.dlq, "orders.dlq", e.subject, "orders.created")
@@ -48,53 +39,25 @@ func TestTranscript(t *testing.T) {
 	seedTranscript(t, e)
 	env := []string{"DEDUP_NATS_URL=" + e.url, "DEDUP_REDIS_URL=" + e.st.flags[1], "DEDUP_PREFIX=" + e.st.flags[3], "DEDUP_OUTPUT=table"}
 
-	type run struct {
-		line, from, to int
-		args           []string
-	}
-	var runs []run
-	inBlock := false
-	for i := start; i < end; i++ {
-		switch l := lines[i]; {
-		case l == "```console":
-			inBlock = true
-		case l == "```" && inBlock:
-			inBlock = false
-			if n := len(runs); n > 0 && runs[n-1].to == -1 {
-				runs[n-1].to = i
-			}
-		case inBlock && strings.HasPrefix(l, "$ "):
-			if n := len(runs); n > 0 && runs[n-1].to == -1 {
-				runs[n-1].to = i
-			}
-			if args := strings.Fields(strings.TrimPrefix(l, "$ ")); len(args) > 1 && args[0] == "dedupctl" {
-				runs = append(runs, run{line: i, from: i + 1, to: -1, args: args[1:]})
-			}
-		}
-	}
-	require.NotEmpty(t, runs, "the Redrive subsection shows a $ dedupctl redrive line")
+	require.NotEmpty(t, doc.Runs(), "the Redrive subsection shows a $ dedupctl redrive line")
 
-	var rewritten []string
-	last := 0
-	for _, r := range runs {
-		args := make([]string, len(r.args))
-		for i, a := range r.args {
+	for _, r := range doc.Runs() {
+		args := make([]string, len(r.Args))
+		for i, a := range r.Args {
 			args[i] = back.Replace(a)
 		}
 		// The test's names are longer than the doc's: the table is aligned
 		// again once they are replaced.
 		got := realign(strings.Split(names.Replace(runPlain(t, env, args...)), "\n"))
 		if *update {
-			rewritten = append(append(rewritten, lines[last:r.from]...), got...)
-			last = r.to
+			doc.Set(r, got)
 			continue
 		}
-		require.Equal(t, normalise(lines[r.from:r.to]), normalise(got), "line %d: $ dedupctl %s (go test -run TestTranscript -update rewrites it)",
-			r.line+1, strings.Join(r.args, " "))
+		require.Equal(t, normalise(doc.Output(r)), normalise(got), "line %d: $ dedupctl %s (go test -run TestTranscript -update rewrites it)",
+			r.Line+1, strings.Join(r.Args, " "))
 	}
 	if *update {
-		rewritten = append(rewritten, lines[last:]...)
-		require.NoError(t, os.WriteFile(operationsDoc, []byte(strings.Join(rewritten, "\n")), 0o644))
+		require.NoError(t, doc.Write())
 	}
 }
 
