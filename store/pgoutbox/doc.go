@@ -21,6 +21,12 @@
 //		return Receipt{ID: p.ID}, err
 //	}, nil)
 //
+//	// In the same process or another, as many as wanted:
+//	pub, err := dedupnats.NewOutboxPublisher(js, nil)
+//	relay, err := pgoutbox.NewRelay(ob, pub, nil)
+//	err = relay.Start(context.Background())
+//	defer relay.Stop(stopCtx) // finishes its round, gives its buckets back
+//
 // # A module of its own
 //
 // The outbox is a module beside store/pgstore, not part of it: the writer
@@ -59,4 +65,83 @@
 // notifications on (the default), each Add also sends a NOTIFY with the
 // message's bucket, delivered at commit, which wakes the relay that holds
 // it.
+//
+// # Relaying
+//
+// A relay reads committed, unsent messages, hands them to its publisher
+// and marks sent only those the broker acknowledged. A crash between the
+// acknowledgement and the mark publishes them again, with the same ids: a
+// duplicate, never a loss. Every step guarantees this much:
+//
+//	handler's transaction  the business rows, the record's completion and the messages commit together or not at all
+//	relay                  each committed message is published until the broker acknowledges it; copies carry the same id
+//	broker                 JetStream drops a copy within the stream's duplicate window (Nats-Msg-Id)
+//	next consumer          its receiver, keyed on the message id (idstrategy.MessageID), has its effect once
+//
+// # Order
+//
+// The relays publish the messages of one ordering key in the order of
+// their seq, the order of writing: a message written after the
+// transaction of another committed goes out after it (within one
+// transaction, in the order of Add). Two transactions that wrote
+// messages of one key at the same time have no order of their own, and
+// may go out either way (a handler that needs one takes a lock of the
+// key's row first, which orders the transactions). The first copy of
+// each message reaches the broker in this order; a copy published again
+// may come later, which deduplication absorbs.
+//
+// Several relays keep this order because each bucket of keys (the
+// ordering key's FNV-1a hash, modulo Options.Buckets) is published by
+// the one relay that holds its lease. Taking rows with FOR UPDATE SKIP
+// LOCKED alone would not: a relay that locked a key's first messages
+// would be skipped by the next, which takes the key's later messages and
+// may publish them first. Within a round, a relay publishes its batch in
+// waves, at most one message per key in a wave (the publisher may have a
+// whole wave in flight at once), and a message the broker did not
+// acknowledge holds back the later messages of its key until a later
+// round, while other keys go on.
+//
+// A lease that runs out (a relay paused or cut off from the database for
+// longer than RelayOptions.Lease) lets another relay take the bucket
+// while the first may still publish the batch it read: both publish the
+// key's messages from its first unsent one, in order, so the worst is a
+// copy. The paused relay finds the lease lost at its next renewal and
+// publishes nothing more of it.
+//
+// # Leases
+//
+// Each relay says it is alive (Table_relays) and, every third of its
+// lease, renews the leases it holds and takes or gives back buckets to
+// hold its share: the bucket count divided by the relays alive, rounded
+// up. A relay that joins gets its share from the others within a lease;
+// one that stops (Stop) gives its buckets back at once; one that was
+// killed leaves them to the others once its leases end. Options.Buckets
+// bounds how many relays can publish at once.
+//
+// # Waking, batches, backoff
+//
+// A relay LISTENs on the outbox's channel, on a connection of its own:
+// the NOTIFY of a commit that wrote a message of one of its buckets
+// wakes it at once. It polls every RelayOptions.PollInterval as well, so
+// that a notification lost (its connection down, notifications off) costs
+// at most that long. A round reads at most RelayOptions.BatchSize
+// messages; a full one is followed by the next at once. A round that
+// failed (the broker or the database down, a message refused) is
+// followed by a wait that doubles from MinBackoff to MaxBackoff with
+// each failure in a row, and the relay keeps renewing its leases
+// meanwhile.
+//
+// # Stopping, observing, cleanup
+//
+// Stop lets the round in flight finish, gives the buckets back and
+// returns once the relay's goroutines are gone; at its context's end it
+// abandons the round (what was published but not marked goes out again).
+// Start's context ending without Stop is a stop nobody asked for,
+// reported by Err (ErrStoppedUnasked). RelayOptions.Observer hears each
+// round published (messages, duration, lag since the oldest was
+// written), each failure with the wait that follows, each change of the
+// buckets held (acquired, released, lost) and each cleanup, as an
+// outbox.Event; Stats counts the same. Sent messages are deleted once
+// they are older than RelayOptions.Retention, in bounded statements,
+// every CleanupInterval; unsent ones never are.
 package pgoutbox

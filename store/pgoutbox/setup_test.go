@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -16,6 +17,10 @@ import (
 	"github.com/dedup-go/dedup/store/pgoutbox"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
+
+// quiet is the logger of the tests: what the relays log is what they
+// report to the tests' observers too.
+var quiet = slog.New(slog.DiscardHandler)
 
 // testDB is a schema of the shared PostgreSQL that one test owns: created
 // for the test and dropped, with everything in it, when it ends.
@@ -71,6 +76,9 @@ func (db *testDB) outbox(t testing.TB, opts *pgoutbox.Options) *pgoutbox.Outbox 
 	}
 	if o.Table == "" {
 		o.Table = db.table("dedup_outbox")
+	}
+	if o.Logger == nil {
+		o.Logger = quiet
 	}
 	o.Migrate = true
 	ob, err := pgoutbox.New(t.Context(), db.pool, &o)

@@ -124,7 +124,11 @@ func (w *Writer) Add(ctx context.Context, m Message) (string, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, w.o.cfg.timeout)
 	defer cancel()
-	rows, err := w.tx.Query(cctx, w.o.sql.add, id, w.key, name, m.Destination, m.OrderingKey, keyHash(m.OrderingKey, id), body, headers, w.o.cfg.names.plain)
+	args := []any{id, w.key, name, m.Destination, m.OrderingKey, keyHash(m.OrderingKey, id), body, headers}
+	if w.o.cfg.notify {
+		args = append(args, w.o.cfg.names.plain)
+	}
+	rows, err := w.tx.Query(cctx, w.o.sql.add, args...)
 	if err == nil {
 		for rows.Next() {
 		}

@@ -1,0 +1,123 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/outbox"
+	"github.com/dedup-go/dedup/store/pgoutbox"
+)
+
+// freezing is a publisher whose process stops, as a paused VM or a long
+// garbage collection would, in its freezeAt-th Publish: until thawed, and
+// then it publishes what it held, with a fresh context (the worst case: a
+// publish already on its way when the process stopped).
+type freezing struct {
+	outbox.Publisher
+	freezeAt int
+
+	mu     sync.Mutex
+	calls  int
+	held   []string // the ids of the publish that froze
+	frozen chan struct{}
+	thaw   chan struct{}
+}
+
+func (f *freezing) Publish(ctx context.Context, msgs []outbox.Message) error {
+	f.mu.Lock()
+	f.calls++
+	n := f.calls
+	f.mu.Unlock()
+	if n != f.freezeAt {
+		return f.Publisher.Publish(ctx, msgs)
+	}
+	for _, m := range msgs {
+		f.held = append(f.held, m.ID)
+	}
+	close(f.frozen)
+	<-f.thaw
+	fresh, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return f.Publisher.Publish(fresh, msgs)
+}
+
+// TestRelayLeaseLost: a relay stops in the middle of a publish for longer
+// than its lease; another relay takes its bucket and publishes the key's
+// messages, the one in flight included. When the first resumes, its
+// publish goes out as a copy with the same id (the stream here keeps
+// copies: its duplicate window is 100ms, the least JetStream takes, so
+// the next consumer's dedup is what absorbs it), it finds its lease lost
+// and publishes nothing more. Nothing is lost, and the first copies keep
+// the key's order.
+func TestRelayLeaseLost(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 8)
+	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1})
+	_, js := natsConn(t, testenv.NATS.Addr(t))
+	out := newOutStream(t, js, jetstream.MemoryStorage, 100*time.Millisecond)
+	opts := func(ev *events) *pgoutbox.RelayOptions {
+		return &pgoutbox.RelayOptions{BatchSize: 1, Lease: 1200 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+			MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Observer: ev}
+	}
+	w := writer{db: db, ob: ob}
+	write := func(from, to int) {
+		for n := from; n < to; n++ {
+			_, err := w.write(t.Context(), fmt.Sprintf("order:%d", n), out.keyed("k", n))
+			require.NoError(t, err)
+		}
+	}
+	write(0, 10)
+	fr := &freezing{Publisher: jsPublisher(t, js), freezeAt: 3, frozen: make(chan struct{}), thaw: make(chan struct{})}
+	var thawOnce sync.Once
+	thaw := func() { thawOnce.Do(func() { close(fr.thaw) }) }
+	evA, evB := &events{}, &events{}
+	a := newRelay(t, ob, fr, opts(evA))
+	start(t, a)
+	t.Cleanup(thaw) // runs before the relay's stop, which waits for its publish
+	testenv.Recv(t, fr.frozen, "the first relay to freeze")
+	publishedBefore := a.Stats().Published
+	require.Equal(t, uint64(2), publishedBefore, "a batch of one: one round per message")
+
+	b := newRelay(t, ob, jsPublisher(t, js), opts(evB))
+	start(t, b)
+	write(10, 20)
+	waitFor(t, testenv.WaitTimeout, "the second relay to send everything", func() bool { return db.unsent(t) == 0 })
+	require.Equal(t, publishedBefore, a.Stats().Published)
+	// Past the stream's duplicate window, so that the copy stays in it.
+	time.Sleep(200 * time.Millisecond)
+	thaw()
+	waitFor(t, testenv.WaitTimeout, "the first relay to find its lease lost", func() bool {
+		for _, e := range evA.of(outbox.EventLeases, "") {
+			if slices.Equal(e.Lost, []int{0}) {
+				return true
+			}
+		}
+		return false
+	})
+	require.Equal(t, publishedBefore+uint64(len(fr.held)), a.Stats().Published, "the publish in flight went out, and nothing after it")
+	write(20, 25)
+	waitFor(t, testenv.WaitTimeout, "the rest sent", func() bool { return db.unsent(t) == 0 })
+
+	msgs := out.read(t)
+	requireKeyOrder(t, msgs, map[string]int{"k": 25})
+	copies := map[string]int{}
+	for _, m := range msgs {
+		copies[m.id]++
+	}
+	require.Len(t, fr.held, 1)
+	require.Equal(t, 2, copies[fr.held[0]], "the stale publish is a second copy, with the same id")
+	require.Len(t, msgs, 26, "one copy more")
+	var acquired []int
+	for _, e := range evB.of(outbox.EventLeases, "") {
+		acquired = append(acquired, e.Acquired...)
+	}
+	require.Contains(t, acquired, 0, "the second relay took the bucket")
+}

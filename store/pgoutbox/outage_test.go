@@ -1,0 +1,116 @@
+package pgoutbox_test
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/outbox"
+	"github.com/dedup-go/dedup/store/pgoutbox"
+)
+
+// natsServer is a nats-server with JetStream that the test owns: it may
+// stop it and start it again on the same port and store.
+type natsServer struct {
+	t    testing.TB
+	opts server.Options
+	srv  *server.Server
+}
+
+func startNATS(t testing.TB) *natsServer {
+	t.Helper()
+	n := &natsServer{t: t, opts: server.Options{Host: "127.0.0.1", Port: testenv.FreePort(t), JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true}}
+	n.Start()
+	t.Cleanup(n.Stop)
+	return n
+}
+
+// URL is the server's client URL.
+func (n *natsServer) URL() string {
+	return "nats://" + net.JoinHostPort(n.opts.Host, fmt.Sprint(n.opts.Port))
+}
+
+// Start starts the server (again) and waits until it accepts clients.
+func (n *natsServer) Start() {
+	n.t.Helper()
+	opts := n.opts
+	srv, err := server.NewServer(&opts)
+	require.NoError(n.t, err)
+	srv.Start()
+	require.True(n.t, srv.ReadyForConnections(10*time.Second), "nats-server did not start")
+	n.srv = srv
+}
+
+// Stop shuts the server down, if it runs.
+func (n *natsServer) Stop() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+// TestRelayBrokerOutage: the broker goes away while a relay publishes
+// and messages go on being committed. The relay's rounds fail and it
+// backs off, longer with each failure in a row (MinBackoff doubling up
+// to MaxBackoff); when the broker is back, it publishes the rest. Every
+// message is in the stream once (a copy published again carries the same
+// id, which the stream's duplicate window drops), in the order of its key.
+func TestRelayBrokerOutage(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 8)
+	ob := db.outbox(t, &pgoutbox.Options{Buckets: 4})
+	ns := startNATS(t)
+	_, js := natsConn(t, ns.URL())
+	out := newOutStream(t, js, jetstream.FileStorage, 0)
+	ev := &events{}
+	r := newRelay(t, ob, jsPublisher(t, js), &pgoutbox.RelayOptions{BatchSize: 16, Lease: 3 * time.Second, PublishTimeout: 300 * time.Millisecond,
+		PollInterval: 50 * time.Millisecond, MinBackoff: 40 * time.Millisecond, MaxBackoff: 320 * time.Millisecond, Observer: ev})
+	start(t, r)
+
+	w := writer{db: db, ob: ob}
+	want := map[string]int{}
+	write := func(from, to int) {
+		for n := from; n < to; n++ {
+			for k := range 6 {
+				key := fmt.Sprintf("key-%d", k)
+				_, err := w.write(t.Context(), fmt.Sprintf("order:%s-%d", key, n), out.keyed(key, n))
+				require.NoError(t, err)
+				want[key]++
+			}
+		}
+	}
+	write(0, 10)
+	waitFor(t, testenv.WaitTimeout, "some messages published", func() bool { return r.Stats().Published >= 20 })
+	ns.Stop()
+	write(10, 20)
+	waitFor(t, testenv.WaitTimeout, "five failed rounds in a row", func() bool { return len(ev.of(outbox.EventFailed, "publish")) >= 5 })
+	write(20, 25)
+	ns.Start()
+	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
+
+	fails := ev.of(outbox.EventFailed, "publish")
+	for i, e := range fails[:5] {
+		require.Error(t, e.Err)
+		require.Positive(t, e.Messages)
+		require.LessOrEqual(t, e.Backoff, 320*time.Millisecond, "failure %d", i)
+	}
+	// The waits grow: each is at most the cap and at least four fifths of
+	// MinBackoff doubled once per failure before it.
+	require.GreaterOrEqual(t, fails[0].Backoff, 32*time.Millisecond)
+	require.LessOrEqual(t, fails[0].Backoff, 40*time.Millisecond)
+	require.GreaterOrEqual(t, fails[2].Backoff, 128*time.Millisecond)
+	require.GreaterOrEqual(t, fails[4].Backoff, 256*time.Millisecond)
+
+	msgs := out.read(t)
+	requireKeyOrder(t, msgs, want)
+	require.Len(t, msgs, 6*25, "every message once")
+	t.Logf("%d failed rounds, stats %+v", len(fails), r.Stats())
+}

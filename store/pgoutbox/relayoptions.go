@@ -1,0 +1,123 @@
+package pgoutbox
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/dedup-go/dedup/outbox"
+	"github.com/dedup-go/dedup/store"
+)
+
+// Defaults of RelayOptions.
+const (
+	DefaultBatchSize       = 256
+	DefaultLease           = 15 * time.Second
+	DefaultPollInterval    = time.Second
+	DefaultMinBackoff      = 100 * time.Millisecond
+	DefaultMaxBackoff      = 10 * time.Second
+	DefaultRetention       = time.Hour
+	DefaultCleanupInterval = time.Minute
+	DefaultCleanupBatch    = 1000
+)
+
+// RelayOptions configures a Relay. A nil *RelayOptions means all
+// defaults; a zero field takes its default.
+type RelayOptions struct {
+	// BatchSize is the most messages one round reads and publishes; the
+	// relay reads again at once after a full round. Defaults to 256.
+	BatchSize int
+
+	// Lease is how long a relay holds a bucket of ordering keys without
+	// renewing it; it renews every third of it. A relay killed leaves its
+	// buckets to the others once its leases end. Defaults to 15s.
+	Lease time.Duration
+
+	// PublishTimeout bounds each Publish call. At most a third of Lease,
+	// so that a round fits between two renewals. Defaults to a third of
+	// Lease.
+	PublishTimeout time.Duration
+
+	// PollInterval is how often the relay looks for messages when no
+	// NOTIFY woke it: new messages go out within it when notifications
+	// are off (Options.NoNotify) or lost (the listening connection down).
+	// Defaults to 1s.
+	PollInterval time.Duration
+
+	// MinBackoff and MaxBackoff bound the wait after a failed round (the
+	// broker down, the database down): it doubles from MinBackoff with
+	// each failure in a row, up to MaxBackoff, with a jitter of up to a
+	// fifth less. Default to 100ms and 10s.
+	MinBackoff, MaxBackoff time.Duration
+
+	// Retention is how long sent messages stay in the table before the
+	// relays delete them. Defaults to 1h.
+	Retention time.Duration
+
+	// CleanupInterval is how often a relay deletes sent messages past the
+	// retention, in statements of at most CleanupBatch rows. Default to
+	// 1m and 1000.
+	CleanupInterval time.Duration
+	CleanupBatch    int
+
+	// Observer hears what the relay does (outbox.Event). Defaults to none.
+	Observer outbox.Observer
+
+	// Logger receives failures (warn: a round that failed; error: a stop
+	// nobody asked for). Defaults to the Outbox's Options.Logger.
+	Logger *slog.Logger
+}
+
+type relayConfig struct {
+	batch           int
+	lease           time.Duration
+	publishTimeout  time.Duration
+	poll            time.Duration
+	minBackoff      time.Duration
+	maxBackoff      time.Duration
+	retention       time.Duration
+	cleanupInterval time.Duration
+	cleanupBatch    int
+	observer        outbox.Observer
+	logger          *slog.Logger
+}
+
+func (o *RelayOptions) config(logger *slog.Logger) (relayConfig, error) {
+	var opts RelayOptions
+	if o != nil {
+		opts = *o
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"BatchSize", int64(opts.BatchSize)}, {"Lease", int64(opts.Lease)}, {"PublishTimeout", int64(opts.PublishTimeout)},
+		{"PollInterval", int64(opts.PollInterval)}, {"MinBackoff", int64(opts.MinBackoff)}, {"MaxBackoff", int64(opts.MaxBackoff)},
+		{"Retention", int64(opts.Retention)}, {"CleanupInterval", int64(opts.CleanupInterval)}, {"CleanupBatch", int64(opts.CleanupBatch)},
+	} {
+		if f.v < 0 {
+			return relayConfig{}, fmt.Errorf("pgoutbox: %w: RelayOptions.%s is %d, it must not be negative", store.ErrInvalidConfig, f.name, f.v)
+		}
+	}
+	c := relayConfig{
+		batch:           cmp.Or(opts.BatchSize, DefaultBatchSize),
+		lease:           cmp.Or(opts.Lease, DefaultLease),
+		poll:            cmp.Or(opts.PollInterval, DefaultPollInterval),
+		minBackoff:      cmp.Or(opts.MinBackoff, DefaultMinBackoff),
+		maxBackoff:      cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
+		retention:       cmp.Or(opts.Retention, DefaultRetention),
+		cleanupInterval: cmp.Or(opts.CleanupInterval, DefaultCleanupInterval),
+		cleanupBatch:    cmp.Or(opts.CleanupBatch, DefaultCleanupBatch),
+		observer:        opts.Observer,
+		logger:          cmp.Or(opts.Logger, logger),
+	}
+	c.publishTimeout = cmp.Or(opts.PublishTimeout, c.lease/3)
+	switch {
+	case c.publishTimeout > c.lease/3:
+		return relayConfig{}, fmt.Errorf("pgoutbox: %w: RelayOptions.PublishTimeout %v is over a third of Lease %v", store.ErrInvalidConfig, c.publishTimeout, c.lease)
+	case c.maxBackoff < c.minBackoff:
+		return relayConfig{}, fmt.Errorf("pgoutbox: %w: RelayOptions.MaxBackoff %v is under MinBackoff %v", store.ErrInvalidConfig, c.maxBackoff, c.minBackoff)
+	}
+	return c, nil
+}

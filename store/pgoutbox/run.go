@@ -1,0 +1,98 @@
+package pgoutbox
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/dedup-go/dedup/outbox"
+)
+
+// run is the relay's loop: it keeps its leases, publishes rounds while
+// there is work, backs off after a failure, cleans up now and then, and
+// waits for a notification, its poll interval or its next deadline. On
+// Stop it gives its buckets back and leaves.
+func (r *Relay) run(ctx context.Context) {
+	defer r.leave(ctx)
+	var (
+		now         = time.Now()
+		nextLease   = now
+		nextCleanup = now.Add(r.cfg.cleanupInterval)
+		retryAt     time.Time
+		failures    int
+	)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-r.quit:
+			return
+		case <-ctx.Done():
+			return
+		default:
+		}
+		now = time.Now()
+		if !now.Before(nextLease) {
+			if err := r.keepLeases(ctx); err != nil && ctx.Err() == nil {
+				r.failed(ctx, "lease", err, 0, 0)
+			}
+			nextLease = now.Add(r.cfg.lease / 3)
+		}
+		full := false
+		if !now.Before(retryAt) && r.holdsAny() {
+			n, err := r.round(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				failures++
+				backoff := r.backoff(failures)
+				retryAt = time.Now().Add(backoff)
+				r.failed(ctx, err.op, err.err, err.messages, backoff)
+			case err == nil:
+				failures = 0
+				full = n == r.cfg.batch
+			}
+		}
+		if !now.Before(nextCleanup) {
+			r.cleanup(ctx)
+			nextCleanup = time.Now().Add(r.cfg.cleanupInterval)
+		}
+		if full {
+			continue // more to send: no wait
+		}
+		wait := min(r.cfg.poll, time.Until(nextLease), time.Until(nextCleanup))
+		if d := time.Until(retryAt); d > 0 {
+			wait = min(wait, d)
+		}
+		timer.Reset(max(wait, 0)) // no stale tick survives a Reset (Go 1.23 timers)
+		select {
+		case <-r.quit:
+			return
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// backoff is the wait after the n-th failure in a row: doubling from
+// MinBackoff up to MaxBackoff, less a jitter of up to a fifth.
+func (r *Relay) backoff(n int) time.Duration {
+	d := r.cfg.minBackoff
+	for i := 1; i < n && d < r.cfg.maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.maxBackoff)
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// failed reports a failed step.
+func (r *Relay) failed(ctx context.Context, op string, err error, messages int, backoff time.Duration) {
+	r.cfg.logger.WarnContext(ctx, "pgoutbox: relay "+op+" failed", slog.String("relay", r.hex),
+		slog.Int("messages", messages), slog.Duration("backoff", backoff), slog.Any("error", err))
+	r.observe(ctx, outbox.Event{Kind: outbox.EventFailed, Op: op, Err: err, Messages: messages, Backoff: backoff})
+}
+
+// holdsAny reports whether the relay holds a bucket.
+func (r *Relay) holdsAny() bool { return r.stats.buckets.Load() > 0 }
