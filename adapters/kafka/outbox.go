@@ -1,0 +1,179 @@
+package dedupkafka
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/dedup-go/dedup/outbox"
+)
+
+// ErrInvalidMessage: an outbox message cannot be written: its Destination
+// is not a topic name (empty, longer than 249 bytes, "." or "..", or with
+// a character other than ASCII letters, digits, '.', '_' and '-'), or its
+// ID is empty. It fails alone, without being written, and fails again
+// every time: the relay cannot send it.
+var ErrInvalidMessage = errors.New("dedupkafka: outbox message cannot be written")
+
+// OutboxPublisher is the outbox.Publisher of Kafka, over a kafka-go
+// Writer. Each message is written to the topic its Destination names,
+// with its OrderingKey as the record key (none when empty), its Header as
+// record headers (in the order of their names) and its ID in the
+// HeaderMessageID header after them (a Header of that name is replaced),
+// where the next Consumer's
+// idstrategy.MessageHeader[T](dedupkafka.HeaderMessageID) finds it. A
+// message counts as acknowledged once the writer's produce request was
+// acknowledged by all in-sync replicas (RequiredAcks: RequireAll).
+//
+// The writer's Balancer hashes the key, so the messages of one ordering
+// key go to one partition, where Kafka keeps their order: the relay
+// writes a key's next message only once the previous one was
+// acknowledged, and kafka-go writes a partition's batches one after the
+// other, retries included.
+//
+// The messages of a Publish are written at once: one WriteMessages per
+// topic, side by side, so that a topic that does not exist (or whose
+// metadata cannot be read) fails its own messages only; the writer's
+// per-message errors (kafka.WriteErrors: a partition whose produce
+// failed) fail theirs only. kafka-go refuses a whole call when one
+// message is over the writer's BatchBytes without saying which: the
+// messages of that topic are then written one by one, and the large one
+// fails alone.
+//
+// A Publish whose context ends returns the context's error for the
+// messages not acknowledged; kafka-go may still write them (its retries
+// run on): the relay publishes them again, with the same ids. Bodies are
+// copied, as the writer may keep them past the call.
+type OutboxPublisher struct {
+	w *kafka.Writer
+}
+
+var _ outbox.Publisher = (*OutboxPublisher)(nil)
+
+// NewOutboxPublisher returns an OutboxPublisher writing with w, which
+// stays the caller's (close it after the relay stopped). w must have no
+// Topic (each message's Destination is its topic), RequiredAcks
+// RequireAll, not be Async, and have a Balancer that hashes the key
+// (&kafka.Hash{}, kafka.Murmur2Balancer{} for the Java client's
+// partitions, kafka.CRC32Balancer{} for librdkafka's): NewOutboxPublisher
+// refuses any other with an error matching dedup.ErrInvalidConfig. Set
+// its BatchTimeout to a few milliseconds and its BatchSize to at least the
+// relay's batch: WriteMessages waits for its batches to fill or time out
+// (kafka-go's defaults are 100 messages and 1s).
+func NewOutboxPublisher(w *kafka.Writer) (*OutboxPublisher, error) {
+	switch {
+	case w == nil:
+		return nil, wrapConfig("the outbox publisher's writer is nil")
+	case w.Topic != "":
+		return nil, wrapConfig("the outbox publisher's writer has Topic %q; leave it empty (each message's Destination is its topic)", w.Topic)
+	case w.RequiredAcks != kafka.RequireAll:
+		return nil, wrapConfig("the outbox publisher's writer has RequiredAcks %v; the outbox needs RequireAll, or a message marked sent may be lost with its leader", w.RequiredAcks)
+	case w.Async:
+		return nil, wrapConfig("the outbox publisher's writer is Async: its writes are not acknowledged before the relay marks them sent")
+	}
+	switch w.Balancer.(type) {
+	case nil, *kafka.RoundRobin, *kafka.LeastBytes:
+		return nil, wrapConfig("the outbox publisher's writer has Balancer %T, which ignores the key: set one that hashes it (&kafka.Hash{}, kafka.Murmur2Balancer{}), so that the messages of an ordering key stay in one partition, in order", w.Balancer)
+	}
+	return &OutboxPublisher{w: w}, nil
+}
+
+// Publish writes msgs and waits for their acknowledgements (see
+// outbox.Publisher and OutboxPublisher).
+func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	errs := make([]error, len(msgs))
+	records := make([]kafka.Message, len(msgs))
+	byTopic := map[string][]int{}
+	for i, m := range msgs {
+		if errs[i] = checkOutboxMessage(m); errs[i] == nil {
+			records[i] = outboxRecord(m)
+			byTopic[m.Destination] = append(byTopic[m.Destination], i)
+		}
+	}
+	var wg sync.WaitGroup
+	for topic, idx := range byTopic {
+		wg.Go(func() { p.write(ctx, topic, idx, records, errs) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return &outbox.BatchError{Errs: errs}
+		}
+	}
+	return nil
+}
+
+// write writes the records of idx, all to topic, and sets their errors.
+func (p *OutboxPublisher) write(ctx context.Context, topic string, idx []int, records []kafka.Message, errs []error) {
+	batch := make([]kafka.Message, len(idx))
+	for j, i := range idx {
+		batch[j] = records[i]
+	}
+	err := p.w.WriteMessages(ctx, batch...)
+	var each kafka.WriteErrors
+	var tooLarge kafka.MessageTooLargeError
+	switch {
+	case err == nil:
+	case errors.As(err, &each) && len(each) == len(idx):
+		for j, i := range idx {
+			if each[j] != nil {
+				errs[i] = fmt.Errorf("dedupkafka: write to topic %q: %w", topic, each[j])
+			}
+		}
+	case errors.As(err, &tooLarge) && len(idx) > 1:
+		var wg sync.WaitGroup
+		for _, i := range idx {
+			wg.Go(func() { p.write(ctx, topic, []int{i}, records, errs) })
+		}
+		wg.Wait()
+	default:
+		for _, i := range idx {
+			errs[i] = fmt.Errorf("dedupkafka: write to topic %q: %w", topic, err)
+		}
+	}
+}
+
+// checkOutboxMessage says why m cannot be written, or nil.
+func checkOutboxMessage(m outbox.Message) error {
+	if m.ID == "" {
+		return fmt.Errorf("%w: no id", ErrInvalidMessage)
+	}
+	t := m.Destination
+	if t == "" || t == "." || t == ".." || len(t) > 249 {
+		return fmt.Errorf("%w: %q is not a topic name", ErrInvalidMessage, t)
+	}
+	for _, c := range []byte(t) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q is not a topic name (a character other than ASCII letters, digits, '.', '_', '-')", ErrInvalidMessage, t)
+		}
+	}
+	return nil
+}
+
+// outboxRecord is the record of m.
+func outboxRecord(m outbox.Message) kafka.Message {
+	r := kafka.Message{Topic: m.Destination, Value: bytes.Clone(m.Body)}
+	if m.OrderingKey != "" {
+		r.Key = []byte(m.OrderingKey)
+	}
+	r.Headers = make([]kafka.Header, 0, len(m.Header)+1)
+	for _, k := range slices.Sorted(maps.Keys(m.Header)) {
+		if k != HeaderMessageID {
+			r.Headers = append(r.Headers, kafka.Header{Key: k, Value: []byte(m.Header[k])})
+		}
+	}
+	r.Headers = append(r.Headers, kafka.Header{Key: HeaderMessageID, Value: []byte(m.ID)})
+	return r
+}
