@@ -145,7 +145,7 @@ INSERT INTO customers (id) SELECT 'c-' || lpad(i::text, 3, '0') FROM generate_se
 			ids = append(ids, outbox.MessageID(e2eNamespace+":"+fmt.Sprintf("o-%04d", i), event))
 		}
 	}
-	within := time.Now().Add(45 * time.Second)
+	within := time.Now().Add(90 * time.Second)
 	for {
 		in, err := js.Consumer(ctx, n.inStream, e2eConsumer)
 		require.NoError(t, err)
