@@ -46,6 +46,11 @@ var ErrInvalidMessage = errors.New("dedupkafka: outbox message cannot be written
 // messages of that topic are then written one by one, and the large one
 // fails alone.
 //
+// kafka-go's Transport answers the metadata a write needs from a cache it
+// refreshes every MetadataTTL (6s by default): a topic created by another
+// client since the last refresh is unknown to the writer until the next,
+// and its messages fail until then (the relay tries them again).
+//
 // A Publish whose context ends returns the context's error for the
 // messages not acknowledged; kafka-go may still write them (its retries
 // run on): the relay publishes them again, with the same ids. Bodies are

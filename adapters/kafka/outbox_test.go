@@ -471,3 +471,50 @@ func readTopic(ctx context.Context, brokers []string, topic string, n int) ([]ka
 	}
 	return out, nil
 }
+
+// BenchmarkOutboxPublish writes batches of 256 keyed messages of 256
+// bytes to a topic of 3 partitions (kfake, in process), acknowledged by
+// all in-sync replicas: with the writer's WriteMessages and with the
+// OutboxPublisher on the same writer, alternating, in the same run. An op
+// is one batch of each.
+//
+//	go test -run '^$' -bench BenchmarkOutboxPublish -benchtime 200x .
+func BenchmarkOutboxPublish(b *testing.B) {
+	const topic, size = "bench", 256
+	brokers := startKafka(b, 3, topic)
+	tr := &kafka.Transport{}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: kafka.Murmur2Balancer{}, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond, BatchSize: 1000, Transport: tr}
+	b.Cleanup(func() {
+		_ = w.Close()
+		tr.CloseIdleConnections()
+	})
+	p, err := dedupkafka.NewOutboxPublisher(w)
+	require.NoError(b, err)
+	ctx := context.Background()
+	body := bytes.Repeat([]byte("b"), 256)
+	var bareTime, outboxTime time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		msgs := make([]outbox.Message, size)
+		records := make([]kafka.Message, size)
+		for j := range msgs {
+			id := outbox.MessageID("bench", fmt.Sprint(i, "-", j))
+			key := fmt.Sprint("key-", j)
+			msgs[j] = outbox.Message{ID: id, Destination: topic, OrderingKey: key, Body: body}
+			records[j] = kafka.Message{Topic: topic, Key: []byte(key), Value: body,
+				Headers: []kafka.Header{{Key: dedupkafka.HeaderMessageID, Value: []byte(id)}}}
+		}
+		start := time.Now()
+		require.NoError(b, w.WriteMessages(ctx, records...))
+		bareTime += time.Since(start)
+		start = time.Now()
+		require.NoError(b, p.Publish(ctx, msgs))
+		outboxTime += time.Since(start)
+	}
+	total := float64(b.N * size)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(total/bareTime.Seconds(), "bare-msgs/s")
+	b.ReportMetric(total/outboxTime.Seconds(), "outbox-msgs/s")
+	b.ReportMetric(bareTime.Seconds()/outboxTime.Seconds(), "ratio")
+}

@@ -65,11 +65,12 @@ type OutboxOptions struct {
 // (see [SplitOutboxDestination]: "exchange/routing-key", or a queue's name
 // alone for the default exchange), with its ID as the AMQP MessageId
 // property (where the next Consumer's idstrategy.MessageID finds it) and
-// its Header as the headers table, values as strings; nothing else is
-// added (no x- header: RabbitMQ 3.13 and later ignore those a client
-// sets). The OrderingKey is not sent: a channel's messages reach a queue
-// in the order published, and the relay publishes a key's next message
-// only once the previous one was confirmed.
+// its Header as the headers table, values as strings. Nothing else is
+// added: no x- header, which RabbitMQ 3.13 and later ignore when a client
+// sets one (a Header named x-... is sent as given: carry nothing a
+// consumer needs in one). The OrderingKey is not sent: a channel's
+// messages reach a queue in the order published, and the relay publishes
+// a key's next message only once the previous one was confirmed.
 //
 // A message counts as acknowledged once the broker confirmed it and did
 // not return it. An unroutable message (no queue bound for its key) is
@@ -438,8 +439,7 @@ func (p *OutboxPublisher) checkExchanges(ctx context.Context, w *connWatch, conn
 	var ch *amqp.Channel
 	defer func() {
 		if ch != nil {
-			// In the background: the close waits for the broker.
-			p.closing.Go(func() { _ = ch.Close() })
+			p.closeInBackground(ch)
 		}
 	}()
 	missing := map[string]error{}
@@ -557,7 +557,18 @@ func (p *OutboxPublisher) release(oc *outboxChannel, inDoubt bool) {
 		p.mu.Unlock()
 	}
 	if !oc.ch.IsClosed() {
-		p.closing.Go(func() { _ = oc.ch.Close() })
+		p.closeInBackground(oc.ch)
+	}
+}
+
+// closeInBackground closes ch without waiting for the broker's answer,
+// which may not come. Once the publisher is closed, its connection's
+// close closes ch.
+func (p *OutboxPublisher) closeInBackground(ch *amqp.Channel) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.closing.Go(func() { _ = ch.Close() })
 	}
 }
 
