@@ -70,9 +70,13 @@ require (
 )
 
 replace github.com/dedup-go/dedup => $root
-
-replace github.com/dedup-go/dedup/$dir => $root/$dir
 MOD
+	# Every module of the repository it may require (pgoutbox requires
+	# pgstore) comes from its directory.
+	local m
+	for m in $(cd "$root" && find adapters store middleware otel cmd -name go.mod -not -path '*/testdata/*' -exec dirname {} \;); do
+		echo "replace github.com/dedup-go/dedup/$m => $root/$m" >>"$t/go.mod"
+	done
 	printf 'package main\n\nimport _ "%s"\n\nfunc main() {}\n' "$pkg" >"$t/main.go"
 	(cd "$t" && go mod tidy >/dev/null 2>&1 && go build ./...) || { echo "deps-check: FAIL: a program importing $pkg does not build" >&2; rm -rf "$t"; exit 1; }
 	local found
@@ -87,3 +91,4 @@ MOD
 }
 pkgcheck middleware/http github.com/dedup-go/dedup/middleware/http '^(google\.golang\.org|github\.com/grpc-ecosystem|github\.com/redis|github\.com/nats-io|github\.com/rabbitmq)' "gRPC, Redis or a broker client"
 pkgcheck middleware/grpc github.com/dedup-go/dedup/middleware/grpc '^github\.com/grpc-ecosystem' "grpc-gateway"
+pkgcheck store/pgoutbox github.com/dedup-go/dedup/store/pgoutbox '^(github\.com/nats-io|github\.com/rabbitmq|github\.com/segmentio|github\.com/twmb)' "a broker client"
