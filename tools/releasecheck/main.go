@@ -83,6 +83,8 @@ var userSpecs = []user{
 		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
 	{name: "mysqlstore", dir: "store/mysqlstore", must: []string{"github.com/go-sql-driver/mysql"},
 		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "grpc": grpcPkgs}},
+	{name: "pgoutbox", dir: "store/pgoutbox", must: []string{"github.com/jackc/pgx/v5", "github.com/dedup-go/dedup/store/pgstore", "github.com/dedup-go/dedup/outbox"},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
 	{name: "http", dir: "middleware/http",
 		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
 	{name: "grpc", dir: "middleware/grpc", must: []string{"google.golang.org/grpc"},
