@@ -183,15 +183,14 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) er
 		return &outbox.BatchError{Errs: b.errs}
 	}
 	conn, err := p.connection(ctx)
-	if err != nil {
-		return err
+	if err == nil {
+		w := watchConn(ctx, conn)
+		err = p.send(ctx, w, conn, b)
+		w.end()
 	}
-	w := watchConn(ctx, conn)
-	err = p.send(ctx, w, conn, b)
-	w.end()
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("dedupamqp: %w (%v)", ctx.Err(), err)
+		if cerr := ended(ctx); cerr != nil {
+			return fmt.Errorf("dedupamqp: %w (%v)", cerr, err)
 		}
 		return err
 	}
@@ -199,6 +198,18 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) er
 		if e != nil {
 			return &outbox.BatchError{Errs: b.errs}
 		}
+	}
+	return nil
+}
+
+// ended returns ctx's error, or DeadlineExceeded once its deadline
+// passed: a socket deadline set to it (a dial's) may fire first.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
 	}
 	return nil
 }

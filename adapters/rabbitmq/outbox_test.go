@@ -458,6 +458,32 @@ func TestOutboxPublisherLifecycle(t *testing.T) {
 	require.NoError(t, p.Close(ctx), "never connected")
 	require.ErrorIs(t, p.Publish(ctx, outboxMessages(q, "closed", 1)), dedupamqp.ErrPublisherClosed)
 
+	// Nothing listens there: an error, no message acknowledged.
+	p = newOutboxPublisher(t, fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", testenv.FreePort(t)), nil)
+	err = p.Publish(ctx, outboxMessages(q, "unreachable", 2))
+	require.Error(t, err)
+	require.Equal(t, []bool{false, false}, outbox.Acknowledged(err, 2))
+	// A server that accepts and never answers: the dial ends with the
+	// call's context, and the call says so.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = silent.Close() })
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	p = newOutboxPublisher(t, "amqp://guest:guest@"+silent.Addr().String()+"/", nil)
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	err = p.Publish(short, outboxMessages(q, "silent", 2))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, []bool{false, false}, outbox.Acknowledged(err, 2))
+
 	p, err = dedupamqp.NewOutboxPublisher(url, nil)
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, outboxMessages(q, "open", 3)))
