@@ -15,14 +15,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
-	dedupnats "github.com/dedup-go/dedup/adapters/nats"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
@@ -32,24 +30,36 @@ import (
 const (
 	childRoleEnv   = "PGOUTBOX_E2E_ROLE" // "consumer" or "relay"
 	childDSNEnv    = "PGOUTBOX_E2E_DSN"
-	childNATSEnv   = "PGOUTBOX_E2E_NATS"
-	childPrefixEnv = "PGOUTBOX_E2E_PREFIX" // the subjects' prefix, the streams' suffix
+	childBrokerEnv = "PGOUTBOX_E2E_BROKER" // the e2eBroker's kind
+	childAddrEnv   = "PGOUTBOX_E2E_ADDR"   // the broker's address
+	childPrefixEnv = "PGOUTBOX_E2E_PREFIX" // the part of the names that is the test's own
 	childMarker    = "PGOUTBOX-CHILD "
 )
 
-// e2eNames are the names TestEndToEnd and its processes share.
-type e2eNames struct {
-	prefix                        string
-	inStream, outStream, dlStream string
-	in, out, dlq                  string
+// e2eSide is what the processes of an end-to-end test need of its
+// broker: the incoming orders' consumer, the relays' publisher, and the
+// destination of each outgoing message.
+type e2eSide interface {
+	// consume starts consuming the orders with rcv.
+	consume(ctx context.Context, rcv *dedup.Receiver[*dedup.Message[e2eOrder], string]) error
+	// publisher returns the relays' publisher.
+	publisher(ctx context.Context) (outbox.Publisher, error)
+	// destination is the Destination of the event messages.
+	destination(event string) string
 }
 
-func newE2ENames(prefix string) e2eNames {
-	return e2eNames{
-		prefix:   prefix,
-		inStream: "PGOUTBOX_E2E_IN_" + prefix, outStream: "PGOUTBOX_E2E_OUT_" + prefix, dlStream: "PGOUTBOX_E2E_DLQ_" + prefix,
-		in: "pgoutbox.e2e." + prefix + ".in", out: "pgoutbox.e2e." + prefix + ".out", dlq: "pgoutbox.e2e." + prefix + ".dlq",
+// childSide returns the side of the broker of kind, at addr, whose
+// names have prefix.
+func childSide(kind, addr, prefix string) (e2eSide, error) {
+	switch kind {
+	case "jetstream":
+		return &jsE2E{addr: addr, n: newE2ENames(prefix)}, nil
+	case "rabbitmq":
+		return &amqpE2E{addr: addr, n: newAMQPNames(prefix)}, nil
+	case "kafka":
+		return &kafkaE2E{addr: addr, n: newKafkaNames(prefix)}, nil
 	}
+	return nil, fmt.Errorf("unknown broker %q", kind)
 }
 
 // e2eOrder is an incoming message of TestEndToEnd.
@@ -77,7 +87,6 @@ func childMain(role string) int {
 	// Should the test that kills it die first, it does not outlive it long.
 	time.AfterFunc(3*time.Minute, func() { os.Exit(3) })
 	ctx := context.Background()
-	n := newE2ENames(os.Getenv(childPrefixEnv))
 	cfg, err := pgxpool.ParseConfig(os.Getenv(childDSNEnv))
 	if err != nil {
 		return fail(err)
@@ -88,11 +97,7 @@ func childMain(role string) int {
 	if err != nil {
 		return fail(err)
 	}
-	nc, err := natsgo.Connect(os.Getenv(childNATSEnv), natsgo.MaxReconnects(-1))
-	if err != nil {
-		return fail(err)
-	}
-	js, err := jetstream.New(nc)
+	side, err := childSide(os.Getenv(childBrokerEnv), os.Getenv(childAddrEnv), os.Getenv(childPrefixEnv))
 	if err != nil {
 		return fail(err)
 	}
@@ -102,9 +107,9 @@ func childMain(role string) int {
 	}
 	switch role {
 	case "consumer":
-		err = runConsumer(ctx, pool, js, ob, n)
+		err = runConsumer(ctx, pool, side, ob)
 	case "relay":
-		err = runRelay(ctx, js, ob)
+		err = runRelay(ctx, side, ob)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -125,7 +130,7 @@ func fail(err error) int {
 // that one customer's transactions follow each other), writes the order,
 // and two messages with the customer as ordering key; the record
 // completes in the same transaction.
-func runConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, ob *pgoutbox.Outbox, n e2eNames) error {
+func runConsumer(ctx context.Context, pool *pgxpool.Pool, side e2eSide, ob *pgoutbox.Outbox) error {
 	s, err := pgstore.New(ctx, pool, &pgstore.Options{Timeout: 2 * time.Second, Logger: quiet})
 	if err != nil {
 		return err
@@ -144,7 +149,7 @@ func runConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 		}
 		for _, event := range []string{"created", "confirmed"} {
 			body, _ := json.Marshal(e2eEvent{Order: o.ID, Customer: o.Customer, Event: event})
-			if _, err := w.Add(ctx, pgoutbox.Message{Name: event, Destination: n.out + "." + event, OrderingKey: o.Customer, Body: body}); err != nil {
+			if _, err := w.Add(ctx, pgoutbox.Message{Name: event, Destination: side.destination(event), OrderingKey: o.Customer, Body: body}); err != nil {
 				return "", err
 			}
 		}
@@ -160,20 +165,12 @@ func runConsumer(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream
 	if err != nil {
 		return err
 	}
-	cons, err := js.Consumer(ctx, n.inStream, e2eConsumer)
-	if err != nil {
-		return err
-	}
-	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DeadLetterSubject: n.dlq, Concurrency: 8, Logger: quiet})
-	if err != nil {
-		return err
-	}
-	return c.Start(ctx)
+	return side.consume(ctx, rcv)
 }
 
 // runRelay starts a relay.
-func runRelay(ctx context.Context, js jetstream.JetStream, ob *pgoutbox.Outbox) error {
-	pub, err := dedupnats.NewOutboxPublisher(js, nil)
+func runRelay(ctx context.Context, side e2eSide, ob *pgoutbox.Outbox) error {
+	pub, err := side.publisher(ctx)
 	if err != nil {
 		return err
 	}
@@ -193,10 +190,11 @@ type child struct {
 	wg    sync.WaitGroup
 }
 
-func startChild(t *testing.T, role, dsn, natsURL string, n e2eNames) *child {
+func startChild(t *testing.T, role, dsn string, b e2eBroker) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childRoleEnv+"="+role, childDSNEnv+"="+dsn, childNATSEnv+"="+natsURL, childPrefixEnv+"="+n.prefix)
+	kind, addr, prefix := b.child()
+	cmd.Env = append(os.Environ(), childRoleEnv+"="+role, childDSNEnv+"="+dsn, childBrokerEnv+"="+kind, childAddrEnv+"="+addr, childPrefixEnv+"="+prefix)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)

@@ -9,46 +9,68 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
-	dedupnats "github.com/dedup-go/dedup/adapters/nats"
 	"github.com/dedup-go/dedup/deduptest"
-	"github.com/dedup-go/dedup/idstrategy"
-	"github.com/dedup-go/dedup/internal/adaptertest"
-	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/memstore"
 	"github.com/dedup-go/dedup/store/pgoutbox"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
 
-const (
-	e2eOrders     = 2000
-	e2eDuplicates = 400
-	e2eCustomers  = 100
-	e2eKills      = 8 // of the consumer and the relays, in turn
-)
+// e2eBroker is a broker of the end-to-end tests (runE2E), from the
+// test's side; its e2eSide is what the processes use.
+type e2eBroker interface {
+	e2eSide
+	// child returns what a process needs to make its e2eSide
+	// (childSide).
+	child() (kind, addr, prefix string)
+	// setup creates the test's queues, topics or streams (removed when t
+	// ends): orders in, events out, dead letters.
+	setup(t *testing.T)
+	// publish publishes the orders, waiting for the broker's
+	// acknowledgements.
+	publish(t *testing.T, orders [][]byte)
+	// downstreamKey is the downstream receiver's key: the outgoing
+	// message's id, where the broker's publisher put it.
+	downstreamKey() dedup.KeyFunc[*dedup.Message[e2eEvent]]
+	// startDownstream consumes the events with rcv, in the test's process,
+	// until t ends.
+	startDownstream(t *testing.T, rcv *dedup.Receiver[*dedup.Message[e2eEvent], struct{}])
+	// pending reports whether the orders and the events have all been
+	// handled (as far as the broker tells), and what is left when not.
+	pending(t *testing.T) (bool, string)
+	// idle is called once pending reports nothing left and the consumer
+	// process was killed: it reports whether no copy is still in flight,
+	// where pending cannot tell (then the consumer is started again).
+	idle(t *testing.T) bool
+	// deadLetters counts the orders dead-lettered.
+	deadLetters(t *testing.T) int
+	// output returns the events as the broker holds them: each ordering
+	// key's in the order the broker received them.
+	output(t *testing.T) []stored
+}
 
-// TestEndToEnd: 2,000 orders (and 400 copies of some) go through a
-// JetStream consumer whose handler, in one transaction with the record's
-// completion, counts the order on its customer's row, writes the order
-// and two messages (created, confirmed: the customer is their ordering
-// key); two relays publish them to JetStream. The consumer and the relays
-// are processes of their own, killed with SIGKILL at random moments and
-// started again, and the PostgreSQL server (a test's own) is killed and
-// started again once. A downstream consumer with dedup, keyed on the
-// messages' ids, counts their effects: every outgoing message's effect
-// happened exactly once, none is lost, and the first copies of each
-// customer's messages are in the order their transactions committed.
-// The output stream's duplicate window is the shortest JetStream takes
-// (100ms), so copies that the relays publish again reach the downstream
-// consumer, whose dedup absorbs them.
-func TestEndToEnd(t *testing.T) {
-	t.Parallel()
+// e2eParams are the sizes of an end-to-end run.
+type e2eParams struct {
+	orders, duplicates, customers, kills int
+}
+
+// runE2E: orders (and copies of some) go through a consumer, on b, whose
+// handler, in one transaction with the record's completion, counts the
+// order on its customer's row, writes the order and two messages
+// (created, confirmed: the customer is their ordering key); two relays
+// publish them to b. The consumer and the relays are processes of their
+// own, killed with SIGKILL at random moments and started again, and the
+// PostgreSQL server (a test's own) is killed and started again once. A
+// downstream consumer with dedup, keyed on the messages' ids, counts
+// their effects: every outgoing message's effect happened exactly once,
+// none is lost, and the first copies of each customer's messages are in
+// the order their transactions committed.
+func runE2E(t *testing.T, b e2eBroker, p e2eParams) {
 	started := time.Now()
-	natsURL := testenv.NATS.Addr(t)
+	b.setup(t)
 	srv := startPostgres(t)
 	pool := connect(t, srv.DSN(), 8)
 	ctx := t.Context()
@@ -58,67 +80,48 @@ func TestEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `CREATE TABLE customers (id text PRIMARY KEY, orders int NOT NULL DEFAULT 0);
 CREATE TABLE orders (id text NOT NULL, customer text NOT NULL);
-INSERT INTO customers (id) SELECT 'c-' || lpad(i::text, 3, '0') FROM generate_series(0, `+fmt.Sprint(e2eCustomers-1)+`) i`)
-	require.NoError(t, err)
-
-	_, js := natsConn(t, natsURL)
-	n := newE2ENames(suffix())
-	for name, cfg := range map[string]jetstream.StreamConfig{
-		n.inStream:  {Subjects: []string{n.in}, Storage: jetstream.MemoryStorage},
-		n.outStream: {Subjects: []string{n.out + ".>"}, Storage: jetstream.MemoryStorage, Duplicates: 100 * time.Millisecond},
-		n.dlStream:  {Subjects: []string{n.dlq}, Storage: jetstream.MemoryStorage},
-	} {
-		cfg.Name = name
-		_, err := js.CreateStream(ctx, cfg)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
-	}
-	_, err = js.CreateOrUpdateConsumer(ctx, n.inStream, jetstream.ConsumerConfig{Durable: e2eConsumer, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 2 * time.Second, MaxDeliver: 100, MaxAckPending: 64})
+INSERT INTO customers (id) SELECT 'c-' || lpad(i::text, 3, '0') FROM generate_series(0, `+fmt.Sprint(p.customers-1)+`) i`)
 	require.NoError(t, err)
 
 	// The downstream consumer, in this process.
 	var effects deduptest.Effects
 	down, err := memstore.New(nil)
 	require.NoError(t, err)
-	rcv, err := dedup.NewReceiver(down, idstrategy.MessageID[e2eEvent](), func(ctx context.Context, m *dedup.Message[e2eEvent]) (struct{}, error) {
-		effects.Record(m.ID)
+	key := b.downstreamKey()
+	rcv, err := dedup.NewReceiver(down, key, func(ctx context.Context, m *dedup.Message[e2eEvent]) (struct{}, error) {
+		id, err := key(m)
+		if err != nil {
+			return struct{}{}, err
+		}
+		effects.Record(id)
 		return struct{}{}, nil
 	}, &dedup.Config{Namespace: "downstream", Logger: quiet})
 	require.NoError(t, err)
-	downCons, err := js.CreateOrUpdateConsumer(ctx, n.outStream, jetstream.ConsumerConfig{Durable: "downstream", AckPolicy: jetstream.AckExplicitPolicy})
-	require.NoError(t, err)
-	dc, err := dedupnats.NewConsumer(js, downCons, rcv, &dedupnats.Options{DropPoison: true, Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, dc.Start(context.WithoutCancel(ctx)))
-	adaptertest.StopAtCleanup(t, dc)
+	b.startDownstream(t, rcv)
 
 	// The orders, with copies, published before the processes start.
 	var deliveries []e2eOrder
-	for i := range e2eOrders {
-		deliveries = append(deliveries, e2eOrder{ID: fmt.Sprintf("o-%04d", i), Customer: fmt.Sprintf("c-%03d", rand.IntN(e2eCustomers))})
+	for i := range p.orders {
+		deliveries = append(deliveries, e2eOrder{ID: fmt.Sprintf("o-%04d", i), Customer: fmt.Sprintf("c-%03d", rand.IntN(p.customers))})
 	}
-	for range e2eDuplicates {
-		deliveries = append(deliveries, deliveries[rand.IntN(e2eOrders)])
+	for range p.duplicates {
+		deliveries = append(deliveries, deliveries[rand.IntN(p.orders)])
 	}
 	rand.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
-	for _, o := range deliveries {
-		b, _ := json.Marshal(o)
-		_, err := js.PublishAsync(n.in, b)
-		require.NoError(t, err)
+	bodies := make([][]byte, len(deliveries))
+	for i, o := range deliveries {
+		bodies[i], _ = json.Marshal(o)
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(testenv.WaitTimeout):
-		t.Fatal("the orders were not all published")
-	}
+	b.publish(t, bodies)
 
-	consumer := startChild(t, "consumer", srv.DSN(), natsURL, n)
-	relays := []*child{startChild(t, "relay", srv.DSN(), natsURL, n), startChild(t, "relay", srv.DSN(), natsURL, n)}
+	consumer := startChild(t, "consumer", srv.DSN(), b)
+	relays := []*child{startChild(t, "relay", srv.DSN(), b), startChild(t, "relay", srv.DSN(), b)}
 	kills := map[string]int{}
-	for i := range e2eKills {
+	for i := range p.kills {
 		time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
-		if i == e2eKills/2 {
+		if i == p.kills/2 {
+			t.Logf("PostgreSQL killed with %d orders written, %d messages sent", count(t, pool, "SELECT count(*) FROM orders"),
+				count(t, pool, "SELECT count(*) FROM dedup_outbox WHERE sent_at IS NOT NULL"))
 			srv.Kill()
 			time.Sleep(time.Duration(200+rand.IntN(500)) * time.Millisecond)
 			srv.Start()
@@ -126,54 +129,48 @@ INSERT INTO customers (id) SELECT 'c-' || lpad(i::text, 3, '0') FROM generate_se
 		if i%2 == 0 {
 			consumer.kill()
 			kills["consumer"]++
-			consumer = startChild(t, "consumer", srv.DSN(), natsURL, n)
+			consumer = startChild(t, "consumer", srv.DSN(), b)
 		} else {
 			k := rand.IntN(len(relays))
 			relays[k].kill()
 			kills["relay"]++
-			relays[k] = startChild(t, "relay", srv.DSN(), natsURL, n)
+			relays[k] = startChild(t, "relay", srv.DSN(), b)
 		}
 	}
 	processed := count(t, pool, "SELECT count(*) FROM orders")
-	t.Logf("%d kills in %v; %d orders written by then", e2eKills, time.Since(started), processed)
+	sent := count(t, pool, "SELECT count(*) FROM dedup_outbox WHERE sent_at IS NOT NULL")
+	t.Logf("%d kills in %v; %d orders written and %d messages sent by then", p.kills, time.Since(started), processed, sent)
 
 	// Everything settles: the orders handled, the messages sent, and
 	// handled downstream.
-	ids := make([]string, 0, 2*e2eOrders)
-	for i := range e2eOrders {
+	ids := make([]string, 0, 2*p.orders)
+	for i := range p.orders {
 		for _, event := range []string{"created", "confirmed"} {
 			ids = append(ids, outbox.MessageID(e2eNamespace+":"+fmt.Sprintf("o-%04d", i), event))
 		}
 	}
 	within := time.Now().Add(90 * time.Second)
 	for {
-		in, err := js.Consumer(ctx, n.inStream, e2eConsumer)
-		require.NoError(t, err)
-		info, err := in.Info(ctx)
-		require.NoError(t, err)
-		dInfo, err := downCons.Info(ctx)
-		require.NoError(t, err)
-		if info.NumPending == 0 && info.NumAckPending == 0 && dInfo.NumPending == 0 && dInfo.NumAckPending == 0 &&
-			count(t, pool, "SELECT count(*) FROM dedup_outbox WHERE sent_at IS NULL") == 0 {
-			break
+		done, state := b.pending(t)
+		if done && count(t, pool, "SELECT count(*) FROM dedup_outbox WHERE sent_at IS NULL") == 0 {
+			consumer.kill()
+			if b.idle(t) {
+				break
+			}
+			consumer = startChild(t, "consumer", srv.DSN(), b)
 		}
-		require.True(t, time.Now().Before(within), "not settled: %d incoming pending, %d unacked; %d effects of %d; %d downstream pending",
-			info.NumPending, info.NumAckPending, effects.Len(), len(ids), dInfo.NumPending)
+		require.True(t, time.Now().Before(within), "not settled: %s; %d effects of %d", state, effects.Len(), len(ids))
 		time.Sleep(100 * time.Millisecond)
 	}
 
 	// The incoming side: each order written once, nothing dead-lettered.
-	require.Equal(t, e2eOrders, count(t, pool, "SELECT count(*) FROM orders"), "orders written")
-	require.Equal(t, e2eOrders, count(t, pool, "SELECT count(DISTINCT id) FROM orders"))
-	require.Equal(t, e2eOrders, count(t, pool, "SELECT sum(orders) FROM customers"), "orders counted on customers")
-	dl, err := js.Stream(ctx, n.dlStream)
-	require.NoError(t, err)
-	dlInfo, err := dl.Info(ctx)
-	require.NoError(t, err)
-	require.Zero(t, dlInfo.State.Msgs, "dead letters")
+	require.Equal(t, p.orders, count(t, pool, "SELECT count(*) FROM orders"), "orders written")
+	require.Equal(t, p.orders, count(t, pool, "SELECT count(DISTINCT id) FROM orders"))
+	require.Equal(t, p.orders, count(t, pool, "SELECT sum(orders) FROM customers"), "orders counted on customers")
+	require.Zero(t, b.deadLetters(t), "dead letters")
 
 	// The outgoing side: each message's effect once, downstream.
-	require.Equal(t, 2*e2eOrders, count(t, pool, "SELECT count(*) FROM dedup_outbox"))
+	require.Equal(t, 2*p.orders, count(t, pool, "SELECT count(*) FROM dedup_outbox"))
 	effects.ExactlyOnce(ids...).Check(t)
 
 	// The order: each customer's first copies in the order of the outbox.
@@ -187,8 +184,7 @@ INSERT INTO customers (id) SELECT 'c-' || lpad(i::text, 3, '0') FROM generate_se
 		seqOf[id] = seq
 	}
 	require.NoError(t, rows.Err())
-	out := outStream{name: n.outStream, js: js}
-	msgs := out.read(t)
+	msgs := b.output(t)
 	last := map[string]int64{}
 	for _, m := range firstOccurrences(msgs) {
 		var ev e2eEvent
@@ -198,8 +194,9 @@ INSERT INTO customers (id) SELECT 'c-' || lpad(i::text, 3, '0') FROM generate_se
 		require.Greater(t, seq, last[ev.Customer], "customer %s: message %s (%s of %s) came after a later one", ev.Customer, m.id, ev.Event, ev.Order)
 		last[ev.Customer] = seq
 	}
-	t.Logf("kills %v and one PostgreSQL restart; %d copies of incoming orders; %d messages in the output stream for %d outgoing (%d copies absorbed downstream); %v in all",
-		kills, e2eDuplicates, len(msgs), len(ids), len(msgs)-len(ids), time.Since(started))
+	require.Len(t, firstOccurrences(msgs), len(ids), "distinct messages the broker holds")
+	t.Logf("kills %v and one PostgreSQL restart; %d orders and %d copies; %d messages on the broker for %d outgoing (%d copies absorbed downstream); %v in all",
+		kills, p.orders, p.duplicates, len(msgs), len(ids), len(msgs)-len(ids), time.Since(started))
 }
 
 // count returns the single integer sql answers.

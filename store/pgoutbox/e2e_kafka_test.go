@@ -1,0 +1,206 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/dedup-go/dedup"
+	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/internal/adaptertest"
+	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/outbox"
+)
+
+// kafkaPartitions is the partitions of each topic of the Kafka test.
+const kafkaPartitions = 4
+
+// TestEndToEndKafka is runE2E on Kafka (kfake, in the test's process,
+// which speaks the protocol to the processes): a dedupkafka consumer of
+// the orders' topic (dead letters to a topic of their own), the relays
+// writing with dedupkafka's OutboxPublisher (a key-hashing writer,
+// RequiredAcks all) to one events topic (the Destination is the topic; the
+// ordering key is the record key, so a customer's messages share a
+// partition; the id in the Message-Id header), and a downstream dedupkafka
+// consumer keyed on that header (idstrategy.MessageHeader). Kafka has no
+// duplicate window: every copy a relay writes again reaches the
+// downstream consumer.
+func TestEndToEndKafka(t *testing.T) {
+	t.Parallel()
+	runE2E(t, &kafkaE2E{}, e2eParams{orders: 1000, duplicates: 200, customers: 100, kills: 8})
+}
+
+// kafkaNames are the topics of a Kafka end-to-end test.
+type kafkaNames struct {
+	prefix       string
+	in, out, dlq string
+}
+
+func newKafkaNames(prefix string) kafkaNames {
+	p := "pgoutbox.e2e." + prefix + "."
+	return kafkaNames{prefix: prefix, in: p + "in", out: p + "out", dlq: p + "dlq"}
+}
+
+// kafkaE2E is the e2eBroker of Kafka.
+type kafkaE2E struct {
+	addr string
+	n    kafkaNames
+	tr   *kafka.Transport // the test's
+}
+
+func (b *kafkaE2E) child() (string, string, string) { return "kafka", b.addr, b.n.prefix }
+
+// destination: both events go to one topic, so that a customer's
+// messages are in one partition, in order.
+func (b *kafkaE2E) destination(string) string { return b.n.out }
+
+func (b *kafkaE2E) setup(t *testing.T) {
+	b.n = newKafkaNames(suffix())
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(500*time.Millisecond),
+		kfake.SeedTopics(kafkaPartitions, b.n.in, b.n.out, b.n.dlq))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	b.addr = c.ListenAddrs()[0]
+	b.tr = &kafka.Transport{}
+	t.Cleanup(b.tr.CloseIdleConnections)
+}
+
+func (b *kafkaE2E) publish(t *testing.T, orders [][]byte) {
+	w := &kafka.Writer{Addr: kafka.TCP(b.addr), Topic: b.n.in, Balancer: &kafka.RoundRobin{}, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond, BatchSize: 1000, Transport: b.tr}
+	defer func() { require.NoError(t, w.Close()) }()
+	msgs := make([]kafka.Message, len(orders))
+	for i, o := range orders {
+		msgs[i] = kafka.Message{Value: o}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
+	defer cancel()
+	require.NoError(t, w.WriteMessages(ctx, msgs...), "the orders were not all written")
+}
+
+func (b *kafkaE2E) downstreamKey() dedup.KeyFunc[*dedup.Message[e2eEvent]] {
+	return idstrategy.MessageHeader[e2eEvent](dedupkafka.HeaderMessageID)
+}
+
+func (b *kafkaE2E) startDownstream(t *testing.T, rcv *dedup.Receiver[*dedup.Message[e2eEvent], struct{}]) {
+	r := kafka.NewReader(b.readerConfig("downstream", b.n.out))
+	t.Cleanup(func() { _ = r.Close() })
+	dc, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{DropPoison: true, Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, dc.Start(context.WithoutCancel(t.Context())))
+	adaptertest.StopAtCleanup(t, dc)
+}
+
+// lag returns how many messages of topic the group has not committed.
+func (b *kafkaE2E) lag(t *testing.T, group, topic string) int64 {
+	ends := b.ends(t, topic)
+	client := &kafka.Client{Addr: kafka.TCP(b.addr), Transport: b.tr}
+	ps := make([]int, kafkaPartitions)
+	for p := range ps {
+		ps[p] = p
+	}
+	resp, err := client.OffsetFetch(t.Context(), &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
+	require.NoError(t, err)
+	require.NoError(t, resp.Error)
+	var lag int64
+	for _, p := range resp.Topics[topic] {
+		require.NoError(t, p.Error)
+		lag += ends[p.Partition] - max(p.CommittedOffset, 0)
+	}
+	return lag
+}
+
+// ends returns each partition's end offset (the next offset written).
+func (b *kafkaE2E) ends(t *testing.T, topic string) map[int]int64 {
+	client := &kafka.Client{Addr: kafka.TCP(b.addr), Transport: b.tr}
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for p := range kafkaPartitions {
+		req.Topics[topic] = append(req.Topics[topic], kafka.LastOffsetOf(p))
+	}
+	resp, err := client.ListOffsets(t.Context(), req)
+	require.NoError(t, err)
+	out := map[int]int64{}
+	for _, p := range resp.Topics[topic] {
+		require.NoError(t, p.Error)
+		out[p.Partition] = p.LastOffset
+	}
+	return out
+}
+
+// pending: a partition's committed offset passes a message only once its
+// outcome is final, so the lags count what is in flight too.
+func (b *kafkaE2E) pending(t *testing.T) (bool, string) {
+	in, down := b.lag(t, e2eConsumer, b.n.in), b.lag(t, "downstream", b.n.out)
+	return in == 0 && down == 0, fmt.Sprintf("incoming lag %d, downstream lag %d", in, down)
+}
+
+func (b *kafkaE2E) idle(*testing.T) bool { return true }
+
+func (b *kafkaE2E) deadLetters(t *testing.T) int {
+	var n int64
+	for _, end := range b.ends(t, b.n.dlq) {
+		n += end
+	}
+	return int(n)
+}
+
+// output reads the events topic partition after partition: a customer's
+// messages are all in one, in the order written.
+func (b *kafkaE2E) output(t *testing.T) []stored {
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
+	defer cancel()
+	var out []stored
+	for p, end := range b.ends(t, b.n.out) {
+		if end == 0 {
+			continue
+		}
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{b.addr}, Topic: b.n.out, Partition: p, MaxWait: 50 * time.Millisecond})
+		for {
+			m, err := r.ReadMessage(ctx)
+			require.NoError(t, err, "partition %d", p)
+			var id string
+			for _, h := range m.Headers {
+				if h.Key == dedupkafka.HeaderMessageID {
+					id = string(h.Value)
+				}
+			}
+			out = append(out, stored{seq: uint64(m.Offset), id: id, subj: fmt.Sprint(p), body: string(m.Value)})
+			if m.Offset == end-1 {
+				break
+			}
+		}
+		require.NoError(t, r.Close())
+	}
+	return out
+}
+
+// The side of the processes.
+
+func (b *kafkaE2E) readerConfig(group, topic string) kafka.ReaderConfig {
+	return kafka.ReaderConfig{
+		Brokers: []string{b.addr}, GroupID: group, Topic: topic,
+		MaxWait: 50 * time.Millisecond, SessionTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond,
+		RebalanceTimeout: 2 * time.Second, JoinGroupBackoff: 100 * time.Millisecond,
+		ReadBackoffMin: 10 * time.Millisecond, ReadBackoffMax: 100 * time.Millisecond, StartOffset: kafka.FirstOffset,
+	}
+}
+
+func (b *kafkaE2E) consume(ctx context.Context, rcv *dedup.Receiver[*dedup.Message[e2eOrder], string]) error {
+	c, err := dedupkafka.NewConsumer(kafka.NewReader(b.readerConfig(e2eConsumer, b.n.in)), rcv,
+		&dedupkafka.Options{DeadLetterTopic: b.n.dlq, Concurrency: kafkaPartitions, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	return c.Start(ctx)
+}
+
+func (b *kafkaE2E) publisher(context.Context) (outbox.Publisher, error) {
+	return dedupkafka.NewOutboxPublisher(&kafka.Writer{Addr: kafka.TCP(b.addr), Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: 2 * time.Millisecond, BatchSize: 128})
+}
