@@ -11,6 +11,7 @@ require (
 	github.com/dedup-go/dedup/adapters/kafka v0.1.0
 	github.com/dedup-go/dedup/adapters/rabbitmq v0.1.0
 	github.com/dedup-go/dedup/store/mysqlstore v0.1.0
+	github.com/dedup-go/dedup/store/pgoutbox v0.1.0
 	github.com/dedup-go/dedup/store/pgstore v0.1.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
@@ -20,6 +21,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	golang.org/x/sync v0.24.0
 )
 
 require (
@@ -60,7 +62,6 @@ require (
 	go.opentelemetry.io/otel/trace v1.29.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )
@@ -88,9 +89,10 @@ replace (
 	github.com/dedup-go/dedup/adapters/rabbitmq => ../adapters/rabbitmq
 )
 
-// The SQL stores are measured as they are in this repository.
+// The SQL stores and the outbox are measured as they are in this repository.
 replace (
 	github.com/dedup-go/dedup/store/mysqlstore => ../store/mysqlstore
+	github.com/dedup-go/dedup/store/pgoutbox => ../store/pgoutbox
 	github.com/dedup-go/dedup/store/pgstore => ../store/pgstore
 )
 
