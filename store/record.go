@@ -61,6 +61,19 @@ type Record struct {
 	LeaseUntil time.Time
 	// ExpiresAt is when a completed or failed record is forgotten.
 	ExpiresAt time.Time
+	// Token is the token of the record's last claim: the holder's while
+	// processing, the one that completed or released it once settled. It
+	// is there for an operator to match a record with its holder's logs
+	// (what an Inspector reads); a store may leave it zero in the answers
+	// of Acquire, and holding it grants nothing the Claim's Token does not.
+	Token Token
+	// CreatedAt is when the key's first claim was made, by the clock that
+	// stamps the store's leases. Zero from a store that does not keep it
+	// (a record written by an earlier version of the store).
+	CreatedAt time.Time
+	// CompletedAt is when a completed record completed, or when a failed
+	// record's last attempt failed; zero while processing.
+	CompletedAt time.Time
 }
 
 // Token fences a claim: a fresh random value for every Acquire.
