@@ -47,7 +47,15 @@
 // (CompletionWrote for the completion that wrote the record, exactly one
 // of many concurrent ones, CompletionUnchanged for a token completing its
 // record again, alone and in a batch; a store answering CompletionUnknown
-// skips, as a wrapper over a store that cannot tell does).
+// skips, as a wrapper over a store that cannot tell does). With an
+// Inspector, RecordFields pins what an operator reads of a record's
+// history in Get, Scan and DeleteIf: Token is the last claim's (the
+// holder's while processing, the settling one after), CreatedAt the first
+// claim's time, kept through takeovers, failures and retries, CompletedAt
+// zero while processing and the time of the last Complete or Release,
+// kept by a Complete again; the batch calls set them as the single ones
+// do. A store that does not keep one of them says so in [Harness].Omits,
+// and must then answer it zero.
 //
 // # Running it against your store
 //

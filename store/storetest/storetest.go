@@ -45,6 +45,13 @@ type Harness struct {
 	// that keeps milliseconds (a server's clock read in a script) passes.
 	// Defaults to time.Millisecond.
 	Resolution time.Duration
+
+	// Omits names the fields of store.Record that the store's Inspector
+	// does not keep (FieldToken, FieldCreatedAt, FieldCompletedAt, or'ed
+	// together): the suite then requires them zero in its answers instead
+	// of pinning their values. A store that keeps a field must not say it
+	// omits it. Defaults to none: every field is kept.
+	Omits Fields
 }
 
 // Run runs the conformance suite against the stores newHarness returns.
@@ -95,6 +102,7 @@ var groups = []struct {
 	{"Inspector", inspectorCases},
 	{"DeleteIf", deleteIfCases},
 	{"CompleteReporter", reporterCases},
+	{"RecordFields", recordFieldCases},
 }
 
 // fixture is one subtest's view of the store: its harness with defaults
@@ -106,6 +114,7 @@ type fixture struct {
 	now        func() time.Time
 	tick       time.Duration
 	resolution time.Duration
+	omits      Fields
 	prefix     string
 	ctx        context.Context
 	// deadlines holds, per key, the earliest time the store's clock may
@@ -134,6 +143,7 @@ func setup(t *testing.T, newHarness func(t *testing.T) Harness) *fixture {
 		now:        h.Now,
 		tick:       cmp.Or(h.Tick, time.Second),
 		resolution: cmp.Or(h.Resolution, time.Millisecond),
+		omits:      h.Omits,
 		prefix:     "storetest:" + hex.EncodeToString(b[:]) + ":",
 		ctx:        t.Context(),
 		deadlines:  make(map[string]time.Time),
