@@ -105,8 +105,9 @@ func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
 func (s *Store) InProcess() bool { return true }
 
 // Peek returns the completed, unexpired record of prefix+id, cut as
-// store.SplitKey cuts it, or nil. It allocates and copies nothing: the
-// record is the store's own and must not be modified.
+// store.SplitKey cuts it, or nil. The record is the store's own and must
+// not be modified: the first Peek of a record makes it, once, and every
+// later one shares it, copying and allocating nothing.
 func (s *Store) Peek(prefix, id string) *store.Record {
 	return s.core.Peek(prefix, id)
 }

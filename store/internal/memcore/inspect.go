@@ -23,8 +23,8 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	if c, ok := sh.claims[key]; ok {
 		return c.record(key), nil
 	}
-	if e, ok := sh.settled.peek(k); ok && !expired(&e.rec, now) {
-		return e.rec, nil
+	if e, ok := sh.settled.peek(k); ok && !e.expired(now) {
+		return e.record(), nil
 	}
 	return store.Record{}, fmt.Errorf("memstore: get %q: %w", key, store.ErrNotFound)
 }
@@ -66,12 +66,13 @@ func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, st
 		delete(sh.claims, req.Key)
 		return true, rec, nil
 	}
-	if e, ok := sh.settled.peek(k); ok && !expired(&e.rec, now) {
-		if !req.Allows(e.rec, now) {
-			return false, e.rec, nil
+	if e, ok := sh.settled.peek(k); ok && !e.expired(now) {
+		rec := e.record()
+		if !req.Allows(rec, now) {
+			return false, rec, nil
 		}
 		sh.settled.remove(k)
-		return true, e.rec, nil
+		return true, rec, nil
 	}
 	return false, store.Record{}, fmt.Errorf("memstore: delete %q: %w", req.Key, store.ErrNotFound)
 }
@@ -113,8 +114,8 @@ func (s *Store) snapshot(prefix string) []store.Record {
 			}
 		}
 		for e := range sh.settled.all {
-			if strings.HasPrefix(e.rec.Key, prefix) && !expired(&e.rec, now) {
-				recs = append(recs, e.rec)
+			if strings.HasPrefix(e.key, prefix) && !e.expired(now) {
+				recs = append(recs, e.record())
 			}
 		}
 		sh.mu.Unlock()

@@ -10,7 +10,7 @@ type lkey struct {
 
 // matches reports whether e is the record of k.
 func (k lkey) matches(e *entry) bool {
-	key := e.rec.Key
+	key := e.key
 	return len(key) == len(k.prefix)+len(k.id) && key[:len(k.prefix)] == k.prefix && key[len(k.prefix):] == k.id
 }
 

@@ -13,7 +13,7 @@ import (
 // testEntry is the entry of key under hash h, as a shard settles it.
 func testEntry(key string, h uint64) (*entry, lkey) {
 	prefix, id := store.SplitKey(key)
-	return &entry{rec: store.Record{Key: key}, hash: h}, lkey{prefix: prefix, id: id, h: h}
+	return &entry{key: key, hash: h}, lkey{prefix: prefix, id: id, h: h}
 }
 
 // TestLRUChains: keys whose hashes collide (forced here: the same id in
@@ -38,7 +38,7 @@ func TestLRUChains(t *testing.T) {
 		e *entry
 	}{{ka, a}, {kb, b}, {kc, c}, {kd, d}} {
 		got, ok := l.peek(tc.k)
-		require.True(t, ok, tc.e.rec.Key)
+		require.True(t, ok, tc.e.key)
 		require.Same(t, tc.e, got)
 	}
 	_, ok := l.peek(lkey{prefix: "billing:", id: "o-9", h: 7})

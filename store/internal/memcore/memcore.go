@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dedup-go/dedup/clock"
@@ -89,21 +91,90 @@ var (
 	_ store.CompleteReporter = (*Store)(nil)
 )
 
-// entry is a settled record with what the contract needs beyond it: the
-// token that completed it, so that Complete with that token again succeeds
-// without a change. It stays out of store.Record, which callers see.
+// entry is a settled (completed or failed) record, kept in fewer bytes
+// than the store.Record it answers with: a store.Record is 200 bytes, with
+// three times of 24, and an entry that held one took 256 of the heap per
+// record, where this one takes 176. Times an answer needs exact (ExpiresAt,
+// which Peek compares on the monotonic clock) stay time.Time; the others
+// are Unix nanoseconds.
+//
+// Its fields are never modified once settled, but for the LRU links (under
+// the shard's mutex) and peeked (atomic), so they may be read without the
+// lock by whoever found the entry under it.
 type entry struct {
-	rec store.Record
-	// token completed rec; zero for a failed or remembered record, which
-	// no token completes again.
+	key         string
+	fingerprint string
+	lastError   string
+	result      []byte
+	expiresAt   time.Time
+	// token is the token of the claim that completed or released the
+	// record (Record.Token). Complete with it again succeeds without a
+	// change, unless remembered: no token completes a record that another
+	// store holds.
 	token store.Token
-	// hash is the hash of rec.Key as the LRU finds it (lkey.h). hnext
-	// chains the entries under one hash, and prev and next link the entry
-	// into its shard's LRU list (lru.go), under the shard's mutex; rec is
-	// never modified once settled.
+	// createdAt and completedAt are Record.CreatedAt and CompletedAt, in
+	// Unix nanoseconds; 0 when unknown (a remembered record without them).
+	createdAt, completedAt int64
+	attempt                int32
+	state                  store.State
+	remembered             bool
+	// peeked is the record Peek answers with, made at the first Peek and
+	// shared by the later ones: most records are never peeked, and those
+	// that are pay for their store.Record once.
+	peeked atomic.Pointer[store.Record]
+	// hash is the hash of key as the LRU finds it (lkey.h). hnext chains
+	// the entries under one hash, and prev and next link the entry into
+	// its shard's LRU list (lru.go), under the shard's mutex.
 	hash       uint64
 	hnext      *entry
 	prev, next *entry
+}
+
+// record returns the record e holds.
+func (e *entry) record() store.Record {
+	return store.Record{
+		Key:         e.key,
+		State:       e.state,
+		Attempt:     int(e.attempt),
+		Fingerprint: e.fingerprint,
+		Result:      e.result,
+		LastError:   e.lastError,
+		ExpiresAt:   e.expiresAt,
+		Token:       e.token,
+		CreatedAt:   fromUnixNano(e.createdAt),
+		CompletedAt: fromUnixNano(e.completedAt),
+	}
+}
+
+// peek returns the record Peek answers for e, made once and shared.
+func (e *entry) peek() *store.Record {
+	if rec := e.peeked.Load(); rec != nil {
+		return rec
+	}
+	rec := e.record()
+	if e.peeked.CompareAndSwap(nil, &rec) {
+		return &rec
+	}
+	return e.peeked.Load()
+}
+
+// expired reports whether e's retention ended by now.
+func (e *entry) expired(now time.Time) bool { return !now.Before(e.expiresAt) }
+
+// unixNano returns t in Unix nanoseconds, 0 for the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// fromUnixNano is the inverse of unixNano.
+func fromUnixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // claim is a processing record without the fields a processing record
@@ -114,6 +185,9 @@ type claim struct {
 	fingerprint string
 	lastError   string
 	leaseUntil  time.Time
+	// createdAt is when the key's first claim was made, in Unix
+	// nanoseconds: kept by takeovers and retries.
+	createdAt int64
 }
 
 func (c *claim) record(key string) store.Record {
@@ -124,6 +198,8 @@ func (c *claim) record(key string) store.Record {
 		Fingerprint: c.fingerprint,
 		LastError:   c.lastError,
 		LeaseUntil:  c.leaseUntil,
+		Token:       c.token,
+		CreatedAt:   fromUnixNano(c.createdAt),
 	}
 }
 
@@ -229,32 +305,37 @@ func (s *shard) acquire(req store.AcquireRequest, k lkey, now time.Time) (store.
 		return store.Claim{Acquired: true, Token: c.token, Record: c.record(key)}, nil
 	}
 
-	var prev store.Record // the failed record being retried, if any
+	var prev *entry // the failed record being retried, if any
 	if e, ok := s.settled.peek(k); ok {
 		switch {
-		case expired(&e.rec, now):
+		case e.expired(now):
 			s.settled.remove(k)
-		case reused(e.rec.Fingerprint, req.Fingerprint):
-			return store.Claim{}, errReused(key, e.rec.State)
-		case e.rec.State == store.StateCompleted:
+		case reused(e.fingerprint, req.Fingerprint):
+			return store.Claim{}, errReused(key, e.state)
+		case e.state == store.StateCompleted:
 			s.settled.get(k) // a replayed record is in use: keep it longest
-			return store.Claim{Record: e.rec}, nil
+			return store.Claim{Record: e.record()}, nil
 		default:
-			prev = e.rec
+			prev = e
 		}
 	}
 	if len(s.claims) >= s.capacity && !s.sweep(now) {
 		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w: %d records of its shard are processing, the shard's share of Options.Capacity", key, store.ErrUnavailable, len(s.claims))
 	}
-	if prev.State == store.StateFailed {
-		s.settled.remove(k)
-	}
 	c := claim{
 		token:       store.NewToken(),
-		attempt:     prev.Attempt + 1,
-		fingerprint: cmp.Or(prev.Fingerprint, req.Fingerprint),
-		lastError:   prev.LastError,
+		attempt:     1,
+		fingerprint: req.Fingerprint,
 		leaseUntil:  now.Add(req.Lease),
+		createdAt:   now.UnixNano(),
+	}
+	if prev != nil {
+		// A retry: the failed record's history goes on.
+		s.settled.remove(k)
+		c.attempt = int(prev.attempt) + 1
+		c.fingerprint = cmp.Or(prev.fingerprint, req.Fingerprint)
+		c.lastError = prev.lastError
+		c.createdAt = cmp.Or(prev.createdAt, c.createdAt)
 	}
 	s.claims[key] = c
 	s.noteLease(c.leaseUntil)
@@ -320,10 +401,7 @@ func (s *Store) CompleteReport(ctx context.Context, req store.CompleteRequest) (
 // completedEntry returns the entry req would settle, with a copy of its
 // result, for complete to date.
 func completedEntry(req store.CompleteRequest) *entry {
-	return &entry{
-		rec:   store.Record{State: store.StateCompleted, Result: bytes.Clone(req.Result)},
-		token: req.Token,
-	}
+	return &entry{state: store.StateCompleted, result: bytes.Clone(req.Result)}
 }
 
 // checkSettle checks the arguments of Complete and Release. A zero token
@@ -350,12 +428,12 @@ func (s *shard) complete(req store.CompleteRequest, k lkey, e *entry, now time.T
 	if _, ok := s.claims[req.Key]; !ok {
 		// A record completed in the handler's own transaction may be
 		// completed again by its receiver: the first result stays.
-		if e, ok := s.settled.peek(k); ok && e.token == req.Token &&
-			e.rec.State == store.StateCompleted && !expired(&e.rec, now) {
+		if e, ok := s.settled.peek(k); ok && e.token == req.Token && !e.remembered &&
+			e.state == store.StateCompleted && !e.expired(now) {
 			return store.CompletionUnchanged, nil
 		}
 	}
-	e.rec.ExpiresAt = now.Add(req.Retention)
+	e.expiresAt = now.Add(req.Retention)
 	if err := s.finish("complete", req.Key, k, req.Token, now, e); err != nil {
 		return store.CompletionUnknown, err
 	}
@@ -370,28 +448,30 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 	if err := checkSettle(ctx, "release", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	e := &entry{rec: store.Record{State: store.StateFailed, LastError: req.Error}}
+	e := &entry{state: store.StateFailed, lastError: req.Error}
 	now := s.clock.Now()
 	sh, k := s.locate(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e.rec.ExpiresAt = now.Add(req.Retention)
+	e.expiresAt = now.Add(req.Retention)
 	return sh.finish("release", req.Key, k, req.Token, now, e)
 }
 
 // finish ends the claim token holds on key, located as k, with the settled
-// entry e, which takes the claim's key, attempt and fingerprint, and, when
-// completed, the claim's last error. Under s.mu.
+// entry e, which takes the claim's key, attempt, fingerprint, token and
+// creation, and, when completed, the claim's last error; now is when it
+// completed or failed. Under s.mu.
 func (s *shard) finish(op, key string, k lkey, token store.Token, now time.Time, e *entry) error {
 	c, ok := s.claims[key]
 	if !ok || c.token != token {
 		return errLeaseLost(op, key)
 	}
 	delete(s.claims, key)
-	if e.rec.State == store.StateCompleted {
-		e.rec.LastError = c.lastError
+	if e.state == store.StateCompleted {
+		e.lastError = c.lastError
 	}
-	e.rec.Key, e.rec.Attempt, e.rec.Fingerprint = key, c.attempt, c.fingerprint
+	e.key, e.attempt, e.fingerprint = key, int32(min(c.attempt, math.MaxInt32)), c.fingerprint
+	e.token, e.createdAt, e.completedAt = token, c.createdAt, now.UnixNano()
 	e.hash = k.h
 	s.settle(e, now)
 	return nil
@@ -403,7 +483,7 @@ func (s *shard) finish(op, key string, k lkey, token store.Token, now time.Time,
 func (s *shard) settle(e *entry, now time.Time) {
 	if s.settled.len() >= s.capacity {
 		old := s.settled.removeOldest()
-		if old.rec.State == store.StateCompleted && !expired(&old.rec, now) {
+		if old.state == store.StateCompleted && !old.expired(now) {
 			s.evictions++
 		}
 	}
@@ -455,22 +535,20 @@ func (s *shard) extend(req store.ExtendRequest, now time.Time) error {
 }
 
 // Peek returns the completed, unexpired record of prefix+id, cut as
-// store.SplitKey cuts it, or nil. It allocates and copies nothing: the
-// record is the store's own and must not be modified.
+// store.SplitKey cuts it, or nil. The record is the store's own and must
+// not be modified: the first Peek of a record makes it (one allocation),
+// the later ones share it and allocate nothing.
 func (s *Store) Peek(prefix, id string) *store.Record {
 	sh, k := s.locateID(prefix, id)
 	sh.mu.Lock()
 	e, ok := sh.settled.get(k)
 	sh.mu.Unlock()
 	// until reads only the monotonic clock: half the price of Now.
-	if !ok || e.rec.State != store.StateCompleted || until(s.clock, e.rec.ExpiresAt) <= 0 {
+	if !ok || e.state != store.StateCompleted || until(s.clock, e.expiresAt) <= 0 {
 		return nil
 	}
-	return &e.rec
+	return e.peek()
 }
-
-// expired reports whether a completed or failed record's retention ended.
-func expired(rec *store.Record, now time.Time) bool { return !now.Before(rec.ExpiresAt) }
 
 // reused reports whether a claim's fingerprint contradicts the record's;
 // an empty one on either side is not checked.

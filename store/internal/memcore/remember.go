@@ -3,6 +3,7 @@ package memcore
 import (
 	"bytes"
 	"fmt"
+	"math"
 
 	"github.com/dedup-go/dedup/store"
 )
@@ -18,7 +19,8 @@ import (
 // A record in another state, without a key, or already expired is refused
 // with an error matching store.ErrInvalidConfig (store.ErrInvalidKey for no
 // key); a key claimed in this store is left to its claim, and Remember
-// reports false.
+// reports false. The copy keeps rec's Token, CreatedAt and CompletedAt as
+// they are, zero or not, for Peek and Acquire to answer with.
 func (s *Store) Remember(rec store.Record) (bool, error) {
 	if rec.Key == "" {
 		return false, errEmptyKey("remember")
@@ -28,7 +30,7 @@ func (s *Store) Remember(rec store.Record) (bool, error) {
 	}
 	rec.Result = bytes.Clone(rec.Result)
 	now := s.clock.Now()
-	if expired(&rec, now) {
+	if !now.Before(rec.ExpiresAt) {
 		return false, fmt.Errorf("memstore: remember %q: %w: the record expired at %v", rec.Key, store.ErrInvalidConfig, rec.ExpiresAt)
 	}
 	sh, k := s.locate(rec.Key)
@@ -38,6 +40,19 @@ func (s *Store) Remember(rec store.Record) (bool, error) {
 		return false, nil
 	}
 	sh.settled.remove(k) // settle adds a key that is not there
-	sh.settle(&entry{rec: rec, hash: k.h}, now)
+	sh.settle(&entry{
+		key:         rec.Key,
+		fingerprint: rec.Fingerprint,
+		lastError:   rec.LastError,
+		result:      rec.Result,
+		expiresAt:   rec.ExpiresAt,
+		token:       rec.Token,
+		createdAt:   unixNano(rec.CreatedAt),
+		completedAt: unixNano(rec.CompletedAt),
+		attempt:     int32(min(rec.Attempt, math.MaxInt32)),
+		state:       store.StateCompleted,
+		remembered:  true,
+		hash:        k.h,
+	}, now)
 	return true, nil
 }
