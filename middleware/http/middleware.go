@@ -41,8 +41,14 @@ func New(s store.Store, opts *Options) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newMiddleware(s, o)
+}
+
+// newMiddleware returns a Middleware over s with resolved options.
+func newMiddleware(s store.Store, o *resolved) (*Middleware, error) {
 	m := &Middleware{o: o}
 	o.cfg.Codec = &codec{allow: o.allow}
+	var err error
 	m.rcv, err = dedup.NewReceiver(s, (*call).id, run, &o.cfg)
 	if err != nil {
 		return nil, err
@@ -105,6 +111,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
+	if m.o.KeySource != nil {
+		m.serveSource(w, r, next)
+		return
+	}
 	values := r.Header[HeaderKey]
 	switch {
 	case len(values) == 0 && m.o.RequireKey:
@@ -150,7 +160,44 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if expired && !m.completedRecord(c) {
 		return
 	}
-	res, err := m.rcv.Handle(r.Context(), c)
+	m.handle(c)
+}
+
+// serveSource serves a request whose key Options.KeySource reads: from a
+// header or the body, which is read first (within MaxRequestSize) so that
+// the source, the handler and the fingerprint share one copy.
+func (m *Middleware) serveSource(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	c := calls.Get().(*call)
+	defer c.release()
+	c.m, c.next, c.w, c.r = m, next, w, r
+	if !c.readBody() {
+		return
+	}
+	key, ref := m.sourceKey(r, c.body)
+	if ref != nil {
+		m.refuse(w, r, next, "", *ref)
+		return
+	}
+	c.key = key
+	op := ""
+	if m.o.Operation != nil {
+		op = m.o.Operation(r)
+	}
+	c.scoped = appendScopedID(c.scoped[:0], m.o.principal(r), op, key, m.o.cfg.MaxIDLength)
+	m.handle(c)
+}
+
+// handle hands the call to the receiver and answers from its outcome. A
+// webhook's handler runs on a context that the sender going away does not
+// cancel (its values kept): a sender that times out before the handler
+// finishes retries, and its retry is answered with the completed response
+// instead of running an aborted handler again. The lease still cancels it.
+func (m *Middleware) handle(c *call) {
+	ctx := c.r.Context()
+	if m.o.webhook {
+		ctx = context.WithoutCancel(ctx)
+	}
+	res, err := m.rcv.Handle(ctx, c)
 	m.respond(c, res, err)
 }
 
@@ -293,6 +340,11 @@ func (c *call) id() (string, error) { return string(c.scoped), nil }
 // Fingerprint hashes the method, path, query and body, so that the key
 // reused with another request (another endpoint too) is refused.
 func (c *call) Fingerprint() (string, error) {
+	if c.m.o.webhook {
+		// The event id alone decides: a sender may render an event anew
+		// for each attempt.
+		return "", nil
+	}
 	if c.fp == "" {
 		c.fp = fingerprint(c.r, c.body)
 	}
@@ -362,8 +414,7 @@ func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
 		case dedup.StatusDuplicate:
 			m.replay(w, &res.Value)
 		case dedup.StatusInFlight:
-			wait := min(max(res.RetryAfter, time.Second), m.o.InFlightRetryAfter)
-			writeProblem(w, http.StatusConflict, CodeInFlight, "a request with this Idempotency-Key is being handled; retry later", wait)
+			m.inFlight(w, min(max(res.RetryAfter, time.Second), m.o.InFlightRetryAfter), false)
 		default:
 			writeProblem(w, http.StatusInternalServerError, CodeInternal, "unexpected outcome "+res.Status.String(), 0)
 		}
@@ -381,13 +432,13 @@ func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
 		// gets that answer.
 		c.cap.finish()
 	case errors.Is(err, dedup.ErrKeyReused):
-		writeProblem(w, m.o.MismatchStatus, CodeKeyReused, "this Idempotency-Key was used with another request (method, path, query or body)", 0)
+		writeProblem(w, m.o.MismatchStatus, CodeKeyReused, "this "+m.keyName()+" was used with another request (method, path, query or body)", 0)
 	case errors.Is(err, dedup.ErrStoreUnavailable):
 		writeProblem(w, http.StatusServiceUnavailable, CodeStoreDown, "the idempotency store is unavailable; retry later", m.rcv.StoreRetryDelay())
 	case errors.Is(err, dedup.ErrAttemptsExhausted):
-		writeProblem(w, http.StatusUnprocessableEntity, CodeAttemptsExhaust, "requests with this Idempotency-Key failed too often; use a new key", 0)
+		writeProblem(w, http.StatusUnprocessableEntity, CodeAttemptsExhaust, "requests with this "+m.keyName()+" failed too often; use a new key", 0)
 	case errors.Is(err, dedup.ErrLeaseLost):
-		writeProblem(w, http.StatusConflict, CodeInFlight, "another request took this Idempotency-Key over; retry later", m.o.InFlightRetryAfter)
+		m.inFlight(w, m.o.InFlightRetryAfter, true)
 	case errors.Is(err, dedup.ErrCanceled):
 		// The client is gone, or the server is shutting down.
 		writeProblem(w, http.StatusServiceUnavailable, CodeInternal, "the request was cancelled before it was handled", m.o.InFlightRetryAfter)
@@ -395,6 +446,30 @@ func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
 		m.log.ErrorContext(c.r.Context(), "deduphttp: unexpected error", slog.String("key", c.key), slog.Any("error", err))
 		writeProblem(w, http.StatusInternalServerError, CodeInternal, "the request could not be handled", 0)
 	}
+}
+
+// inFlight answers a request whose key another request holds (takenOver:
+// took over from this one): 409, or 503 for a webhook, with Retry-After.
+func (m *Middleware) inFlight(w http.ResponseWriter, retryAfter time.Duration, takenOver bool) {
+	status, detail := http.StatusConflict, "a request with this "+m.keyName()+" is being handled; retry later"
+	switch {
+	case m.o.webhook && takenOver:
+		status, detail = http.StatusServiceUnavailable, "another delivery of this event took it over; retry later"
+	case m.o.webhook:
+		status, detail = http.StatusServiceUnavailable, "a delivery of this event is being handled; retry later"
+	case takenOver:
+		detail = "another request took this " + m.keyName() + " over; retry later"
+	}
+	writeProblem(w, status, CodeInFlight, detail, retryAfter)
+}
+
+// keyName names the key in a problem's detail: the Idempotency-Key, or
+// the key a KeySource reads.
+func (m *Middleware) keyName() string {
+	if m.o.KeySource != nil {
+		return "key"
+	}
+	return HeaderKey
 }
 
 // notStored reports whether a done outcome's Problem means that the
@@ -438,12 +513,19 @@ func (m *Middleware) panicked(c *call, pe *dedup.PanicError) {
 			delete(h, k)
 		}
 	}
-	writeProblem(c.w, http.StatusInternalServerError, CodeHandlerPanic, "the handler failed; the request may be retried with the same Idempotency-Key", 0)
+	writeProblem(c.w, http.StatusInternalServerError, CodeHandlerPanic, "the handler failed; the request may be retried with the same "+c.m.keyName(), 0)
 }
 
 // replay answers a duplicate with the stored response.
 func (m *Middleware) replay(w http.ResponseWriter, r *response) {
 	h := w.Header()
+	if (r.status == 0 || r.notKept) && m.o.webhook {
+		// A sender takes 410 Gone for "stop sending to this endpoint":
+		// answer the status the event completed with (a 2xx), bodiless.
+		h.Set(HeaderReplayed, "true")
+		w.WriteHeader(cmpOr(r.status, http.StatusOK))
+		return
+	}
 	if r.status == 0 || r.notKept {
 		// Not kept: too large, or its headers too large for the store.
 		if r.status != 0 {

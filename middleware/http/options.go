@@ -59,6 +59,16 @@ type Options struct {
 	// Defaults to false: such a request passes through, unprotected.
 	RequireKey bool
 
+	// KeySource, when set, reads each request's key instead of the
+	// Idempotency-Key header: an id the client sends in a header or in the
+	// body (see KeySource; NewWebhook for webhook senders). It runs after
+	// the body is read, within MaxRequestSize. Its errors are 400 problems:
+	// a request whose key cannot be read never passes through, whatever
+	// RequireKey says. Setting it with Verifier (which reads issued keys
+	// from the Idempotency-Key header) is an error. Defaults to nil: the
+	// Idempotency-Key header.
+	KeySource KeySource
+
 	// Principal names the caller (tenant, user) from the request, typically
 	// from what an authentication middleware put in its context. Keys are
 	// scoped by it: one principal is never answered with another's
@@ -145,6 +155,10 @@ type resolved struct {
 	methods   []string
 	allow     []string // canonical replay headers
 	principal func(*http.Request) string
+	// webhook: NewWebhook's semantics (see WebhookOptions): no
+	// fingerprint, 503 for a key in flight, the handler not cancelled by
+	// the sender going away, a replay never 410.
+	webhook bool
 }
 
 func (o *Options) resolve() (*resolved, error) {
@@ -173,6 +187,8 @@ func (o *Options) resolve() (*resolved, error) {
 		return nil, fmt.Errorf("%w: Principal is not set: set it to keep each caller's keys apart, or set SharedScope for a single-tenant service", dedup.ErrInvalidConfig)
 	case r.Principal != nil && r.SharedScope:
 		return nil, fmt.Errorf("%w: Principal and SharedScope are both set; set one", dedup.ErrInvalidConfig)
+	case r.KeySource != nil && r.Verifier != nil:
+		return nil, fmt.Errorf("%w: KeySource and Verifier are both set; a Verifier checks server-issued keys, which come in the Idempotency-Key header", dedup.ErrInvalidConfig)
 	case r.InFlightRetryAfter < 0:
 		return nil, fmt.Errorf("%w: InFlightRetryAfter is %v; it must be positive", dedup.ErrInvalidConfig, r.InFlightRetryAfter)
 	case r.cfg.MaxIDLength != 0 && r.cfg.MaxIDLength < minIDLength:
