@@ -14,7 +14,7 @@ import (
 // its type as format_type spells it.
 type column struct{ name, typ string }
 
-// columns are those of schemaSQL.
+// columns are those of createSQL.
 var columns = []column{
 	{"key", "text"},
 	{"state", "text"},
@@ -25,6 +25,8 @@ var columns = []column{
 	{"last_error", "text"},
 	{"lease_until", "timestamp with time zone"},
 	{"expires_at", "timestamp with time zone"},
+	{"created_at", "timestamp with time zone"},
+	{"completed_at", "timestamp with time zone"},
 }
 
 // check makes sure, within Options.Timeout, that the table fits the
@@ -123,7 +125,11 @@ FROM pg_attribute a WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisd
 			problems = append(problems, fmt.Sprintf("column %s is %s, the store needs %s", c.name, typ, c.typ))
 		}
 	}
-	if len(missing) > 0 {
+	switch {
+	case len(missing) > 0 && !slices.ContainsFunc(missing, func(c string) bool { return !slices.Contains(upgradeColumns, c) }):
+		problems = append(problems, fmt.Sprintf("it lacks column(s) %s, which an earlier version did not have: upgrade it with Options.Migrate, or apply %s",
+			strings.Join(missing, ", "), strings.Join(strings.Fields(s.sql.upgrade), " ")))
+	case len(missing) > 0:
 		problems = append(problems, fmt.Sprintf("it lacks column(s) %s (see Store.SchemaSQL)", strings.Join(missing, ", ")))
 	}
 

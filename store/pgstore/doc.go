@@ -20,6 +20,15 @@
 // with an index on its expiry (see [Store.SchemaSQL], and the README for
 // the SQL). [Options.Table] names it, schema-qualified or not.
 //
+// A row keeps, for an operator's [Store.Get] and [Store.Scan], the token
+// of the record's last claim, when its first claim was made (created_at,
+// kept through takeovers, releases and retries) and when it completed or
+// its last attempt failed (completed_at), by the database's clock. A
+// table made by 0.1.0 lacks the last two columns: [Store.Migrate] (and
+// [Options.Migrate]) adds them in place, and [Store.SchemaSQL] holds the
+// ALTER TABLE for your own migrations. Its rows keep working; their times
+// read as zero until the key is claimed afresh.
+//
 // # What it guarantees
 //
 // It passes [github.com/dedup-go/dedup/store/storetest] in pgx's default
@@ -43,8 +52,9 @@
 //     writing anything (its snapshot shows the record settled, so the
 //     INSERT inserts nothing): no commit record to flush to the WAL.
 //   - The database's clock (clock_timestamp(), read once per statement)
-//     is the only clock of leases and expiry; a lease has ended once it
-//     reads LeaseUntil, a record is gone once it reads its expiry.
+//     is the only clock of leases, expiry and the records' creation and
+//     completion times; a lease has ended once it reads LeaseUntil, a
+//     record is gone once it reads its expiry.
 //   - Every update is fenced: WHERE token = the claim's token. Complete,
 //     Release and Extend with a token that no longer holds the key (taken
 //     over, deleted, settled) fail with [store.ErrLeaseLost] and change

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -40,31 +39,13 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	return rec, nil
 }
 
-// scanRecord reads the columns of a record.
+// scanRecord reads the recordCols of a row, after the columns before.
 func scanRecord(r pgx.Row, before ...any) (store.Record, error) {
-	var (
-		rec     store.Record
-		state   string
-		attempt int32
-		fp      []byte
-		lease   *time.Time
-		expires time.Time
-	)
-	if err := r.Scan(append(before, &state, &attempt, &fp, &rec.Result, &rec.LastError, &lease, &expires)...); err != nil {
+	var cols recordColumns
+	if err := r.Scan(append(before, cols.dest()...)...); err != nil {
 		return store.Record{}, err
 	}
-	rec.State, rec.Attempt, rec.Fingerprint = stateOf(state), int(attempt), string(fp)
-	switch rec.State {
-	case store.StateProcessing:
-		if lease != nil {
-			rec.LeaseUntil = *lease
-		}
-	case store.StateCompleted:
-		rec.ExpiresAt = expires
-	default:
-		rec.ExpiresAt, rec.Result = expires, nil
-	}
-	return rec, nil
+	return cols.record(), nil
 }
 
 // Delete forgets key, whatever its state: a duplicate arriving later is

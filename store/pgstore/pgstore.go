@@ -81,18 +81,36 @@ func (s *Store) addr() string {
 func (s *Store) Table() string { return s.cfg.table.plain }
 
 // SchemaSQL returns the SQL that Migrate runs: the table and its expiry
-// index, each created if it does not exist. Teams that run their own
-// migrations apply it (or the same statements, from the README) instead.
-func (s *Store) SchemaSQL() string { return s.sql.schema }
+// index, each created if it does not exist, then the columns that a table
+// of an earlier version lacks, each added if it does not exist (a table
+// made by 0.1.0 gets created_at and completed_at). Teams that run their
+// own migrations apply it (or the same statements, from the README)
+// instead; applying it again changes nothing.
+func (s *Store) SchemaSQL() string { return s.sql.create + s.sql.upgrade }
 
-// Migrate creates the table and its index if they do not exist, within
-// ctx (not bounded by Options.Timeout: a DDL statement may wait for a
-// lock), then checks the table as New does. Running it again changes
-// nothing. A schema that does not exist, or a role that may not create
-// the table, is an error matching ErrMisconfigured.
+// Migrate creates the table and its index if they do not exist and adds
+// the columns that a table of an earlier version lacks, within ctx (not
+// bounded by Options.Timeout: a DDL statement may wait for a lock), then
+// checks the table as New does. The columns are added only when the table
+// lacks them, so that a start-up does not queue for the table's exclusive
+// lock once they are there; the rows already in the table keep working,
+// their creation and completion times unknown (zero). Running it again
+// changes nothing. A schema that does not exist, or a role that may not
+// create the table or alter it, is an error matching ErrMisconfigured.
 func (s *Store) Migrate(ctx context.Context) error {
-	if _, err := s.pool.Exec(ctx, s.sql.schema, pgx.QueryExecModeSimpleProtocol); err != nil {
+	if _, err := s.pool.Exec(ctx, s.sql.create, pgx.QueryExecModeSimpleProtocol); err != nil {
 		return s.fail(ctx, "migrate", "", err)
+	}
+	var missing bool
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) < cardinality($2::text[]) FROM pg_attribute
+WHERE attrelid = to_regclass($1::text) AND attname = ANY($2::text[]) AND NOT attisdropped`,
+		s.cfg.mode, s.cfg.table.sql, upgradeColumns).Scan(&missing); err != nil {
+		return s.fail(ctx, "migrate", "", err)
+	}
+	if missing {
+		if _, err := s.pool.Exec(ctx, s.sql.upgrade, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return s.fail(ctx, "migrate", "", err)
+		}
 	}
 	return s.check(ctx)
 }
@@ -143,41 +161,80 @@ type row struct {
 // when there was none.
 func (s *Store) scanRow(r pgx.Row, withAcquired bool) (row, bool, error) {
 	var (
-		out     row
-		state   string
-		fp      []byte
-		lease   *time.Time
-		dest    []any
-		attempt int32
+		out  row
+		cols recordColumns
+		dest []any
 	)
 	if withAcquired {
 		dest = append(dest, &out.acquired)
 	}
-	dest = append(dest, &state, &attempt, &fp, &out.rec.Result, &out.rec.LastError, &lease, &out.expires, &out.now)
+	dest = append(append(dest, cols.dest()...), &out.now)
 	if err := r.Scan(dest...); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return row{}, false, nil
 		}
 		return row{}, false, err
 	}
-	out.rec.State = stateOf(state)
-	out.rec.Attempt = int(attempt)
-	out.rec.Fingerprint = string(fp)
-	if lease != nil {
-		out.rec.LeaseUntil = *lease
-	}
-	if out.rec.State != store.StateCompleted {
-		out.rec.Result = nil
-	}
-	if out.rec.State != store.StateProcessing {
-		// A claim is kept until its lease plus AbandonedTTL; what the
-		// contract calls its expiry is that of a settled record only.
-		out.rec.LeaseUntil, out.rec.ExpiresAt = time.Time{}, out.expires
-	}
+	out.rec, out.expires = cols.record(), cols.expires
 	return out, true, nil
 }
 
-// claim turns the answer of a claim statement into Acquire's. A row that
+// recordColumns receives the recordCols of a row.
+type recordColumns struct {
+	state     string
+	token     [16]byte
+	attempt   int32
+	fp        []byte
+	result    []byte
+	lastError string
+	lease     *time.Time
+	expires   time.Time
+	created   *time.Time
+	completed *time.Time
+}
+
+// dest returns where Scan puts the recordCols.
+func (c *recordColumns) dest() []any {
+	return []any{&c.state, &c.token, &c.attempt, &c.fp, &c.result, &c.lastError, &c.lease, &c.expires, &c.created, &c.completed}
+}
+
+// record returns the record the columns hold, as the contract shows it:
+// a lease while processing, an expiry and a completion time once
+// settled, a result once completed. A claim is kept until its lease plus
+// AbandonedTTL, but what the contract calls its expiry is that of a
+// settled record only; and a processing row that kept a completion time
+// (a failed record taken over by a store of an earlier version, which
+// did not clear it) has none.
+func (c *recordColumns) record() store.Record {
+	rec := store.Record{
+		State:       stateOf(c.state),
+		Token:       c.token,
+		Attempt:     int(c.attempt),
+		Fingerprint: string(c.fp),
+		LastError:   c.lastError,
+		CreatedAt:   timeOf(c.created),
+	}
+	switch rec.State {
+	case store.StateProcessing:
+		rec.LeaseUntil = timeOf(c.lease)
+	case store.StateCompleted:
+		rec.Result, rec.ExpiresAt, rec.CompletedAt = c.result, c.expires, timeOf(c.completed)
+	default:
+		rec.ExpiresAt, rec.CompletedAt = c.expires, timeOf(c.completed)
+	}
+	return rec
+}
+
+// timeOf is *t, or the zero time for NULL.
+func timeOf(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// claim turns the answer of a claim statement into Acquire's: the record
+// carries the claim's token when acquired, none when refused. A row that
 // neither holds the claim nor refuses it (none; a gone record; failed or
 // processing under an ended lease, which the statement would have
 // claimed) is not an answer a sound table gives: an error.
@@ -194,7 +251,9 @@ func (r row) claim(req store.AcquireRequest, token store.Token, found bool) (sto
 		return store.Claim{}, errReused(req.Key, r.rec.State)
 	case r.rec.State == store.StateCompleted,
 		r.rec.State == store.StateProcessing && r.now.Before(r.rec.LeaseUntil):
-		r.rec.Key = req.Key
+		// The token of a claim is its holder's alone: a refusal does not
+		// hand it to another caller.
+		r.rec.Key, r.rec.Token = req.Key, store.Token{}
 		return store.Claim{Record: r.rec}, nil
 	}
 	return store.Claim{}, undecided(req.Key, fmt.Sprintf("a %s record it could have claimed", r.rec.State))

@@ -23,6 +23,12 @@ import (
 //	lease_until  when the lease of a processing record ends
 //	expires_at   when the record is gone: the lease end plus AbandonedTTL
 //	             while processing, the retention once completed or failed
+//	created_at   when the key's first claim was made: kept through
+//	             takeovers, releases and retries, set afresh only when a
+//	             gone record is claimed; NULL in a row written before the
+//	             column existed (read as a zero time)
+//	completed_at when the record completed, or its last attempt failed;
+//	             NULL while processing
 //
 // Time is the database's: every statement reads clock_timestamp() once
 // (the "now" CTE) and compares and computes with it, so the consumers'
@@ -30,21 +36,35 @@ import (
 // is gone once now >= expires_at, whatever its state: every statement
 // treats a gone row as absent, and Cleanup deletes it.
 
-// schemaSQL creates the table and its expiry index; Migrate runs it, and
-// teams that run their own migrations apply it themselves.
-const schemaSQL = `CREATE TABLE IF NOT EXISTS %[1]s (
-	key         text COLLATE "C" PRIMARY KEY,
-	state       text NOT NULL CHECK (state IN ('processing', 'completed', 'failed')),
-	token       uuid NOT NULL,
-	attempt     integer NOT NULL,
-	fingerprint bytea NOT NULL DEFAULT '',
-	result      bytea,
-	last_error  text NOT NULL DEFAULT '',
-	lease_until timestamptz,
-	expires_at  timestamptz NOT NULL
+// createSQL creates the table and its expiry index, as they are now.
+const createSQL = `CREATE TABLE IF NOT EXISTS %[1]s (
+	key          text COLLATE "C" PRIMARY KEY,
+	state        text NOT NULL CHECK (state IN ('processing', 'completed', 'failed')),
+	token        uuid NOT NULL,
+	attempt      integer NOT NULL,
+	fingerprint  bytea NOT NULL DEFAULT '',
+	result       bytea,
+	last_error   text NOT NULL DEFAULT '',
+	lease_until  timestamptz,
+	expires_at   timestamptz NOT NULL,
+	created_at   timestamptz,
+	completed_at timestamptz
 );
 CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (expires_at);
 `
+
+// upgradeSQL adds to a table of an earlier version the columns it lacks
+// (0.1.0 had neither created_at nor completed_at). Nullable columns
+// without a default: PostgreSQL adds them to the catalog only, without
+// rewriting the table, and the rows already there read them as NULL.
+const upgradeSQL = `ALTER TABLE %[1]s
+	ADD COLUMN IF NOT EXISTS created_at timestamptz,
+	ADD COLUMN IF NOT EXISTS completed_at timestamptz;
+`
+
+// upgradeColumns are the columns upgradeSQL adds: a table that lacks
+// some of them is upgraded by Migrate.
+var upgradeColumns = []string{"created_at", "completed_at"}
 
 // us turns a bigint of microseconds into an interval.
 const us = `* interval '1 microsecond'`
@@ -61,7 +81,8 @@ const claimable = `(r.expires_at <= (SELECT t FROM now)
 const gone = `r.expires_at <= (SELECT t FROM now)`
 
 // The ON CONFLICT part of a claim. A claimable row is taken over: afresh
-// when it is gone (attempt 1, no past), else with attempt plus one. Any
+// when it is gone (attempt 1, no past, created now), else with attempt
+// plus one, keeping its creation time and dropping its completion time. Any
 // other row is written back as it is, so that the statement returns it,
 // read under the row lock: a claim that waited for the lock of a
 // concurrent claim always answers with the record that refused it, never
@@ -78,7 +99,9 @@ const claimConflict = `ON CONFLICT (key) DO UPDATE SET
 		result = CASE WHEN ` + claimable + ` THEN NULL ELSE r.result END,
 		last_error = CASE WHEN ` + gone + ` THEN '' ELSE r.last_error END,
 		lease_until = CASE WHEN ` + claimable + ` THEN excluded.lease_until ELSE r.lease_until END,
-		expires_at = CASE WHEN ` + claimable + ` THEN excluded.expires_at ELSE r.expires_at END`
+		expires_at = CASE WHEN ` + claimable + ` THEN excluded.expires_at ELSE r.expires_at END,
+		created_at = CASE WHEN ` + gone + ` THEN excluded.created_at ELSE r.created_at END,
+		completed_at = CASE WHEN ` + claimable + ` THEN NULL ELSE r.completed_at END`
 
 // settled is true of a record h, as the statement's snapshot sees it at
 // n.t, that a claim need not even try: completed and not gone (completed
@@ -89,7 +112,7 @@ const claimConflict = `ON CONFLICT (key) DO UPDATE SET
 const settled = `h.expires_at > n.t AND (h.state = 'completed' OR (h.state = 'processing' AND h.lease_until > n.t))`
 
 // recordCols are the columns a statement answers a record with.
-const recordCols = `state, attempt, fingerprint, result, last_error, lease_until, expires_at`
+const recordCols = `state, token, attempt, fingerprint, result, last_error, lease_until, expires_at, created_at, completed_at`
 
 // qualified is recordCols of the table aliased alias.
 func qualified(alias string) string {
@@ -98,7 +121,8 @@ func qualified(alias string) string {
 
 // statements are the store's SQL for one table.
 type statements struct {
-	schema       string
+	create       string
+	upgrade      string
 	acquire      string
 	acquireBatch string
 	complete     string
@@ -118,7 +142,8 @@ type statements struct {
 func newStatements(t tableName) statements {
 	q := func(format string) string { return fmt.Sprintf(format, t.sql) }
 	return statements{
-		schema: fmt.Sprintf(schemaSQL, t.sql, t.index),
+		create:  fmt.Sprintf(createSQL, t.sql, t.index),
+		upgrade: fmt.Sprintf(upgradeSQL, t.sql),
 
 		// acquire: $1 key, $2 token, $3 fingerprint, $4 lease (µs), $5
 		// abandoned (µs). One row: acquired, the record, now. A claim
@@ -127,8 +152,8 @@ func newStatements(t tableName) statements {
 		// lock found it (claimConflict).
 		acquire: q(`WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 claimed AS (
-	INSERT INTO %[1]s AS r (key, state, token, attempt, fingerprint, last_error, lease_until, expires_at)
-	SELECT $1::text, 'processing', $2::uuid, 1, $3::bytea, '', n.t + $4::bigint ` + us + `, n.t + ($4::bigint + $5::bigint) ` + us + ` FROM now n
+	INSERT INTO %[1]s AS r (key, state, token, attempt, fingerprint, last_error, lease_until, expires_at, created_at)
+	SELECT $1::text, 'processing', $2::uuid, 1, $3::bytea, '', n.t + $4::bigint ` + us + `, n.t + ($4::bigint + $5::bigint) ` + us + `, n.t FROM now n
 	WHERE NOT EXISTS (SELECT FROM %[1]s h WHERE h.key = $1::text AND ` + settled + `)
 	` + claimConflict + `
 	RETURNING token = $2::uuid AS acquired, ` + recordCols + `
@@ -146,12 +171,12 @@ WHERE key = $1::text AND NOT EXISTS (SELECT FROM claimed)`),
 		acquireBatch: q(`WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 req AS (SELECT * FROM unnest($1::text[], $2::uuid[], $3::bytea[], $4::bigint[]) AS q(key, token, fingerprint, lease)),
 claimed AS (
-	INSERT INTO %[1]s AS r (key, state, token, attempt, fingerprint, last_error, lease_until, expires_at)
-	SELECT q.key, 'processing', q.token, 1, q.fingerprint, '', n.t + q.lease ` + us + `, n.t + (q.lease + $5::bigint) ` + us + `
+	INSERT INTO %[1]s AS r (key, state, token, attempt, fingerprint, last_error, lease_until, expires_at, created_at)
+	SELECT q.key, 'processing', q.token, 1, q.fingerprint, '', n.t + q.lease ` + us + `, n.t + (q.lease + $5::bigint) ` + us + `, n.t
 	FROM req q, now n WHERE NOT EXISTS (SELECT FROM %[1]s h WHERE h.key = q.key AND ` + settled + `)
 	ORDER BY q.key
 	` + claimConflict + `
-	RETURNING key, token, ` + recordCols + `
+	RETURNING key, ` + recordCols + `
 )
 SELECT c.key, c.token = q.token, ` + qualified("c") + `, (SELECT t FROM now) FROM claimed c JOIN req q ON q.key = c.key
 UNION ALL
@@ -160,13 +185,13 @@ WHERE r.key IN (SELECT key FROM req) AND r.key NOT IN (SELECT key FROM claimed)`
 
 		// complete: $1 key, $2 token, $3 result, $4 retention (µs). Rows
 		// affected: 1 when the token held the key.
-		complete: q(`UPDATE %[1]s r SET state = 'completed', result = $3::bytea, lease_until = NULL, expires_at = n.t + $4::bigint ` + us + `
+		complete: q(`UPDATE %[1]s r SET state = 'completed', result = $3::bytea, lease_until = NULL, expires_at = n.t + $4::bigint ` + us + `, completed_at = n.t
 FROM (SELECT clock_timestamp() AS t) n
 WHERE r.key = $1::text AND r.token = $2::uuid AND r.state = 'processing' AND r.expires_at > n.t`),
 
 		// completeMany: $1 keys, $2 tokens, $3 results, $4 retentions (µs),
 		// distinct keys and tokens. The keys and tokens completed.
-		completeMany: q(`UPDATE %[1]s r SET state = 'completed', result = q.result, lease_until = NULL, expires_at = n.t + q.retention ` + us + `
+		completeMany: q(`UPDATE %[1]s r SET state = 'completed', result = q.result, lease_until = NULL, expires_at = n.t + q.retention ` + us + `, completed_at = n.t
 FROM (SELECT clock_timestamp() AS t) n, unnest($1::text[], $2::uuid[], $3::bytea[], $4::bigint[]) AS q(key, token, result, retention)
 WHERE r.key = q.key AND r.token = q.token AND r.state = 'processing' AND r.expires_at > n.t
 RETURNING r.key, r.token`),
@@ -178,7 +203,7 @@ RETURNING r.key, r.token`),
 WHERE r.key = q.key AND r.token = q.token AND r.state = 'completed' AND r.expires_at > clock_timestamp()`),
 
 		// release: $1 key, $2 token, $3 error, $4 retention (µs).
-		release: q(`UPDATE %[1]s r SET state = 'failed', last_error = $3::text, lease_until = NULL, expires_at = n.t + $4::bigint ` + us + `
+		release: q(`UPDATE %[1]s r SET state = 'failed', last_error = $3::text, lease_until = NULL, expires_at = n.t + $4::bigint ` + us + `, completed_at = n.t
 FROM (SELECT clock_timestamp() AS t) n
 WHERE r.key = $1::text AND r.token = $2::uuid AND r.state = 'processing' AND r.expires_at > n.t`),
 
