@@ -34,6 +34,8 @@ var columns = []column{
 	{name: "last_error", types: []string{"text", "mediumtext", "longtext"}, want: "text"},
 	{name: "lease_until", types: []string{"datetime"}, frac: 6, want: "datetime(6)"},
 	{name: "expires_at", types: []string{"datetime"}, frac: 6, want: "datetime(6)"},
+	{name: "created_at", types: []string{"datetime"}, frac: 6, want: "datetime(6)"},
+	{name: "completed_at", types: []string{"datetime"}, frac: 6, want: "datetime(6)"},
 }
 
 // check makes sure, within Options.Timeout, that the table fits the
@@ -173,7 +175,11 @@ FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER 
 			problems = append(problems, fmt.Sprintf("column %s is %s, the store needs %s", c.name, is, c.want))
 		}
 	}
-	if len(missing) > 0 {
+	switch {
+	case len(missing) > 0 && !slices.ContainsFunc(missing, func(name string) bool { return !added(name) }):
+		problems = append(problems, fmt.Sprintf("it lacks column(s) %s, which an earlier version did not have: upgrade it with Options.Migrate, or apply %s",
+			strings.Join(missing, ", "), upgradeSQL(s.sql.table, missing)))
+	case len(missing) > 0:
 		problems = append(problems, fmt.Sprintf("it lacks column(s) %s (see Store.SchemaSQL)", strings.Join(missing, ", ")))
 	}
 	return problems, nil

@@ -26,6 +26,15 @@
 // VARBINARY(3072) primary key, with an index on its expiry.
 // [Options.Table] names it, qualified by its database or not.
 //
+// A row keeps, for an operator's [Store.Get] and [Store.Scan], the token
+// of the record's last claim, when its first claim was made (created_at,
+// kept through takeovers, releases and retries) and when it completed or
+// its last attempt failed (completed_at), by the database's clock in UTC.
+// A table made by 0.1.0 lacks the last two columns: [Store.Migrate] (and
+// [Options.Migrate]) adds them in place; the README has the ALTER TABLE
+// for your own migrations. Its rows keep working; their times read as
+// zero until the key is claimed afresh.
+//
 // Keys are bytes, compared byte by byte: Order-1 and order-1 are two
 // keys, and so are "a" and "a ". A VARCHAR key would compare them by its
 // collation, and every collation merges some (a case-insensitive one
@@ -65,8 +74,9 @@
 //     lease that ended meanwhile) is claimed again, within Options.Timeout.
 //     A new message costs two statements (the read, the INSERT) and one
 //     commit; a takeover three.
-//   - The database's clock is the only clock of leases and expiry:
-//     UTC_TIMESTAMP(6), which MySQL and MariaDB fix once per statement, so
+//   - The database's clock is the only clock of leases, expiry and the
+//     records' creation and completion times: UTC_TIMESTAMP(6), which
+//     MySQL and MariaDB fix once per statement, so
 //     neither the consumers' clocks nor the session's time_zone matter. A
 //     lease has ended once it reads LeaseUntil, a record is gone once it
 //     reads its expiry.

@@ -150,21 +150,77 @@ func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, er
 // Table returns the records' table, as Options.Table named it.
 func (s *Store) Table() string { return s.cfg.table.plain }
 
-// SchemaSQL returns the SQL that Migrate runs: one CREATE TABLE IF NOT
-// EXISTS statement, the expiry index included. Teams that run their own
-// migrations apply it (or the same statement, from the README) instead.
+// SchemaSQL returns the SQL that Migrate runs on a table that does not
+// exist: one CREATE TABLE IF NOT EXISTS statement, the expiry index
+// included. Teams that run their own migrations apply it (or the same
+// statement, from the README) instead. A table made by 0.1.0 lacks two of
+// its columns, which CREATE TABLE IF NOT EXISTS does not add: Migrate
+// adds them, and the README has the ALTER TABLE that does.
 func (s *Store) SchemaSQL() string { return s.sql.schema }
 
-// Migrate creates the table and its index if they do not exist, within
-// ctx (not bounded by Options.Timeout: a DDL statement may wait for a
-// metadata lock), then checks the table as New does. Running it again
-// changes nothing. A database that does not exist, or a user that may not
-// create the table, is an error matching ErrMisconfigured.
+// Migrate creates the table and its index if they do not exist, and adds
+// the columns that a table of an earlier version lacks (created_at and
+// completed_at, for a table of 0.1.0), within ctx (not bounded by
+// Options.Timeout: a DDL statement may wait for a metadata lock), then
+// checks the table as New does. The rows already in the table keep
+// working, their creation and completion times unknown (zero). Running it
+// again changes nothing. A database that does not exist, or a user that
+// may not create or alter the table, is an error matching
+// ErrMisconfigured.
 func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.sql.schema); err != nil {
 		return s.fail(ctx, "migrate", "", err)
 	}
+	missing, err := s.missingUpgradeColumns(ctx)
+	if err != nil {
+		return s.fail(ctx, "migrate", "", err)
+	}
+	if len(missing) > 0 {
+		if _, err := s.db.ExecContext(ctx, upgradeSQL(s.sql.table, missing)); err != nil {
+			var myErr *mysql.MySQLError
+			if !errors.As(err, &myErr) || myErr.Number != errDuplicateColumn {
+				return s.fail(ctx, "migrate", "", err)
+			}
+			// Another process added them meanwhile.
+		}
+	}
 	return s.check(ctx)
+}
+
+// errDuplicateColumn is the server's error for a column added twice
+// (ER_DUP_FIELDNAME).
+const errDuplicateColumn = 1060
+
+// missingUpgradeColumns returns the upgradeColumns that the table lacks.
+func (s *Store) missingUpgradeColumns(ctx context.Context) ([]string, error) {
+	var database any
+	if s.cfg.table.database != "" {
+		database = s.cfg.table.database
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT COLUMN_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?`, database, s.cfg.table.name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	have := make(map[string]bool)
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		have[name] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, c := range upgradeColumns {
+		if !have[c.name] {
+			missing = append(missing, c.name)
+		}
+	}
+	return missing, nil
 }
 
 // CallTimeout is Options.Timeout, which bounds every call of the store
@@ -275,8 +331,8 @@ func (s *Store) acquireKeys(ctx context.Context, reqs []store.AcquireRequest) []
 
 // answer sets o from r, the row of req's key as a read found it (found
 // false: none), and reports whether that answers req: the row holds
-// token (acquired), or refuses the claim (in flight, completed, another
-// fingerprint). A row the claim could take (none, gone, failed, an ended
+// token (acquired: the record carries it), or refuses the claim (in
+// flight, completed, another fingerprint: no token). A row the claim could take (none, gone, failed, an ended
 // lease) answers nothing.
 func (s *Store) answer(req store.AcquireRequest, r row, found bool, token store.Token, o *store.AcquireOutcome) bool {
 	if found && !token.IsZero() && r.token == token && r.rec.State == store.StateProcessing && r.now.Before(r.expires) {
@@ -289,7 +345,9 @@ func (s *Store) answer(req store.AcquireRequest, r row, found bool, token store.
 		*o = store.AcquireOutcome{Err: errReused(req.Key, r.rec.State)}
 		return true
 	case refused:
-		r.rec.Key = req.Key
+		// The token of a claim is its holder's alone: a refusal does not
+		// hand it to another caller.
+		r.rec.Key, r.rec.Token = req.Key, store.Token{}
 		*o = store.AcquireOutcome{Claim: store.Claim{Record: r.rec}}
 		return true
 	}
@@ -307,7 +365,7 @@ var errInsertedFirst = errors.New("mysqlstore: another claim inserted the key fi
 func (s *Store) insert(ctx context.Context, req store.AcquireRequest, token store.Token, clock time.Time) (store.Record, error) {
 	at := clock.Format(dbTimeLayoutFixed)
 	lease, keep := micros(req.Lease), micros(req.Lease)+micros(s.cfg.abandonedTTL)
-	args := []any{[]byte(req.Key), token[:], fingerprint(req.Fingerprint), at, lease, at, keep}
+	args := []any{[]byte(req.Key), token[:], fingerprint(req.Fingerprint), at, lease, at, keep, at}
 	_, err := s.exec(ctx, s.sql.insert, args...)
 	for s.again(ctx, err) {
 		_, err = s.exec(ctx, s.sql.insert, args...)
@@ -325,6 +383,8 @@ func (s *Store) insert(ctx context.Context, req store.AcquireRequest, token stor
 		Attempt:     1,
 		Fingerprint: req.Fingerprint,
 		LeaseUntil:  clock.Add(time.Duration(lease) * time.Microsecond),
+		Token:       token,
+		CreatedAt:   clock,
 	}, nil
 }
 

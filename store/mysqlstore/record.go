@@ -31,9 +31,10 @@ func scanRow(r scanner, withNow bool) (row, error) {
 		state, lastError sql.NullString
 		attempt          sql.NullInt64
 		lease, exp       dbTime
+		created, settled dbTime
 		clock            dbTime
 	)
-	dest := []any{&key, &state, &tok, &attempt, &fp, &out.rec.Result, &lastError, &lease, &exp}
+	dest := []any{&key, &state, &tok, &attempt, &fp, &out.rec.Result, &lastError, &lease, &exp, &created, &settled}
 	if withNow {
 		dest = append(dest, &clock)
 	}
@@ -46,16 +47,20 @@ func scanRow(r scanner, withNow bool) (row, error) {
 	out.rec.Fingerprint = string(fp)
 	out.rec.LastError = lastError.String
 	copy(out.token[:], tok)
+	out.rec.Token, out.rec.CreatedAt = out.token, created.t
 	out.expires, out.now = exp.t, clock.t
 	switch out.rec.State {
 	case store.StateProcessing:
 		// A claim is kept until its lease plus AbandonedTTL; what the
 		// contract calls its expiry is that of a settled record only.
+		// A processing row may keep a completion time (a failed record
+		// taken over by a store of an earlier version, which did not
+		// clear it): a claim has none.
 		out.rec.LeaseUntil, out.rec.Result = lease.t, nil
 	case store.StateCompleted:
-		out.rec.ExpiresAt = exp.t
+		out.rec.ExpiresAt, out.rec.CompletedAt = exp.t, settled.t
 	default:
-		out.rec.ExpiresAt, out.rec.Result = exp.t, nil
+		out.rec.ExpiresAt, out.rec.CompletedAt, out.rec.Result = exp.t, settled.t, nil
 	}
 	return out, nil
 }

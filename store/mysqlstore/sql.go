@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -24,6 +25,12 @@ import (
 //	lease_until  when the lease of a processing record ends
 //	expires_at   when the record is gone: the lease end plus AbandonedTTL
 //	             while processing, the retention once completed or failed
+//	created_at   when the key's first claim was made: kept through
+//	             takeovers, releases and retries, set afresh only when a
+//	             gone record is claimed; NULL in a row written before the
+//	             column existed (read as a zero time)
+//	completed_at when the record completed, or its last attempt failed;
+//	             NULL while processing
 //
 // Time is the database's, in UTC: every statement reads UTC_TIMESTAMP(6),
 // which MySQL and MariaDB fix once per statement (at its start), and
@@ -33,7 +40,8 @@ import (
 // every statement treats a gone row as absent, and Cleanup deletes it.
 
 // schemaSQL creates the table and its expiry index in one statement;
-// Migrate runs it, and teams that run their own migrations apply it
+// Migrate runs it (and upgrades a table of an earlier version: see
+// upgradeSQL), and teams that run their own migrations apply it
 // themselves. Only what MySQL 8 and MariaDB 10.6+ both take.
 const schemaSQL = "CREATE TABLE IF NOT EXISTS %[1]s (\n" +
 	"\t`key`       VARBINARY(3072) NOT NULL,\n" +
@@ -45,10 +53,44 @@ const schemaSQL = "CREATE TABLE IF NOT EXISTS %[1]s (\n" +
 	"\tlast_error  TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
 	"\tlease_until DATETIME(6) NULL,\n" +
 	"\texpires_at  DATETIME(6) NOT NULL,\n" +
+	"\tcreated_at  DATETIME(6) NULL,\n" +
+	"\tcompleted_at DATETIME(6) NULL,\n" +
 	"\tPRIMARY KEY (`key`),\n" +
 	"\tKEY %[2]s (expires_at),\n" +
 	"\tCHECK (state IN ('processing', 'completed', 'failed'))\n" +
 	") ENGINE=InnoDB ROW_FORMAT=DYNAMIC"
+
+// upgradeColumns are the columns that a table of an earlier version lacks
+// (0.1.0 had neither), with their definitions.
+var upgradeColumns = []struct{ name, def string }{
+	{"created_at", "DATETIME(6) NULL"},
+	{"completed_at", "DATETIME(6) NULL"},
+}
+
+// added reports whether column is one of upgradeColumns.
+func added(column string) bool {
+	for _, c := range upgradeColumns {
+		if c.name == column {
+			return true
+		}
+	}
+	return false
+}
+
+// upgradeSQL adds the columns missing (names of upgradeColumns) to the
+// table: one ALTER TABLE, since MySQL 8 has no ADD COLUMN IF NOT EXISTS.
+// Nullable columns without a default, added last: MySQL 8.0.12+ and
+// MariaDB 10.3+ add them instantly (a change of the table's metadata, no
+// copy), and the rows already there read them as NULL.
+func upgradeSQL(table string, missing []string) string {
+	var adds []string
+	for _, c := range upgradeColumns {
+		if slices.Contains(missing, c.name) {
+			adds = append(adds, "ADD COLUMN "+c.name+" "+c.def)
+		}
+	}
+	return "ALTER TABLE " + table + " " + strings.Join(adds, ", ")
+}
 
 // now is the statement's clock.
 const now = `UTC_TIMESTAMP(6)`
@@ -58,7 +100,7 @@ const us = now + ` + INTERVAL ? MICROSECOND`
 
 // recordCols are the columns a statement answers a record with; reads add
 // the key first and now last.
-const recordCols = "state, token, attempt, fingerprint, result, last_error, lease_until, expires_at"
+const recordCols = "state, token, attempt, fingerprint, result, last_error, lease_until, expires_at, created_at, completed_at"
 
 // claimable is true of the row, as the claim's row lock found it, that a
 // claim conflicts with and takes over: gone, or failed, or processing
@@ -77,7 +119,8 @@ const mine = `token = VALUES(token)`
 
 // claimConflict is the ON DUPLICATE KEY UPDATE part of a claim. A
 // claimable row is taken over: afresh when it is gone (attempt 1, no
-// past), else with attempt plus one; any other row is left as it is.
+// past, created now), else with attempt plus one, keeping its creation
+// time and dropping its completion time; any other row is left as it is.
 // VALUES(col) is the value the row of the INSERT would have had: MySQL
 // 8.0.20+ warns that it is deprecated in favour of a row alias, which
 // MariaDB does not have.
@@ -89,11 +132,13 @@ const claimConflict = `ON DUPLICATE KEY UPDATE
 	result = IF(` + mine + `, NULL, result),
 	state = IF(` + mine + `, 'processing', state),
 	lease_until = IF(` + mine + `, VALUES(lease_until), lease_until),
+	created_at = IF(` + mine + ` AND expires_at <= ` + now + `, VALUES(created_at), created_at),
+	completed_at = IF(` + mine + `, NULL, completed_at),
 	expires_at = IF(` + mine + `, VALUES(expires_at), expires_at)`
 
 // claimRow is one row of a claim's VALUES: key, token, fingerprint, lease
-// (µs), lease plus AbandonedTTL (µs).
-const claimRow = `(?, 'processing', ?, 1, ?, NULL, '', ` + us + `, ` + us + `)`
+// (µs), lease plus AbandonedTTL (µs); created now.
+const claimRow = `(?, 'processing', ?, 1, ?, NULL, '', ` + us + `, ` + us + `, ` + now + `)`
 
 // statements are the store's SQL for one table.
 type statements struct {
@@ -124,21 +169,22 @@ func newStatements(t tableName) statements {
 		read: q("SELECT r.`key`, r." + strings.ReplaceAll(recordCols, ", ", ", r.") + ", " + now + " FROM (SELECT 1) AS one LEFT JOIN %[1]s AS r ON r.`key` = ?"),
 
 		// insert: key, token, fingerprint, the clock of the read that found
-		// no record, lease (µs), lease plus AbandonedTTL (µs). The claim of
-		// a key that has no record: a duplicate-key error when another
-		// claim inserted it first.
-		insert: q("INSERT INTO %[1]s (`key`, state, token, attempt, fingerprint, result, last_error, lease_until, expires_at)\n" +
-			"VALUES (?, 'processing', ?, 1, ?, NULL, '', CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND, CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND)"),
+		// no record, lease (µs), that clock, lease plus AbandonedTTL (µs),
+		// that clock. The claim of a key that has no record, created at
+		// the read's clock: a duplicate-key error when another claim
+		// inserted it first.
+		insert: q("INSERT INTO %[1]s (`key`, state, token, attempt, fingerprint, result, last_error, lease_until, expires_at, created_at)\n" +
+			"VALUES (?, 'processing', ?, 1, ?, NULL, '', CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND, CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND, CAST(? AS DATETIME(6)))"),
 
 		get: q("SELECT `key`, " + recordCols + " FROM %[1]s WHERE `key` = ? AND expires_at > " + now),
 
 		// complete: result, retention (µs), key, token. One row affected
 		// when the token held the key.
-		complete: q("UPDATE %[1]s SET state = 'completed', result = ?, lease_until = NULL, expires_at = " + us + `
+		complete: q("UPDATE %[1]s SET state = 'completed', result = ?, lease_until = NULL, expires_at = " + us + ", completed_at = " + now + `
 WHERE ` + "`key`" + ` = ? AND token = ? AND state = 'processing' AND expires_at > ` + now),
 
 		// release: error, retention (µs), key, token.
-		release: q("UPDATE %[1]s SET state = 'failed', last_error = ?, lease_until = NULL, expires_at = " + us + `
+		release: q("UPDATE %[1]s SET state = 'failed', last_error = ?, lease_until = NULL, expires_at = " + us + ", completed_at = " + now + `
 WHERE ` + "`key`" + ` = ? AND token = ? AND state = 'processing' AND expires_at > ` + now),
 
 		// extend: lease (µs), lease plus AbandonedTTL (µs), key, token.
@@ -178,7 +224,7 @@ func (q statements) readMany(n int) string {
 
 // claim claims n rows, given in key order.
 func (q statements) claim(n int) string {
-	return "INSERT INTO " + q.table + " (`key`, state, token, attempt, fingerprint, result, last_error, lease_until, expires_at)\nVALUES " +
+	return "INSERT INTO " + q.table + " (`key`, state, token, attempt, fingerprint, result, last_error, lease_until, expires_at, created_at)\nVALUES " +
 		placeholders(claimRow, n) + "\n" + claimConflict
 }
 
@@ -199,7 +245,7 @@ func caseOf(n int) string {
 // (key, retention µs), n keys.
 func (q statements) completeMany(n int) string {
 	return "UPDATE " + q.table + " SET state = 'completed', result = " + caseOf(n) +
-		", lease_until = NULL, expires_at = " + now + " + INTERVAL (" + caseOf(n) + ") MICROSECOND" +
+		", lease_until = NULL, expires_at = " + now + " + INTERVAL (" + caseOf(n) + ") MICROSECOND, completed_at = " + now +
 		" WHERE `key` IN (" + placeholders("?", n) + ") AND state = 'processing' AND expires_at > " + now
 }
 
