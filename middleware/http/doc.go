@@ -112,6 +112,58 @@
 // HTTP/2; a response that went out with a Content-Length cannot carry it. Responses that release the key (5xx, 429, streams, panics)
 // never carry it: a retry runs the handler again by design.
 //
+// # Key sources and webhooks
+//
+// Options.KeySource reads the key from somewhere other than the
+// Idempotency-Key header: a header of the client's own (KeyFromHeader) or
+// a string in the JSON body (KeyFromJSON), read after the body (within
+// MaxRequestSize), so that the body is read once and still reaches the
+// handler. A request whose key cannot be read is a 400 problem whose
+// detail says why (idempotency-key-missing for a header or member that is
+// absent, idempotency-key-invalid for an empty, oversized or non-ASCII id,
+// a body that is not JSON, a member that is not a string): no request
+// passes through without a key.
+//
+// NewWebhook builds the middleware of an endpoint that receives webhooks,
+// which senders deliver at least once and retry on any answer but 2xx.
+// WebhookOptions.Source says where the event id is: StandardWebhookID
+// (the webhook-id header of the Standard Webhooks specification, which
+// Svix follows), GitHubDelivery (X-GitHub-Delivery), StripeEventID (the
+// Event object's id in the body), or any KeySource. The id is scoped by
+// the sender (WebhookOptions.Sender, or Principal for an endpoint several
+// senders deliver to), never by the end user an event is about.
+//
+//	first delivery of an event                   the handler's response; a 2xx completes the event
+//	another delivery of it, completed            the first response, Idempotency-Replayed: true (the
+//	                                             body is not compared: the id decides)
+//	another delivery of it, in flight            503 request-in-flight with Retry-After
+//	handler answered anything but a 2xx          that answer; the event is released, and the
+//	  (4xx, 5xx, 429, panic, stream)             sender's retry runs the handler again
+//	the sender stopped waiting                   the handler runs on: its context is not cancelled by
+//	                                             the connection closing; the retry gets its response
+//	completed response over MaxResponseSize      duplicates get its status and no body (never 410)
+//	no id, or an unusable one                    400 idempotency-key-missing or -invalid
+//
+// Why 503 and not 409 for an event in flight: every sender retries a 5xx,
+// where some take a 4xx for a refusal not worth retrying; the Standard
+// Webhooks specification asks senders to heed a 503's Retry-After;
+// Stripe and Svix retry any answer but a 2xx on their own schedules, and
+// GitHub retries nothing by itself (a person or a script redelivers).
+//
+// Retention defaults to DefaultWebhookRetention (7 days), which covers
+// the documented retry windows: Stripe retries for up to three days in
+// live mode; the Standard Webhooks example schedule's last attempt comes
+// 75h35m after the first, Svix's 27h35m after; GitHub lets a delivery of
+// the past 3 days be redelivered (7 on GitHub Enterprise Server).
+// MaxAttempts defaults to no limit: the sender's schedule bounds the
+// attempts.
+//
+// Signature checks stay the caller's, with the sender's secret and SDK:
+// wrap the webhook middleware in the check (verify first, then
+// deduplicate), so that a forged delivery neither reads a real event's
+// response nor claims its id ahead of the real delivery. The check reads
+// the body and puts it back for the middleware.
+//
 // # Server-issued keys
 //
 // With Options.Verifier (an *issuedkey.Issuer), only keys the server
@@ -139,7 +191,8 @@
 //
 // Config.Observer hears one dedup.Event per request the middleware
 // deduplicates: one that carries an Idempotency-Key, or that RequireKey
-// refuses for lacking one. A method outside Options.Methods, or a request
+// refuses for lacking one; with a KeySource (webhooks too), every request
+// of Options.Methods. A method outside Options.Methods, or a request
 // without a key that passes through, is no event: dedup had no part in it.
 // What happened is in the event:
 //
