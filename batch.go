@@ -176,10 +176,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 	done := make([]store.CompleteRequest, 0, len(todo))
 	doneAt := make([]int, 0, len(todo)) // index into todo of each completion
 	encErrs := make([]error, 0, len(todo))
-	running := make([]struct {
-		held store.HeldClaim
-		hctx handlerContext
-	}, len(todo))
+	running := make([]handlerContext, len(todo))
 	for k, i := range todo {
 		c := claims[k]
 		if c.Err != nil {
@@ -194,9 +191,8 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 			continue
 		}
 		attempt := c.Claim.Record.Attempt
-		held, hctx := &running[k].held, &running[k].hctx
-		*held = store.HeldClaim{Key: keys[i], Token: c.Claim.Token, Attempt: attempt, Retention: r.cfg.Retention}
-		hctx.init(ctxOf(i), held)
+		hctx := &running[k]
+		hctx.init(ctxOf(i), keys[i], c.Claim.Token, attempt, r.cfg.Retention)
 		v, herr := r.runClaimed(hctx, msgs[i], hb, hbIndex[k], nil)
 		if herr != nil {
 			hb.finish(hbIndex[k])
@@ -205,7 +201,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 		}
 		out[i].Result = Result[R]{Status: StatusProcessed, Key: keys[i], Attempt: attempt, Value: v}
 		data, encErr := r.encode(v)
-		if held.Completed() {
+		if hctx.held.Completed() {
 			hb.finish(hbIndex[k])
 			out[i].Result = r.completed(ctx, out[i].Result, encErr, nil)
 			continue

@@ -1,6 +1,11 @@
 package dedup
 
-import "sync"
+import (
+	"sync"
+	"time"
+
+	"github.com/dedup-go/dedup/clock"
+)
 
 // beatQueue holds the heartbeats of a receiver's deliveries that have not
 // beaten yet, in the order they started, under one timer for all of them.
@@ -12,18 +17,26 @@ import "sync"
 // The timer is not stopped when the queue empties (a receiver handling one
 // message after another would arm it for each); it fires once more, finds
 // nothing due and is not armed again. It starts no goroutine until it
-// fires.
+// fires. Until then it holds the queue, and only the queue: the queue is
+// an allocation of its own, which holds nothing of the receiver's, so
+// that a receiver dropped after its last delivery does not keep its store
+// (a memstore's records) from the collector for a third of a lease.
 type beatQueue struct {
-	cfg  *beatConfig // the receiver's: clock and interval
-	fire func()      // q.due, made once
+	clock    clock.Clock
+	interval time.Duration // a heartbeat's first beat comes this long after its claim
+	fire     func()        // q.due, made once
 
 	mu         sync.Mutex
 	head, tail *heartbeat
 	armed      bool
 }
 
-func (q *beatQueue) init(cfg *beatConfig) {
-	q.cfg, q.fire = cfg, q.due
+// newBeatQueue returns an empty queue whose heartbeats first beat interval
+// after their claims, on clk.
+func newBeatQueue(clk clock.Clock, interval time.Duration) *beatQueue {
+	q := &beatQueue{clock: clk, interval: interval}
+	q.fire = q.due
+	return q
 }
 
 // add queues h, which holds one claim, for its first beat an interval
@@ -40,7 +53,7 @@ func (q *beatQueue) add(h *heartbeat) {
 	q.tail = h
 	if !q.armed {
 		q.armed = true
-		q.cfg.clock.AfterFunc(q.cfg.interval, q.fire)
+		q.clock.AfterFunc(q.interval, q.fire)
 	}
 }
 
@@ -76,7 +89,7 @@ func (q *beatQueue) unlink(h *heartbeat) {
 func (q *beatQueue) due() {
 	q.mu.Lock()
 	q.armed = false
-	now := q.cfg.clock.Now()
+	now := q.clock.Now()
 	var due *heartbeat // a chain through qnext, in queue order
 	var last *heartbeat
 	for h := q.head; h != nil && !h.firstBeat().After(now); h = q.head {
@@ -90,7 +103,7 @@ func (q *beatQueue) due() {
 	}
 	if q.head != nil {
 		q.armed = true
-		q.cfg.clock.AfterFunc(q.head.firstBeat().Sub(now), q.fire)
+		q.clock.AfterFunc(q.head.firstBeat().Sub(now), q.fire)
 	}
 	q.mu.Unlock()
 	for h := due; h != nil; {

@@ -2,6 +2,7 @@ package dedup_test
 
 import (
 	"context"
+	"runtime/metrics"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -133,6 +134,62 @@ func BenchmarkHandle(b *testing.B) {
 	})
 }
 
+// BenchmarkNewKey pairs a new message through Handle with what it costs
+// memstore alone, as the bench module's table does: each side takes b.N
+// fresh keys, made before the clock starts, into a store of its own with
+// the default capacity. Run each side the same number of times and compare
+// them run by run (the i-th run of one with the i-th of the other):
+//
+//	go test -run '^$' -bench 'BenchmarkNewKey$' -benchtime 100000x -count 10 -benchmem .
+//
+// gc-% is the share of the run's CPU time that the runtime estimates the
+// garbage collector took.
+func BenchmarkNewKey(b *testing.B) {
+	ctx := context.Background()
+	b.Run("baseline=memstore-acquire-complete", func(b *testing.B) {
+		st := newMemstore(b, clock.Real())
+		keys := makeKeys("default:o-", b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		defer reportGC(b)()
+		for i := range b.N {
+			c, err := st.Acquire(ctx, store.AcquireRequest{Key: keys[i], Lease: dedup.DefaultLease})
+			if err != nil || !c.Acquired {
+				b.Fatal(c.Acquired, err)
+			}
+			if err := st.Complete(ctx, store.CompleteRequest{Key: keys[i], Token: c.Token, Retention: dedup.DefaultRetention}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("handle", func(b *testing.B) {
+		rcv := newReceiver(b, newMemstore(b, clock.Real()), func(context.Context, order) (struct{}, error) { return struct{}{}, nil }, nil)
+		ids := makeKeys("o-", b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		defer reportGC(b)()
+		for i := range b.N {
+			if res, err := rcv.Handle(ctx, order{ID: ids[i]}); err != nil || res.Status != dedup.StatusProcessed {
+				b.Fatal(res.Status, err)
+			}
+		}
+	})
+}
+
+// reportGC reads the runtime's CPU estimates now, and returns what reports,
+// as gc-%, the collector's share of them since.
+func reportGC(b *testing.B) func() {
+	samples := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}}
+	metrics.Read(samples)
+	gc, total := samples[0].Value.Float64(), samples[1].Value.Float64()
+	return func() {
+		metrics.Read(samples)
+		if d := samples[1].Value.Float64() - total; d > 0 {
+			b.ReportMetric(100*(samples[0].Value.Float64()-gc)/d, "gc-%")
+		}
+	}
+}
+
 // BenchmarkHandleBatch: 100 new messages per HandleBatch call against
 // memstore, beside 100 Handle calls.
 func BenchmarkHandleBatch(b *testing.B) {
@@ -163,10 +220,13 @@ func BenchmarkHandleBatch(b *testing.B) {
 	}
 }
 
-func makeIDs(n int) []string {
+func makeIDs(n int) []string { return makeKeys("o-", n) }
+
+// makeKeys returns n distinct strings with a prefix.
+func makeKeys(prefix string, n int) []string {
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = "o-" + strconv.Itoa(i)
+		ids[i] = prefix + strconv.Itoa(i)
 	}
 	return ids
 }

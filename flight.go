@@ -4,8 +4,6 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
-
-	"github.com/dedup-go/dedup/store"
 )
 
 // errFlightAbandoned is what waiting deliveries get if the first one ended
@@ -27,21 +25,42 @@ type flightCall[R any] struct {
 	waiters     atomic.Int32 // deliveries waiting for the outcome
 
 	// Guarded by the group's mu. done is made by the first delivery that
-	// waits, so that a key nobody else delivers costs no channel.
+	// waits, so that a key nobody else delivers costs no channel. joined
+	// counts the deliveries that found the call in the group: while none
+	// did, the leader's is the only pointer to it.
 	done      chan struct{}
 	published bool
+	joined    int
 	res       Result[R]
 	err       error
 }
 
-// delivery is what handling a new message allocates, in one piece: its
-// flight, the claim its handler holds, the handler's context, and the
-// heartbeat that extends the claim.
+// delivery is what handling a new message needs besides its handler's
+// context: its flight and the heartbeat that extends its claim. Neither
+// reaches user code, so a delivery is recycled through the receiver's
+// pool once nothing else can reach it (see Receiver.recycle): the one
+// allocation left to a new message is its handler's context.
 type delivery[R any] struct {
 	call flightCall[R]
-	held store.HeldClaim
-	hctx handlerContext
 	hb   heartbeat
+}
+
+// deliveryPool recycles the deliveries of a receiver.
+type deliveryPool[R any] struct{ pool sync.Pool }
+
+// get returns a zero delivery.
+func (p *deliveryPool[R]) get() *delivery[R] {
+	if d, ok := p.pool.Get().(*delivery[R]); ok {
+		return d
+	}
+	return new(delivery[R])
+}
+
+// put zeroes d, which nothing but its caller can reach any more, and keeps
+// it for another delivery.
+func (p *deliveryPool[R]) put(d *delivery[R]) {
+	*d = delivery[R]{}
+	p.pool.Put(d)
 }
 
 // publish hands c's outcome to the deliveries waiting for it, once: a
@@ -85,6 +104,7 @@ func (g *flightGroup[R]) join(key string, c *flightCall[R]) (*flightCall[R], boo
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if first, ok := g.calls[key]; ok {
+		first.joined++
 		return first, false
 	}
 	if g.calls == nil {
@@ -95,12 +115,15 @@ func (g *flightGroup[R]) join(key string, c *flightCall[R]) (*flightCall[R], boo
 }
 
 // end ends the leader's call with its outcome, unless one was published
-// already: later deliveries of the key start their own.
-func (g *flightGroup[R]) end(key string, c *flightCall[R], res Result[R], err error) {
+// already: later deliveries of the key start their own. It reports whether
+// no other delivery joined the call, which nobody can find any more: the
+// leader then holds the only pointer to it.
+func (g *flightGroup[R]) end(key string, c *flightCall[R], res Result[R], err error) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.calls, key)
 	g.publishLocked(c, res, err)
+	return c.joined == 0
 }
 
 // waiting returns how many deliveries wait on key's call.

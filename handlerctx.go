@@ -22,7 +22,9 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // when the lease is lost (cause ErrLeaseLost) and when the handler
 // returns.
 //
-// It lives in the delivery's one allocation. Its cancellable part, a
+// It holds the claim itself, and is the one allocation of a delivery that
+// runs its handler: a handler may keep its context, and the claim in it,
+// after it returns, so neither is ever recycled. Its cancellable part, a
 // context.WithCancelCause of the caller's context, is made only when
 // somebody needs it: a handler that asks for Done (to select on it, or to
 // derive a context of its own, which the standard library then links to
@@ -30,7 +32,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // handler that never waits on its context costs no allocation for it.
 type handlerContext struct {
 	parent context.Context
-	held   *store.HeldClaim
+	held   store.HeldClaim
 
 	mu     sync.Mutex
 	child  context.Context // the cancellable part, once made
@@ -38,9 +40,11 @@ type handlerContext struct {
 	ended  error // why it ended, when it ended before child was made
 }
 
-// init readies c, which is zero, for a handler of parent holding held.
-func (c *handlerContext) init(parent context.Context, held *store.HeldClaim) {
-	c.parent, c.held = parent, held
+// init readies c, which is zero, for a handler of parent holding the
+// claim of key by token.
+func (c *handlerContext) init(parent context.Context, key string, token store.Token, attempt int, retention time.Duration) {
+	c.parent = parent
+	c.held = store.HeldClaim{Key: key, Token: token, Attempt: attempt, Retention: retention}
 }
 
 // Deadline is the caller's: the receiver sets none of its own.
@@ -76,7 +80,7 @@ func (c *handlerContext) Err() error {
 // caller's context.
 func (c *handlerContext) Value(key any) any {
 	if key == claimKey {
-		return c.held
+		return &c.held
 	}
 	c.mu.Lock()
 	child := c.child

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/store"
 )
 
 // The handler's context is the receiver's own type, whose cancellable part
@@ -120,4 +122,45 @@ func TestHandlerContextString(t *testing.T) {
 	_, err := rcv.Handle(context.Background(), order{ID: "o-1"})
 	require.NoError(t, err)
 	require.Equal(t, "context.Background.WithClaim(default:o-1)", printed)
+}
+
+// TestKeptHandlerContextsStayTheirOwn: the deliveries that follow reuse
+// what a delivery no longer needs, never what its handler can still reach:
+// a context kept past the handler's return goes on answering its own claim,
+// done, however many deliveries ran since; so does a context derived from
+// it after the return.
+func TestKeptHandlerContextsStayTheirOwn(t *testing.T) {
+	t.Parallel()
+	type kept struct {
+		ctx, derived context.Context
+		token        store.Token
+	}
+	var all []kept
+	rcv := newReceiver(t, newMemstore(t, clock.NewFake(epoch)), func(ctx context.Context, o order) (struct{}, error) {
+		held, ok := dedup.ClaimFromContext(ctx)
+		require.True(t, ok)
+		all = append(all, kept{ctx: ctx, token: held.Token})
+		return struct{}{}, nil
+	}, &dedup.Config{Clock: clock.NewFake(epoch)})
+	for i := range 64 {
+		res, err := rcv.Handle(t.Context(), order{ID: "o-" + strconv.Itoa(i)})
+		require.NoError(t, err)
+		require.Equal(t, dedup.StatusProcessed, res.Status)
+		derived, cancel := context.WithCancel(all[i].ctx)
+		t.Cleanup(cancel)
+		all[i].derived = derived
+	}
+	for i, k := range all {
+		held, ok := dedup.ClaimFromContext(k.ctx)
+		require.True(t, ok, "delivery %d", i)
+		require.Equal(t, "default:o-"+strconv.Itoa(i), held.Key, "delivery %d's context answers its own claim", i)
+		require.Equal(t, k.token, held.Token, "delivery %d", i)
+		require.Equal(t, 1, held.Attempt, "delivery %d", i)
+		require.ErrorIs(t, k.ctx.Err(), context.Canceled, "delivery %d's context is done", i)
+		testenv.Recv(t, k.ctx.Done(), "a kept context to be done")
+		testenv.Recv(t, k.derived.Done(), "a context derived after the return to be done")
+		held, ok = dedup.ClaimFromContext(k.derived)
+		require.True(t, ok)
+		require.Equal(t, "default:o-"+strconv.Itoa(i), held.Key)
+	}
 }

@@ -38,6 +38,9 @@ type heartbeat struct {
 	queue        *beatQueue
 	qprev, qnext *heartbeat // queue links; under queue.mu
 	queued       bool       // in queue; under queue.mu
+	// timed: stop found h handed to timers of its own, one of which may
+	// still run a beat that finds h stopped. Its owner's alone.
+	timed bool
 
 	mu      sync.Mutex
 	stopped bool
@@ -149,11 +152,16 @@ func (h *heartbeat) holds(i int) (time.Time, bool) {
 }
 
 // stop stops the timer and waits for a beat in progress, so that no
-// extension runs after the caller completes or releases its claims.
+// extension runs after the caller completes or releases its claims. A
+// heartbeat that stop took out of its queue was never reachable from a
+// timer, and nothing but its owner reaches it now; one that had left the
+// queue may still be reached by a timer that already fired, and is marked
+// timed.
 func (h *heartbeat) stop() {
 	if h.queue != nil && h.queue.remove(h) {
 		return // it never beat, and now never will
 	}
+	h.timed = true
 	h.mu.Lock()
 	h.stopped = true
 	if h.timer != nil {

@@ -2,17 +2,20 @@ package dedup_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/store/memstore"
 )
 
 const testLease = 30 * time.Second
@@ -246,4 +249,121 @@ func TestHeartbeatOneTimerPerReceiver(t *testing.T) {
 	require.Zero(t, quickBeats.Load(), "the quick deliveries never beat")
 	require.Equal(t, int64(3), st.extends.Load(), "no extension after the deliveries ended")
 	require.Zero(t, clk.Pending(), "no timer is left once the shared one fired with nothing due")
+}
+
+// gateClock is a fake clock that, once armed, holds the next AfterFunc(0)
+// until released: the call by which the receiver's shared beat timer hands
+// a heartbeat due for its first beat to a timer of its own.
+type gateClock struct {
+	*clock.Fake
+	mu   sync.Mutex
+	held chan struct{} // closed once a call is held
+	hold chan struct{} // closed by the test to let it go on
+}
+
+func (c *gateClock) arm() (held, release chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.held, c.hold = make(chan struct{}), make(chan struct{})
+	return c.held, c.hold
+}
+
+func (c *gateClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	c.mu.Lock()
+	held, hold := c.held, c.hold
+	if d <= 0 {
+		c.held, c.hold = nil, nil
+	}
+	c.mu.Unlock()
+	if d <= 0 && held != nil {
+		close(held)
+		<-hold
+	}
+	return c.Fake.AfterFunc(d, f)
+}
+
+// TestDeliveryEndsWhileItsFirstBeatIsHandedOver: a delivery that returns
+// while the shared timer hands its heartbeat to a timer of its own (the
+// timer took it from the queue, and has yet to arm it) is extended no
+// more, and what it leaves behind is not reused under the timer (here by
+// the next delivery): no extension, no timer and no panic after it ended.
+func TestDeliveryEndsWhileItsFirstBeatIsHandedOver(t *testing.T) {
+	t.Parallel()
+	clk := &gateClock{Fake: clock.NewFake(epoch)}
+	st := &countingStore{Store: newMemstore(t, clk.Fake)}
+	started := make(chan string, 3)
+	release := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{})}
+	rcv, err := dedup.NewReceiver(st, orderID, func(ctx context.Context, o order) (string, error) {
+		started <- o.ID
+		if ch, ok := release[o.ID]; ok {
+			<-ch
+		}
+		return o.ID, nil
+	}, &dedup.Config{Clock: clk, Lease: testLease})
+	require.NoError(t, err)
+
+	var wg sync.WaitGroup
+	var resA, resB dedup.Result[string]
+	var errA, errB error
+	bDone := make(chan struct{})
+	wg.Go(func() { resA, errA = rcv.Handle(context.Background(), order{ID: "a"}) })
+	testenv.Recv(t, started, "a's handler to start") // a is first in the queue
+	wg.Go(func() {
+		defer close(bDone)
+		resB, errB = rcv.Handle(context.Background(), order{ID: "b"})
+	})
+	testenv.Recv(t, started, "b's handler to start")
+
+	held, hold := clk.arm()
+	advanced := make(chan struct{})
+	wg.Go(func() {
+		defer close(advanced)
+		clk.Advance(testLease / 3) // both first beats are due
+	})
+	testenv.Recv(t, held, "the shared timer to arm a's timer")
+	// b is out of the queue and its timer not armed yet: b returns now,
+	// and another delivery runs.
+	close(release["b"])
+	testenv.Recv(t, bDone, "b to return")
+	res, err := rcv.Handle(t.Context(), order{ID: "c"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusProcessed, res.Status)
+	testenv.Recv(t, started, "c's handler to start")
+
+	close(hold)
+	testenv.Recv(t, advanced, "the first beats to run")
+	require.Equal(t, int64(1), st.extends.Load(), "a's first beat extended a; b had returned")
+	close(release["a"])
+	testenv.Wait(t, &wg, "the deliveries to return")
+	require.NoError(t, errA)
+	require.NoError(t, errB)
+	require.Equal(t, dedup.StatusProcessed, resA.Status)
+	require.Equal(t, dedup.StatusProcessed, resB.Status)
+
+	clk.Advance(2 * testLease)
+	require.Equal(t, int64(1), st.extends.Load(), "no extension after the deliveries ended")
+	require.Zero(t, clk.Pending(), "no timer is left")
+}
+
+// TestDroppedReceiverLetsItsStoreGo: the shared beat timer, which waits a
+// third of a lease after the last delivery, keeps neither a receiver that
+// its owner dropped nor its store (a memstore's records) from the
+// collector.
+func TestDroppedReceiverLetsItsStoreGo(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	gone := func() weak.Pointer[memstore.Store] {
+		st := newMemstore(t, clk)
+		rcv := newReceiver(t, st, func(context.Context, order) (struct{}, error) { return struct{}{}, nil }, &dedup.Config{Clock: clk})
+		res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
+		require.NoError(t, err)
+		require.Equal(t, dedup.StatusProcessed, res.Status)
+		require.Equal(t, 1, clk.Pending(), "the shared beat timer waits")
+		return weak.Make(st)
+	}()
+	for i := 0; i < 10 && gone.Value() != nil; i++ {
+		runtime.GC()
+	}
+	require.Nil(t, gone.Value(), "the store was collected while the beat timer waits")
+	require.Equal(t, 1, clk.Pending())
 }

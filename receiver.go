@@ -52,7 +52,8 @@ type Receiver[M, R any] struct {
 	storeName    string   // Event.Store
 	waits        inFlightWaits
 	beatCfg      beatConfig
-	beats        beatQueue // the heartbeats of single deliveries, until their first beat
+	beats        *beatQueue // the heartbeats of single deliveries, until their first beat
+	deliveries   deliveryPool[R]
 	stats        stats
 }
 
@@ -106,7 +107,7 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 		margin:   c.Lease / 10,
 		logger:   c.Logger,
 	}
-	r.beats.init(&r.beatCfg)
+	r.beats = newBeatQueue(c.Clock, r.beatCfg.interval)
 	mt := reflect.TypeFor[M]()
 	switch mt.Kind() {
 	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
@@ -207,30 +208,46 @@ func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[
 	if err != nil {
 		return Result[R]{Key: key}, err
 	}
-	d := new(delivery[R])
+	d := r.deliveries.get()
 	if r.cfg.NoWait {
 		// Answer at once: ask the store rather than join the key's flight.
 		// The store never makes a delivery wait (a key held anywhere is in
 		// flight), and a key that completed is replayed, where joining would
 		// refuse it as in flight while another delivery of this process
 		// reads the same record.
-		return r.claimAndRun(ctx, key, fp, msg, tm, d)
+		res, err := r.claimAndRun(ctx, key, fp, msg, tm, d)
+		r.recycle(d, true)
+		return res, err
 	}
 	call, leader := r.flight.join(key, &d.call)
 	if !leader {
+		r.recycle(d, true)
 		return r.follow(ctx, key, fp, msg, call, tm)
 	}
 	call.fingerprint = fp
 	ended := false
 	defer func() {
-		if !ended { // the handling panicked past every recover
+		if !ended { // the handling panicked past every recover: d is not recycled
 			r.flight.end(key, call, Result[R]{Key: key}, errFlightAbandoned)
 		}
 	}()
 	res, err := r.claimAndRun(ctx, key, fp, msg, tm, d)
-	r.flight.end(key, call, res, err)
+	alone := r.flight.end(key, call, res, err)
 	ended = true
+	r.recycle(d, alone)
 	return res, err
+}
+
+// recycle returns d, which its delivery is done with, to the pool when
+// nothing else can reach it: no other delivery joined its flight (alone)
+// and its heartbeat never left the receiver's queue for a timer. Anything
+// else lets it go to the collector, as it would without a pool: another
+// delivery may still read its flight's outcome, a timer that fired may
+// still find its heartbeat stopped.
+func (r *Receiver[M, R]) recycle(d *delivery[R], alone bool) {
+	if alone && !d.hb.timed {
+		r.deliveries.put(d)
+	}
 }
 
 // follow answers a delivery of a key that another delivery in this process
@@ -464,11 +481,11 @@ func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, clai
 	}
 	hb := r.initHeartbeat(ctx, &d.hb)
 	idx := hb.add(key, claim.Token, r.beaterOf(msg), sent)
-	hb.startQueued(&r.beats)
+	hb.startQueued(r.beats)
 	defer hb.stop()
-	d.held = store.HeldClaim{Key: key, Token: claim.Token, Attempt: claim.Record.Attempt, Retention: r.cfg.Retention}
-	d.hctx.init(ctx, &d.held)
-	return r.runHeld(ctx, key, msg, claim, d, hb, idx, tm)
+	hctx := new(handlerContext)
+	hctx.init(ctx, key, claim.Token, claim.Record.Attempt, r.cfg.Retention)
+	return r.runHeld(ctx, key, msg, claim, hctx, &d.call, hb, idx, tm)
 }
 
 // notClaimed answers a claim the caller cannot run the handler under: the
@@ -497,14 +514,15 @@ func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, clai
 	return Result[R]{}, nil, false
 }
 
-// runHeld runs the handler under an acquired claim that hb (entry idx)
-// extends, and records the outcome: a failure is released, a success
-// completed (retried while the lease holds). hb stops extending the claim
-// before this returns.
-func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim store.Claim, d *delivery[R], hb *heartbeat, idx int, tm *timing) (Result[R], error) {
+// runHeld runs the handler under hctx, holding an acquired claim that hb
+// (entry idx) extends, and records the outcome: a failure is released, a
+// success completed (retried while the lease holds, with the result
+// published to call meanwhile). hb stops extending the claim before this
+// returns.
+func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim store.Claim, hctx *handlerContext, call *flightCall[R], hb *heartbeat, idx int, tm *timing) (Result[R], error) {
 	defer hb.finish(idx)
 	attempt := claim.Record.Attempt
-	v, herr := r.runClaimed(&d.hctx, msg, hb, idx, tm)
+	v, herr := r.runClaimed(hctx, msg, hb, idx, tm)
 	if herr != nil {
 		hb.finish(idx) // no extension of a released claim
 		return r.handlerFailed(ctx, key, claim.Token, attempt, herr)
@@ -512,9 +530,9 @@ func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim s
 	res := Result[R]{Status: StatusProcessed, Key: key, Attempt: attempt, Value: v}
 	data, encErr := r.encode(v)
 	var storeErr error
-	if !d.held.Completed() {
+	if !hctx.held.Completed() {
 		t := tm.start()
-		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: claim.Token, Result: data, Retention: r.cfg.Retention}, hb, idx, &d.call, res)
+		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: claim.Token, Result: data, Retention: r.cfg.Retention}, hb, idx, call, res)
 		tm.addComplete(t)
 	}
 	return r.completed(ctx, res, encErr, storeErr), nil
