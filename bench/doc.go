@@ -14,8 +14,18 @@
 // do, and fail when it is missing: RabbitMQ is the shared broker, and
 // PostgreSQL and MariaDB the shared databases (each SQL row works in a
 // schema or database of its own); Redis, NATS (an embedded nats-server)
-// and Kafka (kfake, in process) are started by their rows. The broker rows consume fresh messages, published before
-// the clock starts, from a queue, stream or topic of each run's own.
+// and Kafka (kfake, in process) are started by their rows. The broker rows
+// consume fresh messages, published before the clock starts, from a queue,
+// stream or topic of each run's own, and fail unless every message was
+// handled once. The Kafka rows time each side
+// from the first message handled to the last: joining the consumer group
+// before, the last commit and closing the consumer after, are outside the
+// clock; each cadence of commits is its own row, with a bare reader
+// committing at the same cadence as its baseline.
+//
+// A row's ratio is to its first line, its baseline; a line "A over B" is
+// the median of the per-round ratios of side A to side B of the same row,
+// and the verbose output (-v) logs every round's value of every side.
 //
 // It is a module of its own so that the peers it measures (Watermill and
 // its AMQP and Kafka subscribers, sarama, an embedded nats-server, kfake)

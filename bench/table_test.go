@@ -29,6 +29,16 @@ type row struct {
 	aim string
 	// setup makes the sides; its cleanups run when the row is done.
 	setup func(tb testing.TB) []side
+	// versus adds lines comparing two sides of the row with each other
+	// rather than with the baseline, after the sides' lines.
+	versus []versus
+}
+
+// versus is a line of a row comparing side a with side b (indexes of the
+// row's sides): the median of the per-round ratios of a's value to b's.
+type versus struct {
+	name string
+	a, b int
 }
 
 // A side of a row.
@@ -71,7 +81,7 @@ func BenchmarkTable(b *testing.B) {
 		filter = regexp.MustCompile(v)
 	}
 	var out strings.Builder
-	fmt.Fprintf(&out, "%d rounds per row, sides interleaved; median, min-max over rounds; ratio is the median of per-round ratios to the row's baseline (first line).\n\n", rounds)
+	fmt.Fprintf(&out, "%d rounds per row, sides interleaved; median, min-max over rounds; ratio is the median of per-round ratios to the row's baseline (first line), or, on a line \"A over B\", of A's to B's.\n\n", rounds)
 	out.WriteString("| figure | side | median | min-max | ratio | allocs/op | aim |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		if filter != nil && !filter.MatchString(r.name) {
@@ -97,6 +107,15 @@ func BenchmarkTable(b *testing.B) {
 				fmt.Fprintf(&out, "| %s | %s | %s %s | %s-%s | %s | %s | %s |\n", fig, s.name,
 					format(median(res.values)), r.unit, format(slices.Min(res.values)), format(slices.Max(res.values)),
 					ratio, allocs, aim)
+				b.Logf("%s: %s per round: %s", s.name, r.unit, formatAll(res.values))
+			}
+			for _, v := range r.versus {
+				ratios := make([]float64, rounds)
+				for k := range ratios {
+					ratios[k] = results[v.a].values[k] / results[v.b].values[k]
+				}
+				fmt.Fprintf(&out, "|  | %s |  |  | %.2f |  |  |\n", v.name, median(ratios))
+				b.Logf("%s per round: %s", v.name, formatAll(ratios))
 			}
 		})
 	}
@@ -163,6 +182,15 @@ func rate(n int, work func()) sample {
 		value:  float64(n) / elapsed.Seconds(),
 		allocs: float64(after.Mallocs-before.Mallocs) / float64(n),
 	}
+}
+
+// formatAll formats every value of v, in order.
+func formatAll(v []float64) string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = format(x)
+	}
+	return strings.Join(out, ", ")
 }
 
 func median(v []float64) float64 {
