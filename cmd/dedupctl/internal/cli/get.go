@@ -25,13 +25,16 @@ func newGetCmd(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get KEY...",
 		Short: "Show the records of keys",
-		Long: `Show the record of each key: state, attempt, lease end, expiry, last error,
-fingerprint, result size, and the result (decoded as JSON when it is JSON).
+		Long: `Show the record of each key: state, attempt, the token of its last claim,
+lease end, when it was created (its first claim), completed (or last failed)
+and expires, last error, fingerprint, result size, and the result (decoded as
+JSON when it is JSON).
 
-A key is NAMESPACE:ID, or an ID read in --namespace. The stores keep no claim
-token and no created or completed time, so none is shown: a processing
-record's lease end and a completed or failed record's expiry are the times a
-record has.
+A key is NAMESPACE:ID, or an ID read in --namespace. The token is the one in
+the holder's logs while processing, the one that completed or released the
+record after. A time the record does not have is shown as "-": no completion
+while processing, no lease once settled, and no token or creation time in a
+record written before the store kept them.
 
 --raw writes the result's bytes alone, as stored, for one key.
 
@@ -106,7 +109,10 @@ func (o *options) printRecord(rec store.Record, blank bool) error {
 	line("key", rec.Key)
 	line("state", rec.State.String())
 	line("attempt", strconv.Itoa(rec.Attempt))
+	line("token", tokenText(rec.Token))
 	line("lease until", leaseWhen(rec.LeaseUntil, now))
+	line("created", when(rec.CreatedAt, now))
+	line("completed", when(rec.CompletedAt, now))
 	line("expires", when(rec.ExpiresAt, now))
 	line("last error", dash(rec.LastError))
 	line("fingerprint", dash(rec.Fingerprint))
@@ -137,6 +143,14 @@ func (o *options) printRecord(rec store.Record, blank bool) error {
 	}
 	_, err := io.WriteString(o.streams.Out, b.String())
 	return err
+}
+
+// tokenText is t in hexadecimal, or "-" when the store keeps none.
+func tokenText(t store.Token) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.String()
 }
 
 // dash is s, or "-" when it is empty.

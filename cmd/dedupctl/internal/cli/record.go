@@ -25,6 +25,15 @@ type recordJSON struct {
 	LastError   string     `json:"last_error"`
 	Fingerprint string     `json:"fingerprint"`
 	ResultSize  int        `json:"result_size"`
+	// Token is the last claim's token in hexadecimal; absent when the
+	// store keeps none (a record written by an earlier version of it).
+	Token string `json:"token,omitempty"`
+	// CreatedAt is when the key's first claim was made; CompletedAt when
+	// the record completed or its last attempt failed. Each is absent when
+	// the store has no such time: a record written by an earlier version
+	// of the store, and CompletedAt while processing.
+	CreatedAt   *time.Time `json:"created_at,omitempty"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
 	// Result is the result when it is JSON (get only).
 	Result json.RawMessage `json:"result,omitempty"`
 	// ResultBase64 is the result when it is not JSON (get only).
@@ -45,6 +54,11 @@ func newRecordJSON(rec store.Record, withResult bool) recordJSON {
 		LastError:   rec.LastError,
 		Fingerprint: rec.Fingerprint,
 		ResultSize:  len(rec.Result),
+		CreatedAt:   timeOrNil(rec.CreatedAt),
+		CompletedAt: timeOrNil(rec.CompletedAt),
+	}
+	if !rec.Token.IsZero() {
+		v.Token = rec.Token.String()
 	}
 	if withResult && len(rec.Result) > 0 {
 		if json.Valid(rec.Result) {

@@ -44,6 +44,17 @@ func testScan(t *testing.T, b backend) {
 
 	all := keys(t)
 	assert.Len(t, all, 38)
+
+	// Its JSON carries each record's token and times, as get's does.
+	r := run(t, with(flags, "-o", "json", "scan", "--namespace", "b")...)
+	require.Equal(t, 0, r.code, r.err)
+	for _, rec := range lines[recordJSON](t, r.out) {
+		held, err := s.Get(t.Context(), rec.Key)
+		require.NoError(t, err)
+		assert.Equal(t, held.Token.String(), rec.Token, "%s: token", rec.Key)
+		requireTime(t, held.CreatedAt, rec.CreatedAt, rec.Key+": created_at")
+		requireTime(t, held.CompletedAt, rec.CompletedAt, rec.Key+": completed_at")
+	}
 	assert.Equal(t, []string{"a:x1", "a:x2", "a:x3", "a:x4", "a:y1", "a:y2"}, keys(t, "--namespace", "a"))
 	assert.Equal(t, []string{"a:x3", "a:y2"}, keys(t, "--namespace", "a", "--state", "failed"))
 	assert.Equal(t, []string{"a:x1", "a:x2", "a:x3", "a:y1", "a:y2"}, keys(t, "--namespace", "a", "--state", "completed,failed"))

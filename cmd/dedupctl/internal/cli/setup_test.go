@@ -242,21 +242,27 @@ func lines[T any](t *testing.T, out string) []T {
 }
 
 // completed makes a completed record of key with result, after one
-// failed attempt per error in failures.
-func completed(t testing.TB, s seedStore, key string, result []byte, failures ...string) {
+// failed attempt per error in failures, and returns the token that
+// completed it.
+func completed(t testing.TB, s seedStore, key string, result []byte, failures ...string) store.Token {
 	t.Helper()
 	failed(t, s, key, failures...)
 	c := claim(t, s, key, time.Minute, "")
 	require.NoError(t, s.Complete(t.Context(), store.CompleteRequest{Key: key, Token: c.Token, Result: result, Retention: retention}))
+	return c.Token
 }
 
-// failed makes a failed record of key, one attempt per error.
-func failed(t testing.TB, s seedStore, key string, errs ...string) {
+// failed makes a failed record of key, one attempt per error, and returns
+// the token of the last attempt.
+func failed(t testing.TB, s seedStore, key string, errs ...string) store.Token {
 	t.Helper()
+	var last store.Token
 	for _, e := range errs {
 		c := claim(t, s, key, time.Minute, "")
 		require.NoError(t, s.Release(t.Context(), store.ReleaseRequest{Key: key, Token: c.Token, Error: e, Retention: retention}))
+		last = c.Token
 	}
+	return last
 }
 
 // claim acquires key for lease; fp is its fingerprint.

@@ -63,17 +63,19 @@ func TestTranscript(t *testing.T) {
 
 var (
 	timeRE     = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`)
+	tokenRE    = regexp.MustCompile(`\b[0-9a-f]{32}\b`)
 	durationRE = regexp.MustCompile(`\((in |ended )?\d+[dhms](\d+[hms])?( ago)?\)`)
 	spacesRE   = regexp.MustCompile(` {2,}`)
 )
 
-// normalise makes lines comparable across runs: times and durations are
-// replaced by placeholders and the padding of columns is collapsed (a
-// time's width changes with it).
+// normalise makes lines comparable across runs: times, durations and
+// claim tokens (fresh random values) are replaced by placeholders and the
+// padding of columns is collapsed (a time's width changes with it).
 func normalise(lines []string) []string {
 	out := make([]string, len(lines))
 	for i, l := range lines {
 		l = timeRE.ReplaceAllString(l, "TIME")
+		l = tokenRE.ReplaceAllString(l, "TOKEN")
 		l = durationRE.ReplaceAllString(l, "(${1}D${3})")
 		out[i] = strings.TrimRight(spacesRE.ReplaceAllString(l, "  "), " ")
 	}
