@@ -40,10 +40,14 @@ const (
 	EventLeases
 	// EventCleaned: Messages sent rows deleted past the retention.
 	EventCleaned
+	// EventDead: messages the broker refused for good (an error matching
+	// ErrPermanent), set aside as dead: IDs names them, Err gives each
+	// one's refusal. The next messages of their ordering keys go on.
+	EventDead
 )
 
 // String names the kind as metrics do: "published", "failed", "leases",
-// "cleaned".
+// "cleaned", "dead".
 func (k EventKind) String() string {
 	switch k {
 	case EventPublished:
@@ -54,6 +58,8 @@ func (k EventKind) String() string {
 		return "leases"
 	case EventCleaned:
 		return "cleaned"
+	case EventDead:
+		return "dead"
 	}
 	return "unknown"
 }
@@ -76,6 +82,8 @@ type Event struct {
 	Backoff time.Duration
 	// Acquired, Released and Lost are the buckets of an EventLeases.
 	Acquired, Released, Lost []int
+	// IDs are the ids of the messages of an EventDead.
+	IDs []string
 	// Err is the error of an EventFailed.
 	Err error
 }

@@ -32,8 +32,39 @@ type Publisher interface {
 	// message whose
 	// acknowledgement was not received may have reached the broker
 	// anyway: the relay publishes it again, with the same ID.
+	//
+	// A message the broker refuses for good (one it would refuse again
+	// however often it is sent: a destination that can never be valid, a
+	// body over the broker's limit) fails with an error matching
+	// ErrPermanent (see Permanent), so that the relay sets it aside
+	// instead of holding back its ordering key for ever. A refusal that a
+	// change of the broker's configuration ends (no stream, queue or topic
+	// there yet) is not permanent: the relay tries it again.
 	Publish(ctx context.Context, msgs []Message) error
 }
+
+// ErrPermanent matches the error of a message the broker refused for
+// good: sending it again cannot succeed. A relay sets such a message
+// aside (pgoutbox keeps it as dead, with its error) and publishes the
+// next messages of its ordering key, where it holds back the key behind
+// any other failure. Publishers mark such errors with Permanent, or
+// declare sentinels that wrap ErrPermanent.
+var ErrPermanent = errors.New("outbox: refused for good")
+
+// Permanent marks err as a refusal for good: the result matches both
+// ErrPermanent and err with errors.Is (and err's types with errors.As).
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil || errors.Is(err, ErrPermanent) {
+		return err
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string   { return e.err.Error() }
+func (e *permanentError) Unwrap() []error { return []error{ErrPermanent, e.err} }
 
 // BatchError is the error of a Publish of which some messages were
 // acknowledged and some not.

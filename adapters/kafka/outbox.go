@@ -18,7 +18,8 @@ import (
 // is not a topic name (empty, longer than 249 bytes, "." or "..", or with
 // a character other than ASCII letters, digits, '.', '_' and '-'), or its
 // ID is empty. It fails alone, without being written, and fails again
-// every time: the relay cannot send it.
+// every time: the relay cannot send it. The OutboxPublisher's error for
+// it matches outbox.ErrPermanent too, so the relay sets the message aside.
 var ErrInvalidMessage = errors.New("dedupkafka: outbox message cannot be written")
 
 // OutboxPublisher is the outbox.Publisher of Kafka, over a kafka-go
@@ -45,6 +46,19 @@ var ErrInvalidMessage = errors.New("dedupkafka: outbox message cannot be written
 // message is over the writer's BatchBytes without saying which: the
 // messages of that topic are then written one by one, and the large one
 // fails alone.
+//
+// A message Kafka refuses for good fails with an error matching
+// outbox.ErrPermanent, which the relay sets aside: ErrInvalidMessage, a
+// message over the writer's BatchBytes (kafka.MessageTooLargeError,
+// which kafka-go finds before writing), a topic name the broker calls
+// invalid (kafka.InvalidTopic). Every other failure is tried again: a
+// topic that does not exist yet (kafka.UnknownTopicOrPartition) ends once
+// it is created, a leader election or an authorization once fixed. The
+// broker's refusals of a record batch (kafka.MessageSizeTooLarge over
+// the topic's max.message.bytes, kafka.InvalidRecord) are not taken as
+// permanent either: kafka-go reports them for every message of the batch,
+// which holds messages of many calls, so they do not say which message is
+// at fault.
 //
 // kafka-go's Transport answers the metadata a write needs from a cache it
 // refreshes every MetadataTTL (6s by default): a topic created by another
@@ -102,7 +116,7 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) er
 	records := make([]kafka.Message, len(msgs))
 	byTopic := map[string][]int{}
 	for i, m := range msgs {
-		if errs[i] = checkOutboxMessage(m); errs[i] == nil {
+		if errs[i] = outbox.Permanent(checkOutboxMessage(m)); errs[i] == nil {
 			records[i] = outboxRecord(m)
 			byTopic[m.Destination] = append(byTopic[m.Destination], i)
 		}
@@ -134,7 +148,7 @@ func (p *OutboxPublisher) write(ctx context.Context, topic string, idx []int, re
 	case errors.As(err, &each) && len(each) == len(idx):
 		for j, i := range idx {
 			if each[j] != nil {
-				errs[i] = fmt.Errorf("dedupkafka: write to topic %q: %w", topic, each[j])
+				errs[i] = refusal(fmt.Errorf("dedupkafka: write to topic %q: %w", topic, each[j]), false)
 			}
 		}
 	case errors.As(err, &tooLarge) && len(idx) > 1:
@@ -145,9 +159,22 @@ func (p *OutboxPublisher) write(ctx context.Context, topic string, idx []int, re
 		wg.Wait()
 	default:
 		for _, i := range idx {
-			errs[i] = fmt.Errorf("dedupkafka: write to topic %q: %w", topic, err)
+			errs[i] = refusal(fmt.Errorf("dedupkafka: write to topic %q: %w", topic, err), len(idx) == 1)
 		}
 	}
+}
+
+// refusal marks err permanent when Kafka would refuse the message again
+// whatever changed but the message: an invalid topic name, or kafka-go's
+// own finding that the message is over BatchBytes, which says which
+// message only when it was written alone (alone).
+func refusal(err error, alone bool) error {
+	var tooLarge kafka.MessageTooLargeError
+	switch {
+	case errors.Is(err, kafka.InvalidTopic), alone && errors.As(err, &tooLarge):
+		return outbox.Permanent(err)
+	}
+	return err
 }
 
 // checkOutboxMessage says why m cannot be written, or nil.

@@ -48,6 +48,7 @@ func TestOutboxPublisher(t *testing.T) {
 			Publisher:   p,
 			Destination: topic,
 			Unroutable:  topic + "-missing",
+			Invalid:     "not a topic",
 			Read: func(ctx context.Context, want int) ([]outboxtest.Received, error) {
 				ms, err := readTopic(ctx, brokers, topic, want)
 				var out []outboxtest.Received
@@ -89,6 +90,11 @@ func TestOutboxPublisherRecord(t *testing.T) {
 	err := p.Publish(ctx, msgs)
 	require.Equal(t, []bool{true, true, false, false, false, false}, outbox.Acknowledged(err, len(msgs)), "%v", err)
 	require.ErrorIs(t, err, dedupkafka.ErrInvalidMessage)
+	var be *outbox.BatchError
+	require.ErrorAs(t, err, &be)
+	for _, e := range be.Errs[2:] {
+		require.ErrorIs(t, e, outbox.ErrPermanent)
+	}
 
 	got, err := readTopic(ctx, brokers, topic, 2)
 	require.NoError(t, err)
@@ -221,6 +227,7 @@ func TestOutboxPublisherPartitionRefused(t *testing.T) {
 	err := p.Publish(ctx, msgs)
 	require.Equal(t, []bool{true, false, true, false, true}, outbox.Acknowledged(err, len(msgs)), "%v", err)
 	require.ErrorIs(t, err, kafka.InvalidRecord)
+	require.NotErrorIs(t, err, outbox.ErrPermanent, "the broker's refusal of a batch does not say which message")
 }
 
 // TestOutboxPublisherTooLarge: a message over the writer's BatchBytes
@@ -243,6 +250,7 @@ func TestOutboxPublisherTooLarge(t *testing.T) {
 	err := p.Publish(ctx, msgs)
 	require.Equal(t, []bool{true, false, true}, outbox.Acknowledged(err, len(msgs)), "%v", err)
 	require.ErrorIs(t, err, kafka.MessageSizeTooLarge)
+	require.ErrorIs(t, err, outbox.ErrPermanent, "a message over the limit is refused for good")
 	got, err := readTopic(ctx, brokers, topic, 2)
 	require.NoError(t, err)
 	require.Len(t, got, 2)

@@ -12,7 +12,8 @@ import (
 )
 
 // ErrInvalidSubject: an outbox message's Destination is not a subject a
-// message can be published to (empty, a wildcard, whitespace).
+// message can be published to (empty, a wildcard, whitespace). The
+// OutboxPublisher's error for it matches outbox.ErrPermanent too.
 var ErrInvalidSubject = errors.New("dedupnats: invalid subject")
 
 // OutboxOptions configures an OutboxPublisher. A nil *OutboxOptions means
@@ -37,6 +38,14 @@ type OutboxOptions struct {
 // arrive, and the relay publishes a key's next message only after the
 // previous one's PubAck.
 //
+// A message JetStream refuses for good fails with an error matching
+// outbox.ErrPermanent, which the relay sets aside: a Destination that is
+// not a subject (ErrInvalidSubject), a message over the server's
+// max_payload (natsgo.ErrMaxPayload) or over the stream's max_msg_size
+// (jetstream.ErrStreamMessageExceedsMaximum). Every other failure is
+// tried again: a subject no stream captures (no responders) ends once a
+// stream captures it, a wrong ExpectStream once the streams are fixed.
+//
 // The JetStream context and its connection stay the caller's. Its
 // WithPublishAsyncMaxPending bounds how many messages are in flight; a
 // relay's batches should fit under it.
@@ -60,8 +69,8 @@ func NewOutboxPublisher(js jetstream.JetStream, opts *OutboxOptions) (*OutboxPub
 }
 
 // Publish publishes msgs and waits for their PubAcks (see outbox.Publisher).
-// A message whose subject is invalid fails alone, with ErrInvalidSubject,
-// without being published.
+// A message whose subject is invalid fails alone, with ErrInvalidSubject
+// (and outbox.ErrPermanent), without being published.
 func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -73,7 +82,7 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) er
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		if !validPublishSubject(m.Destination) {
-			errs[i] = fmt.Errorf("%w: %q", ErrInvalidSubject, m.Destination)
+			errs[i] = outbox.Permanent(fmt.Errorf("%w: %q", ErrInvalidSubject, m.Destination))
 			continue
 		}
 		nm := &natsgo.Msg{Subject: m.Destination, Data: m.Body, Header: make(natsgo.Header, len(m.Header)+1)}
@@ -82,7 +91,7 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) er
 		}
 		f, err := p.js.PublishMsgAsync(nm, append(p.opts[:len(p.opts):len(p.opts)], jetstream.WithMsgID(m.ID))...)
 		if err != nil {
-			errs[i] = fmt.Errorf("dedupnats: publish to %q: %w", m.Destination, err)
+			errs[i] = refusal(fmt.Errorf("dedupnats: publish to %q: %w", m.Destination, err))
 			continue
 		}
 		futures[i] = f
@@ -107,15 +116,27 @@ func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
 	case <-f.Ok():
 		return nil
 	case err := <-f.Err():
-		return fmt.Errorf("dedupnats: publish to %q: %w", f.Msg().Subject, err)
+		return refusal(fmt.Errorf("dedupnats: publish to %q: %w", f.Msg().Subject, err))
 	case <-ctx.Done():
 	}
 	select {
 	case <-f.Ok():
 		return nil
 	case err := <-f.Err():
-		return fmt.Errorf("dedupnats: publish to %q: %w", f.Msg().Subject, err)
+		return refusal(fmt.Errorf("dedupnats: publish to %q: %w", f.Msg().Subject, err))
 	default:
 		return ctx.Err()
 	}
+}
+
+// refusal marks err permanent when JetStream would refuse the message
+// again whatever changed but the message: too large for the server or
+// the stream, or not a subject.
+func refusal(err error) error {
+	switch {
+	case errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, natsgo.ErrBadSubject),
+		errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
+		return outbox.Permanent(err)
+	}
+	return err
 }

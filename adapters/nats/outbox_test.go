@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -30,6 +31,7 @@ func TestOutboxPublisher(t *testing.T) {
 				Publisher:   p,
 				Destination: n.subject,
 				Unroutable:  "dedupt.nostream." + suffix(),
+				Invalid:     "dedupt.*.wildcard",
 				Read: func(ctx context.Context, want int) ([]outboxtest.Received, error) {
 					return readStream(ctx, js, n.stream, want)
 				},
@@ -111,4 +113,34 @@ func TestOutboxPublisherRefusals(t *testing.T) {
 	require.ErrorIs(t, be.Errs[0], dedupnats.ErrInvalidSubject)
 	require.Error(t, be.Errs[1], "stored by another stream than the one expected")
 	require.False(t, errors.Is(be.Errs[1], dedupnats.ErrInvalidSubject))
+	require.ErrorIs(t, be.Errs[0], outbox.ErrPermanent, "a wildcard is never a subject to publish to")
+	require.NotErrorIs(t, be.Errs[1], outbox.ErrPermanent, "the streams can be fixed")
+}
+
+// TestOutboxPublisherTooLarge: a message over the server's max_payload or
+// over its stream's max_msg_size is refused for good (outbox.ErrPermanent),
+// alone; the others of the call are stored.
+func TestOutboxPublisherTooLarge(t *testing.T) {
+	t.Parallel()
+	nc, js := connect(t, testenv.NATS.Addr(t))
+	n := newNames()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: n.stream, Subjects: []string{n.subject}, Storage: jetstream.MemoryStorage, MaxMsgSize: 1024})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), n.stream) })
+	p, err := dedupnats.NewOutboxPublisher(js, nil)
+	require.NoError(t, err)
+	err = p.Publish(ctx, []outbox.Message{
+		{ID: "small", Destination: n.subject, Body: []byte("x")},
+		{ID: "over-stream", Destination: n.subject, Body: make([]byte, 2048)},
+		{ID: "over-server", Destination: n.subject, Body: make([]byte, nc.MaxPayload()+1)},
+	})
+	var be *outbox.BatchError
+	require.ErrorAs(t, err, &be)
+	require.NoError(t, be.Errs[0])
+	require.ErrorIs(t, be.Errs[1], jetstream.ErrStreamMessageExceedsMaximum)
+	require.ErrorIs(t, be.Errs[1], outbox.ErrPermanent)
+	require.ErrorIs(t, be.Errs[2], natsgo.ErrMaxPayload)
+	require.ErrorIs(t, be.Errs[2], outbox.ErrPermanent)
 }

@@ -26,6 +26,8 @@ var (
 	// 255 bytes, a header name is longer than 255 bytes, or its body is
 	// over OutboxOptions.MaxBodySize. It fails alone, without being
 	// published, and fails again every time: the relay cannot send it.
+	// The OutboxPublisher's error for it matches outbox.ErrPermanent too,
+	// so the relay sets the message aside.
 	ErrInvalidMessage = errors.New("dedupamqp: outbox message cannot be published")
 	// ErrNoExchange: the exchange an outbox message's Destination names
 	// does not exist. The message fails alone, without being published (a
@@ -77,6 +79,12 @@ type OutboxOptions struct {
 // returned: it fails alone, with ErrReturned; a nack is ErrNacked; an
 // exchange that does not exist is ErrNoExchange, found before publishing
 // (exchanges are checked once per connection with a passive declare).
+// None of these is a refusal for good: a queue bound or an exchange
+// declared later (a consumer deployed after the producer) lets the
+// message through, so the relay holds back its key and tries again. Only
+// a message that no broker could take as it is (ErrInvalidMessage: a
+// malformed destination or id, a body over MaxBodySize) fails with an
+// error matching outbox.ErrPermanent, which the relay sets aside.
 //
 // The messages of a Publish are published at once, then their confirms
 // awaited. Concurrent calls publish on channels of their own (an idle one
@@ -237,7 +245,7 @@ func (p *OutboxPublisher) prepare(m outbox.Message) (outboxRoute, amqp.Publishin
 	ex, key := SplitOutboxDestination(m.Destination)
 	r := outboxRoute{ex, key}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidMessage, fmt.Sprintf(format, args...))
+		return outbox.Permanent(fmt.Errorf("%w: %s", ErrInvalidMessage, fmt.Sprintf(format, args...)))
 	}
 	switch {
 	case m.Destination == "" || key == "" && ex == "":
@@ -247,7 +255,7 @@ func (p *OutboxPublisher) prepare(m outbox.Message) (outboxRoute, amqp.Publishin
 	case !utf8.ValidString(ex) || !utf8.ValidString(key):
 		return r, amqp.Publishing{}, bad("%v: not UTF-8", r)
 	case m.ID == "" || len(m.ID) > 255:
-		return r, amqp.Publishing{}, fmt.Errorf("%w: the id is %d bytes; AMQP's MessageId is 1 to 255: %w", ErrInvalidMessage, len(m.ID), dedup.ErrInvalidKey)
+		return r, amqp.Publishing{}, outbox.Permanent(fmt.Errorf("%w: the id is %d bytes; AMQP's MessageId is 1 to 255: %w", ErrInvalidMessage, len(m.ID), dedup.ErrInvalidKey))
 	case len(m.Body) > p.maxBody:
 		return r, amqp.Publishing{}, bad("the body is %d bytes, over MaxBodySize %d", len(m.Body), p.maxBody)
 	}

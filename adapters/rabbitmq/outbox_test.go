@@ -46,6 +46,7 @@ func TestOutboxPublisher(t *testing.T) {
 				Publisher:   p,
 				Destination: dedupamqp.OutboxDestination(ex, "orders.created"),
 				Unroutable:  dedupamqp.OutboxDestination(ex, "refunds.created"),
+				Invalid:     dedupamqp.OutboxDestination(ex, strings.Repeat("k", 256)),
 				Read:        func(ctx context.Context, n int) ([]outboxtest.Received, error) { return readQueue(ctx, conn, q, n) },
 			}
 		})
@@ -58,6 +59,7 @@ func TestOutboxPublisher(t *testing.T) {
 				Publisher:   p,
 				Destination: q,
 				Unroutable:  q + ".nobody",
+				Invalid:     "/",
 				Read:        func(ctx context.Context, n int) ([]outboxtest.Received, error) { return readQueue(ctx, conn, q, n) },
 			}
 		})
@@ -113,6 +115,7 @@ func TestOutboxPublisherMessage(t *testing.T) {
 	require.NoError(t, be.Errs[0])
 	for i, e := range be.Errs[1:] {
 		require.ErrorIs(t, e, dedupamqp.ErrInvalidMessage, "message %d (%s)", i+1, msgs[i+1].ID)
+		require.ErrorIs(t, e, outbox.ErrPermanent, "message %d (%s): refused for good", i+1, msgs[i+1].ID)
 	}
 	require.ErrorIs(t, be.Errs[5], dedup.ErrInvalidKey, "no id")
 
@@ -151,6 +154,7 @@ func TestOutboxPublisherExchanges(t *testing.T) {
 	var be *outbox.BatchError
 	require.ErrorAs(t, err, &be)
 	require.ErrorIs(t, be.Errs[1], dedupamqp.ErrNoExchange)
+	require.NotErrorIs(t, be.Errs[1], outbox.ErrPermanent, "an exchange can be declared later")
 	require.Equal(t, []string{"a", "c"}, ids(getAll(t, conn, q, 2)))
 
 	// ex is known now; delete it, and publish to it first in a batch.
@@ -182,6 +186,7 @@ func TestOutboxPublisherNacked(t *testing.T) {
 	require.Equal(t, []bool{true, true, false, false}, outbox.Acknowledged(err, 4), "%v", err)
 	require.ErrorIs(t, err, dedupamqp.ErrNacked)
 	require.NotErrorIs(t, err, dedupamqp.ErrReturned)
+	require.NotErrorIs(t, err, outbox.ErrPermanent, "a full queue drains")
 }
 
 // TestOutboxPublisherConcurrent: calls at once, each with unroutable

@@ -34,8 +34,15 @@ type Target struct {
 	Destination string
 	// Unroutable is a destination the broker refuses or cannot store at
 	// (no stream captures the subject, no queue is bound to the key, no
-	// such topic). Empty skips the test of refusals.
+	// such topic): a refusal that the broker's configuration can end, so
+	// not one for good (outbox.ErrPermanent). Empty skips the test of
+	// refusals.
 	Unroutable string
+	// Invalid is a destination the publisher refuses for good (one that
+	// is not a subject, a routing key or a topic name at all): its
+	// messages fail with an error matching outbox.ErrPermanent. Empty
+	// skips the test of permanent refusals.
+	Invalid string
 	// Read returns what the broker stored at Destination, in the broker's
 	// order, once it holds at least n messages, or ctx's error.
 	Read func(ctx context.Context, n int) ([]Received, error)
@@ -59,6 +66,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 	t.Run("Empty", func(t *testing.T) { testEmpty(t, newTarget(t)) })
 	t.Run("OrderOfCalls", func(t *testing.T) { testOrderOfCalls(t, newTarget(t)) })
 	t.Run("Refused", func(t *testing.T) { testRefused(t, newTarget(t)) })
+	t.Run("RefusedForGood", func(t *testing.T) { testRefusedForGood(t, newTarget(t)) })
 	t.Run("ContextEnded", func(t *testing.T) { testContextEnded(t, newTarget(t)) })
 }
 
@@ -166,6 +174,7 @@ func testRefused(t *testing.T, tg Target) {
 	require.ErrorAs(t, err, &be)
 	require.Len(t, be.Errs, len(msgs))
 	require.Equal(t, []bool{true, false, true}, outbox.Acknowledged(err, len(msgs)), "%v", err)
+	require.NotErrorIs(t, be.Errs[1], outbox.ErrPermanent, "a destination the broker's configuration can fix is not refused for good")
 	got, err := tg.Read(ctx, 2)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
@@ -175,6 +184,31 @@ func testRefused(t *testing.T, tg Target) {
 	err = tg.Publisher.Publish(ctx, msgs[1:2])
 	require.Error(t, err)
 	require.Equal(t, []bool{false}, outbox.Acknowledged(err, 1))
+}
+
+// testRefusedForGood: a message to a destination that can never be valid
+// fails alone, with an error matching outbox.ErrPermanent, and the
+// others of the call are stored.
+func testRefusedForGood(t *testing.T, tg Target) {
+	if tg.Invalid == "" {
+		t.Skip("the target has no invalid destination")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), Timeout)
+	defer cancel()
+	msgs := []outbox.Message{
+		{ID: outbox.MessageID("outboxtest:invalid", "1"), Destination: tg.Destination, Body: []byte("a")},
+		{ID: outbox.MessageID("outboxtest:invalid", "2"), Destination: tg.Invalid, Body: []byte("b")},
+	}
+	err := tg.Publisher.Publish(ctx, msgs)
+	var be *outbox.BatchError
+	require.ErrorAs(t, err, &be)
+	require.Equal(t, []bool{true, false}, outbox.Acknowledged(err, len(msgs)), "%v", err)
+	require.ErrorIs(t, be.Errs[1], outbox.ErrPermanent)
+	require.NoError(t, be.Errs[0])
+	got, err := tg.Read(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, msgs[0].ID, got[0].ID)
 }
 
 // testContextEnded: a context that ended before the call is its error,
