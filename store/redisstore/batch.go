@@ -307,13 +307,13 @@ func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls
 func packAll(n int, a func(int) *acquisition) []string {
 	size := 0
 	for k := range n {
-		size += headerLen + 24 + len(a(k).req.Fingerprint)
+		size += headerLen + 26 + len(a(k).req.Fingerprint)
 	}
 	b := make([]byte, 0, size)
 	ends := make([]int, n)
 	for k := range n {
 		x := a(k)
-		b = appendProcessing(b, x.token, x.deadline, x.req.Fingerprint)
+		b = appendProcessing(b, x.token, x.deadline, x.now, x.req.Fingerprint)
 		ends[k] = len(b)
 	}
 	all := string(b)

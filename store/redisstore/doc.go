@@ -75,10 +75,11 @@
 // get there:
 //
 //   - The record is packed in one string (see record.go): the scripts
-//     compare and rewrite it by fixed offsets, cuts and joins, and compare
-//     times as equal-width digit strings: a completion turns one number
-//     into text (its expiry), and the claim of a new key runs no Lua at
-//     all.
+//     compare and rewrite it by fixed offsets, cuts and joins, with times
+//     in 8 digits of base 64 that Lua decodes and encodes by arithmetic on
+//     their bytes: a completion encodes one time (its expiry) and writes
+//     one number (when it completed, after the record's creation), and
+//     the claim of a new key runs no Lua at all.
 //   - Leases are stamped by the clock of the process that claims or
 //     extends, and a lease's end is judged by the clock of the process that
 //     acquires. That is what lets a plain SET claim a key (its record must
@@ -121,15 +122,26 @@
 // # Keys and versions
 //
 // A record lives at [Store.RedisKey]: [Options.Prefix] ("dedup:" by
-// default), the layout version ":v2:", then the receiver's key (namespace,
-// colon, id). Earlier versions of this package kept a hash at Prefix +
-// key, which no key of this layout can name (the receiver's key never
-// starts with a colon), so neither version ever reads the other's record,
-// and a rolling upgrade never answers WRONGTYPE. Neither does it share
-// records across the versions: while both run, a message delivered once to
-// a process of each may run twice, and the old records expire at their
-// retention. An older version's Scan of its whole prefix does meet the new
-// records, and fails on them: inspect with this version.
+// default), the layout version ":v3:", then the receiver's key (namespace,
+// colon, id). The record keeps the token of its last claim, when it was
+// created (the first claim, on the clock of leases) and when it completed
+// or failed (on the server's clock), for an operator's [Store.Get].
+//
+// Each layout lives under its own Redis keys, so no version ever reads
+// another's record, and a rolling upgrade never answers WRONGTYPE; but
+// neither does it share records across versions. Version 3 (this one)
+// added the creation and completion times to version 2's record, under
+// ":v3:" where version 2's were under ":v2:"; version 1 kept a hash at
+// Prefix + key, which no later key can name (the receiver's key never
+// starts with a colon). While processes of two versions run side by side,
+// a message delivered once to a process of each may run twice, a key
+// failed under one version starts its attempts again under the other, and
+// each version's Get, Scan and DeleteIf see only its own records; the old
+// records expire at their retention (processing ones at their lease plus
+// AbandonedTTL). Stop the old processes within a retention of starting
+// the new ones, or drain the stream first, when a duplicate in that window
+// matters. Version 1's Scan of its whole prefix does meet later records,
+// and fails on them: inspect with the newest version.
 //
 // # Batches
 //

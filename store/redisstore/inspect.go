@@ -37,7 +37,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	}
 	if err == nil {
 		var rec store.Record
-		if rec, _, err = unpack(key, v); err == nil {
+		if rec, err = unpack(key, v); err == nil {
 			return rec, nil
 		}
 	}
@@ -92,7 +92,7 @@ func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, st
 	if req.ExpiredLease {
 		expired = "1"
 	}
-	reply, err := s.eval(ctx, "delete", req.Key, deleteIfScript, []any{string(states), expired, timeString(time.Now().UnixMilli())})
+	reply, err := s.eval(ctx, "delete", req.Key, deleteIfScript, []any{string(states), expired, time.Now().UnixMilli()})
 	if err != nil {
 		return false, store.Record{}, err
 	}
@@ -108,7 +108,7 @@ func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, st
 	if !ok1 || !ok2 {
 		return false, store.Record{}, errReply("delete", req.Key, reply)
 	}
-	rec, _, err := unpack(req.Key, v)
+	rec, err := unpack(req.Key, v)
 	if err != nil {
 		return false, store.Record{}, &store.OpError{Op: "delete", Key: req.Key, Err: fmt.Errorf("redisstore: %w", err)}
 	}
@@ -212,7 +212,7 @@ func (s *Store) readAll(ctx context.Context, node redis.UniversalClient, keys []
 		case err != nil:
 			return nil, err
 		}
-		if rec, _, err := unpack(strings.TrimPrefix(k, s.prefix+layout), v); err == nil {
+		if rec, err := unpack(strings.TrimPrefix(k, s.prefix+layout), v); err == nil {
 			recs = append(recs, rec)
 		}
 	}

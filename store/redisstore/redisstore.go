@@ -180,7 +180,7 @@ func (s *Store) addrs() string {
 func (s *Store) Prefix() string { return s.prefix }
 
 // RedisKey returns the Redis key that holds the record of key: the prefix,
-// the layout version ":v2:", then key. An operator may read it with
+// the layout version ":v3:", then key. An operator may read it with
 // redis-cli; its value is a packed string only this package reads.
 func (s *Store) RedisKey(key string) string { return s.prefix + layout + key }
 
@@ -249,7 +249,7 @@ func (s *Store) initAcquire(a *acquisition, req store.AcquireRequest, now time.T
 	a.deadline = a.now + ms(req.Lease)
 	a.ttl = time.Duration(ms(req.Lease)+ms(s.abandonedTTL)) * time.Millisecond
 	if single {
-		a.record = packProcessing(a.token, a.deadline, req.Fingerprint)
+		a.record = packProcessing(a.token, a.deadline, a.now, req.Fingerprint)
 		a.setArgs = redis.SetArgs{Mode: "NX", TTL: a.ttl, Get: true}
 	}
 }
@@ -257,7 +257,8 @@ func (s *Store) initAcquire(a *acquisition, req store.AcquireRequest, now time.T
 // claimed reads the answer of SET NX GET: no record (redis.Nil) means the
 // key is claimed; a record held by a live lease or completed, or one of
 // another fingerprint, is the answer; again reports that the record is
-// failed or its lease ended, which the script must decide.
+// failed or its lease ended, which the script must decide. A claim held by
+// another is answered without its token (see refused).
 func (a *acquisition) claimed(old string, err error) (c store.Claim, again bool, _ error) {
 	if errors.Is(err, redis.Nil) {
 		return store.Claim{Acquired: true, Token: a.token, Record: store.Record{
@@ -266,12 +267,14 @@ func (a *acquisition) claimed(old string, err error) (c store.Claim, again bool,
 			Attempt:     1,
 			Fingerprint: a.req.Fingerprint,
 			LeaseUntil:  time.UnixMilli(a.deadline),
+			Token:       a.token,
+			CreatedAt:   time.UnixMilli(a.now),
 		}}, false, nil
 	}
 	if err != nil {
 		return store.Claim{}, false, err
 	}
-	rec, _, err := unpack(a.req.Key, old)
+	rec, err := unpack(a.req.Key, old)
 	switch {
 	case err != nil:
 		return store.Claim{}, false, err
@@ -279,9 +282,20 @@ func (a *acquisition) claimed(old string, err error) (c store.Claim, again bool,
 		return store.Claim{}, false, errReused(a.req.Key, rec.State)
 	case rec.State == store.StateCompleted,
 		rec.State == store.StateProcessing && a.now < rec.LeaseUntil.UnixMilli():
-		return store.Claim{Record: rec}, false, nil
+		return refused(rec), false, nil
 	}
 	return store.Claim{}, true, nil
+}
+
+// refused is the answer of an Acquire that found rec holding the key. A
+// processing record's token is left out: it is the live holder's, which
+// fences its claim, and no other caller of Acquire needs it (an operator
+// reads it through the Inspector).
+func refused(rec store.Record) store.Claim {
+	if rec.State == store.StateProcessing {
+		rec.Token = store.Token{}
+	}
+	return store.Claim{Record: rec}
 }
 
 // acquireFailed is the error of an Acquire that SET NX GET answered with
@@ -295,7 +309,7 @@ func (s *Store) acquireFailed(ctx context.Context, key string, err error) error 
 
 // args are acquireLua's arguments after the key.
 func (a *acquisition) args() []any {
-	return []any{string(a.token[:]), timeString(a.deadline), a.req.Fingerprint, ms(a.ttl), timeString(a.now)}
+	return []any{string(a.token[:]), timeString(a.deadline), a.req.Fingerprint, ms(a.ttl), a.now, timeString(a.now)}
 }
 
 // retaken reads the answer of acquireScript: {1, the new record}, {0, the
@@ -307,7 +321,7 @@ func (a *acquisition) retaken(reply any) (store.Claim, error) {
 	if !ok1 || !ok2 {
 		return store.Claim{}, errReply("acquire", a.req.Key, reply)
 	}
-	rec, _, err := unpack(a.req.Key, v)
+	rec, err := unpack(a.req.Key, v)
 	if err != nil {
 		return store.Claim{}, &store.OpError{Op: "acquire", Key: a.req.Key, Err: fmt.Errorf("redisstore: %w", err)}
 	}
@@ -317,7 +331,7 @@ func (a *acquisition) retaken(reply any) (store.Claim, error) {
 	case 2:
 		return store.Claim{}, errReused(a.req.Key, rec.State)
 	}
-	return store.Claim{Record: rec}, nil
+	return refused(rec), nil
 }
 
 func errReused(key string, state store.State) error {

@@ -130,9 +130,23 @@ func TestExpiryFollowsState(t *testing.T) {
 
 // rawRecord packs a record as the store does (see record.go), so that a
 // test can write one by hand: this pins the layout, which records written
-// by other versions of the package share.
-func rawRecord(state byte, token store.Token, at int64, attempt int, fp, lastErr, result string) string {
-	return string(state) + string(token[:]) + fmt.Sprintf("%013d%d,%d,%d,", at, attempt, len(fp), len(lastErr)) + fp + lastErr + result
+// by other versions of the package share. done is empty for a processing
+// record.
+func rawRecord(state byte, token store.Token, at, created int64, done string, attempt int, fp, lastErr, result string) string {
+	return string(state) + string(token[:]) + base64Time(at) + base64Time(created) +
+		fmt.Sprintf("%s,%d,%d,%d,", done, attempt, len(fp), len(lastErr)) + fp + lastErr + result
+}
+
+// base64Time is ms in the 8 digits of base 64 of a record's times, written
+// out here apart from the package's own encoding.
+func base64Time(ms int64) string {
+	const digits = "0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmno"
+	b := make([]byte, 8)
+	for i := 7; i >= 0; i-- {
+		b[i] = digits[ms%64]
+		ms /= 64
+	}
+	return string(b)
 }
 
 // TestOldLayoutNeverMet: a record of the earlier layout (a hash under the
@@ -170,6 +184,36 @@ func TestOldLayoutNeverMet(t *testing.T) {
 	require.True(t, strings.HasPrefix(strings.TrimPrefix(s.RedisKey("pay:1"), s.Prefix()), ":"))
 }
 
+// TestVersion2NeverMet: a record of layout version 2, under ":v2:", is
+// never read by this version, whose records are under ":v3:": a rolling
+// upgrade's old and new processes keep apart records, and a key completed
+// by an old process is claimed afresh by a new one.
+func TestVersion2NeverMet(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t)
+	s := newStore(t, c, nil)
+	ctx := t.Context()
+	token := store.NewToken()
+	old := s.Prefix() + ":v2:pay:1"
+	v2 := "c" + string(token[:]) + fmt.Sprintf("%013d1,0,0,", time.Now().Add(time.Minute).UnixMilli()) + "old result"
+	require.NoError(t, c.Set(ctx, old, v2, time.Minute).Err())
+
+	_, err := s.Get(ctx, "pay:1")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	for rec, err := range s.Scan(ctx, "") {
+		require.NoError(t, err)
+		t.Errorf("Scan yields %+v", rec)
+	}
+	claim, err := s.Acquire(ctx, store.AcquireRequest{Key: "pay:1", Lease: time.Minute})
+	require.NoError(t, err)
+	require.True(t, claim.Acquired, "a key completed under layout v2 is claimed afresh")
+	require.Equal(t, 1, claim.Record.Attempt)
+	require.NoError(t, s.Complete(ctx, store.CompleteRequest{Key: "pay:1", Token: claim.Token, Result: []byte("new"), Retention: time.Minute}))
+	got, err := c.Get(ctx, old).Result()
+	require.NoError(t, err)
+	require.Equal(t, v2, got, "the v2 record was touched")
+}
+
 // TestLeaseEndsToTheMillisecond: a lease has ended when the clock of the
 // process that acquires reads its deadline exactly. Each round writes a
 // processing record whose deadline is this process's current millisecond
@@ -188,13 +232,14 @@ func TestLeaseEndsToTheMillisecond(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "only %d of %d rounds ran within the deadline's millisecond", exact, round)
 		key := "p-" + strconv.Itoa(round)
 		at := time.Now().UnixMilli()
-		require.NoError(t, c.Set(ctx, s.RedisKey(key), rawRecord('p', store.NewToken(), at, 3, "", "old", ""), time.Minute).Err())
+		require.NoError(t, c.Set(ctx, s.RedisKey(key), rawRecord('p', store.NewToken(), at, at-5000, "", 3, "", "old", ""), time.Minute).Err())
 
 		claim, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: lease})
 		require.NoError(t, err)
 		require.True(t, claim.Acquired, "the record was held at or after its deadline")
 		require.Equal(t, 4, claim.Record.Attempt, "a lease ended at its deadline is taken over as the next attempt")
 		require.Equal(t, "old", claim.Record.LastError)
+		require.Equal(t, time.UnixMilli(at-5000), claim.Record.CreatedAt, "a takeover keeps the creation time")
 		if claim.Record.LeaseUntil.Add(-lease).UnixMilli() == at {
 			exact++
 		}
@@ -215,7 +260,7 @@ func TestLeaseHeldToTheLastMillisecond(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "only %d of %d rounds ran before the deadline's millisecond", exact, round)
 		key := "h-" + strconv.Itoa(round)
 		at := time.Now().UnixMilli() + 1
-		raw := rawRecord('p', store.NewToken(), at, 2, "fp", "old", "")
+		raw := rawRecord('p', store.NewToken(), at, at-5000, "", 2, "fp", "old", "")
 		require.NoError(t, c.Set(ctx, s.RedisKey(key), raw, time.Minute).Err())
 		claim, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: time.Minute, Fingerprint: "fp"})
 		after := time.Now().UnixMilli()
@@ -225,7 +270,8 @@ func TestLeaseHeldToTheLastMillisecond(t *testing.T) {
 		}
 		exact++
 		require.False(t, claim.Acquired, "a lease was taken over before its deadline")
-		require.Equal(t, store.Record{Key: key, State: store.StateProcessing, Attempt: 2, Fingerprint: "fp", LastError: "old", LeaseUntil: time.UnixMilli(at)}, claim.Record)
+		require.Equal(t, store.Record{Key: key, State: store.StateProcessing, Attempt: 2, Fingerprint: "fp", LastError: "old", LeaseUntil: time.UnixMilli(at), CreatedAt: time.UnixMilli(at - 5000)}, claim.Record,
+			"the holder's record, but for its token")
 		v, err := c.Get(ctx, s.RedisKey(key)).Result()
 		require.NoError(t, err)
 		require.Equal(t, raw, v)

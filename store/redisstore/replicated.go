@@ -39,7 +39,7 @@ func (s *Store) acquireWaited(ctx context.Context, acqs []*acquisition, out []st
 			continue
 		}
 		if a.record == "" { // a batch's, which packs its records itself when it sends no WAIT
-			a.record = packProcessing(a.token, a.deadline, a.req.Fingerprint)
+			a.record = packProcessing(a.token, a.deadline, a.now, a.req.Fingerprint)
 		}
 		key := s.RedisKey(a.req.Key)
 		idx, keys = append(idx, i), append(keys, key)

@@ -11,30 +11,66 @@ import (
 // (its multi-key forms, for a single server only, touch their keys in
 // order), so every one is atomic and Cluster-safe without hash tags. They
 // keep to what is cheap in Redis's Lua: fixed offsets, string cuts and
-// joins, the state compared as a byte, and the times compared as
-// equal-width strings; a function and TIME are made once per run, not once
-// per key. Most of what a script costs Redis is the commands it calls
+// joins, the state compared as a byte, and times decoded from and encoded
+// into their 8 digits of base 64 (record.go) by arithmetic on the bytes,
+// never compared as strings (Lua compares strings by the server's locale);
+// the functions and TIME are made once per run, not once per key. Most of what a script costs Redis is the commands it calls
 // (each redis.call about 1µs, a SET more), so the completion of a batch
 // reads its keys with one MGET.
 
+// t64Lua and n64Lua are the functions of a record's times (record.go):
+// t64(ms) encodes a time in its 8 digits of base 64, n64(v, i) decodes the
+// one at byte i of v (1-based, as Lua counts). A time fits a Lua number
+// exactly (48 bits of the 53 a double holds).
+const (
+	t64Lua = `
+local function t64(n)
+	local h = n % 64
+	n = (n - h) / 64
+	local g = n % 64
+	n = (n - g) / 64
+	local f = n % 64
+	n = (n - f) / 64
+	local e = n % 64
+	n = (n - e) / 64
+	local d = n % 64
+	n = (n - d) / 64
+	local c = n % 64
+	n = (n - c) / 64
+	local b = n % 64
+	n = (n - b) / 64
+	return string.char(n % 64 + 48, b + 48, c + 48, d + 48, e + 48, f + 48, g + 48, h + 48)
+end
+`
+	n64Lua = `
+local function n64(v, i)
+	local a, b, c, d, e, f, g, h = string.byte(v, i, i + 7)
+	return (((((((a - 48) * 64 + b - 48) * 64 + c - 48) * 64 + d - 48) * 64 + e - 48) * 64 + f - 48) * 64 + g - 48) * 64 + h - 48
+end
+`
+)
+
 // clockLua reads the server's clock, in ms, for the expiry of a settled
-// record. A settled record's key expires at the last millisecond of its
-// life, ExpiresAt - 1 ms: Redis keeps a key while its clock reads the key's
-// expiry and drops it from the next millisecond on, so the record is gone
-// when the server's clock reads its ExpiresAt, exactly, with no reader
-// checking the time. The record keeps that last millisecond, so that one
-// number is turned into text once, for the record and PXAT alike.
-const clockLua = `
+// record and the time it was settled. A settled record's key expires at
+// the last millisecond of its life, ExpiresAt - 1 ms: Redis keeps a key
+// while its clock reads the key's expiry and drops it from the next
+// millisecond on, so the record is gone when the server's clock reads its
+// ExpiresAt, exactly, with no reader checking the time. The record keeps
+// that last millisecond, in base 64, and PXAT gets it in decimal.
+const clockLua = t64Lua + n64Lua + `
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 `
 
 // completeLua: complete(key, token, result, retention ms) stores result in
 // the processing record held by token, as a completed record kept for
-// retention. Completing again with the token that completed it changes
-// nothing. It answers 1 when it wrote the record, 2 when token had
+// retention, done now. Completing again with the token that completed it
+// changes nothing. It answers 1 when it wrote the record, 2 when token had
 // completed it already, or 0 when token does not hold the key. The state
-// is compared as a byte (112 'p', 99 'c'), which makes no string.
+// is compared as a byte (112 'p', 99 'c'), which makes no string. A
+// processing record's done is empty, so the record from byte 34 on (',',
+// the attempt, the lengths, the fingerprint and the last error) follows
+// the new done as it is.
 const completeLua = `
 local function complete(key, token, result, retention)
 	local v = redis.call('GET', key)
@@ -45,8 +81,9 @@ local function complete(key, token, result, retention)
 	if state ~= 112 then
 		return state == 99 and 2 or 0
 	end
-	local last = tostring(now + retention - 1)
-	redis.call('SET', key, 'c' .. token .. last .. string.sub(v, 31) .. result, 'PXAT', last)
+	local last = now + retention - 1
+	redis.call('SET', key, 'c' .. token .. t64(last) .. string.sub(v, 26, 33) .. (now - n64(v, 26)) .. string.sub(v, 34) .. result,
+		'PXAT', tostring(last))
 	return 1
 end
 `
@@ -63,7 +100,7 @@ end
 // completeEachScript instead.
 const completeManyLua = `
 local vals = redis.call('MGET', unpack(KEYS))
-local out, retained, last = {}, nil, nil
+local out, retained, last, last64 = {}, nil, nil, nil
 for i = 1, #KEYS do
 	local key, j = KEYS[i], i * 3 - 2
 	local token = ARGV[j]
@@ -74,9 +111,11 @@ for i = 1, #KEYS do
 		if state == 112 then
 			if ARGV[j + 2] ~= retained then
 				retained = ARGV[j + 2]
-				last = tostring(now + retained - 1)
+				last = now + retained - 1
+				last64, last = t64(last), tostring(last)
 			end
-			redis.call('SET', key, 'c' .. token .. last .. string.sub(v, 31) .. ARGV[j + 1], 'PXAT', last)
+			redis.call('SET', key, 'c' .. token .. last64 .. string.sub(v, 26, 33) .. (now - n64(v, 26)) .. string.sub(v, 34) .. ARGV[j + 1],
+				'PXAT', last)
 			answer = 1
 		elseif state == 99 then
 			answer = 2
@@ -89,50 +128,55 @@ return out
 
 // releaseLua: release(key, token, message, retention ms) turns the
 // processing record held by token into a failed one with message as its
-// last error, kept for retention. It answers 1, or 0.
+// last error, kept for retention, done now. It answers 1, or 0.
 const releaseLua = `
 local function release(key, token, message, retention)
 	local v = redis.call('GET', key)
 	if not v or string.sub(v, 1, 17) ~= 'p' .. token then
 		return 0
 	end
-	local attempt, fpLen, _, at = string.match(v, '^(%d+),(%d+),(%d+),()', 31)
-	local last = tostring(now + retention - 1)
-	redis.call('SET', key, 'f' .. token .. last .. attempt .. ',' .. fpLen .. ',' .. #message .. ',' ..
-		string.sub(v, at, at + fpLen - 1) .. message, 'PXAT', last)
+	local attempt, fpLen, _, at = string.match(v, '^,(%d+),(%d+),(%d+),()', 34)
+	if not at then
+		return 0
+	end
+	local last = now + retention - 1
+	redis.call('SET', key, 'f' .. token .. t64(last) .. string.sub(v, 26, 33) .. (now - n64(v, 26)) .. ',' ..
+		attempt .. ',' .. fpLen .. ',' .. #message .. ',' .. string.sub(v, at, at + fpLen - 1) .. message,
+		'PXAT', tostring(last))
 	return 1
 end
 `
 
 // extendLua: extend(key, token, deadline, ttl ms) sets the lease of the
-// processing record held by token to deadline (13 digits), even when that
-// is earlier than it was, the key living ttl (the lease plus the abandoned
-// grace). It answers 1, or 0.
+// processing record held by token to deadline (a time of the record),
+// even when that is earlier than it was, the key living ttl (the lease
+// plus the abandoned grace). It answers 1, or 0.
 const extendLua = `
 local function extend(key, token, deadline, ttl)
 	local v = redis.call('GET', key)
 	if not v or string.sub(v, 1, 17) ~= 'p' .. token then
 		return 0
 	end
-	redis.call('SET', key, string.sub(v, 1, 17) .. deadline .. string.sub(v, 31), 'PX', ttl)
+	redis.call('SET', key, string.sub(v, 1, 17) .. deadline .. string.sub(v, 26), 'PX', ttl)
 	return 1
 end
 `
 
-// acquireLua: acquire(key, token, deadline, fingerprint, ttl ms, now) is
-// Acquire for a key that SET NX found taken: it claims key for token until
-// deadline (13 digits) if the record is failed or its lease has ended by
-// now (13 digits, the caller's clock, as deadline is), counting the
-// attempt, keeping the first fingerprint and the last error, the key living
-// ttl; or if the record is gone by now. It answers {1, the new record},
-// {0, the record holding the key}, or {2, the record} when the
-// fingerprints differ, which wins over a retry or a takeover.
-const acquireLua = `
-local function acquire(key, token, deadline, fp, ttl, now)
+// acquireLua: acquire(key, token, deadline, fingerprint, ttl ms, now,
+// created) is Acquire for a key that SET NX found taken: it claims key for
+// token until deadline (a time of the record) if the record is failed or
+// its lease has ended by now (ms in decimal, the caller's clock, as
+// deadline is), counting the attempt, keeping the creation time, the first
+// fingerprint and the last error, the key living ttl; or, created at
+// created (a time of the record), if the record is gone by now. It answers
+// {1, the new record}, {0, the record holding the key}, or {2, the record}
+// when the fingerprints differ, which wins over a retry or a takeover.
+const acquireLua = n64Lua + `
+local function acquire(key, token, deadline, fp, ttl, now, created)
 	local v = redis.call('GET', key)
 	local attempt, lastErr = 1, ''
 	if v then
-		local attempts, fpLen, errLen, at = string.match(v, '^(%d+),(%d+),(%d+),()', 31)
+		local attempts, fpLen, errLen, at = string.match(v, '^%-?%d*,(%d+),(%d+),(%d+),()', 34)
 		if not at then
 			return {0, v}
 		end
@@ -140,17 +184,18 @@ local function acquire(key, token, deadline, fp, ttl, now)
 		if stored ~= '' and fp ~= '' and stored ~= fp then
 			return {2, v}
 		end
-		local state = string.sub(v, 1, 1)
-		if not (state == 'f' or (state == 'p' and string.sub(v, 18, 30) <= now)) then
+		local state = string.byte(v)
+		if not (state == 102 or (state == 112 and n64(v, 18) <= tonumber(now))) then
 			return {0, v}
 		end
 		attempt = attempts + 1
 		lastErr = string.sub(v, at + fpLen, at + fpLen + errLen - 1)
+		created = string.sub(v, 26, 33)
 		if stored ~= '' then
 			fp = stored
 		end
 	end
-	local rec = 'p' .. token .. deadline .. attempt .. ',' .. #fp .. ',' .. #lastErr .. ',' .. fp .. lastErr
+	local rec = 'p' .. token .. deadline .. created .. ',' .. attempt .. ',' .. #fp .. ',' .. #lastErr .. ',' .. fp .. lastErr
 	redis.call('SET', key, rec, 'PX', ttl)
 	return {1, rec}
 end
@@ -159,22 +204,22 @@ end
 // deleteIfLua: deleteIf(key, states, expired, now) deletes the record of
 // key when its state byte is one of states ('p', 'c', 'f' in any order),
 // or when it is processing, expired is '1' and its lease deadline is at
-// or before now (13 digits, the caller's clock, as every lease). It
+// or before now (ms in decimal, the caller's clock, as every lease). It
 // answers {1, the record} when it deleted it, {0, the record} when it
 // kept it, or {} when there is no record. A value of another program is
 // kept and answered, for the caller to refuse.
-const deleteIfLua = `
+const deleteIfLua = n64Lua + `
 local function deleteIf(key, states, expired, now)
 	local v = redis.call('GET', key)
 	if not v then
 		return {}
 	end
-	if #v < 30 then
+	if #v < 40 then
 		return {0, v}
 	end
 	local state = string.sub(v, 1, 1)
 	if string.find(states, state, 1, true) or
-		(expired == '1' and state == 'p' and string.sub(v, 18, 30) <= now) then
+		(expired == '1' and state == 'p' and n64(v, 18) <= tonumber(now)) then
 		redis.call('DEL', key)
 		return {1, v}
 	end
@@ -195,14 +240,14 @@ local function abandon(key, token)
 	if not v or string.sub(v, 1, 17) ~= 'p' .. token then
 		return 0
 	end
-	local attempt, rest = string.match(v, '^(%d+)(,.*)$', 31)
+	local attempt, rest = string.match(v, '^,(%d+)(,.*)$', 34)
 	if not attempt then
 		return 0
 	end
 	if attempt == '1' then
 		redis.call('DEL', key)
 	else
-		redis.call('SET', key, string.sub(v, 1, 17) .. '0000000000000' .. (attempt - 1) .. rest, 'KEEPTTL')
+		redis.call('SET', key, string.sub(v, 1, 17) .. '00000000' .. string.sub(v, 26, 33) .. ',' .. (attempt - 1) .. rest, 'KEEPTTL')
 	end
 	return 1
 end
@@ -258,8 +303,8 @@ var (
 	releaseScript      = one(clockLua, releaseLua, "release", 3)
 	extendScript       = one("", extendLua, "extend", 3)
 	extendManyScript   = many("", extendLua, "extend", 3)
-	acquireScript      = one("", acquireLua, "acquire", 5)
-	acquireManyScript  = many("", acquireLua, "acquire", 5)
+	acquireScript      = one("", acquireLua, "acquire", 6)
+	acquireManyScript  = many("", acquireLua, "acquire", 6)
 	deleteIfScript     = one("", deleteIfLua, "deleteIf", 3)
 	abandonScript      = one("", abandonLua, "abandon", 1)
 	abandonManyScript  = many("", abandonLua, "abandon", 1)

@@ -85,7 +85,7 @@ func TestDefaultPrefix(t *testing.T) {
 	t.Cleanup(func() { c.Del(context.Background(), s.RedisKey(key)) })
 	_, err = s.Acquire(t.Context(), store.AcquireRequest{Key: key, Lease: time.Minute})
 	require.NoError(t, err)
-	require.Equal(t, redisstore.DefaultPrefix+":v2:"+key, s.RedisKey(key))
+	require.Equal(t, redisstore.DefaultPrefix+":v3:"+key, s.RedisKey(key))
 	n, err := c.Exists(t.Context(), s.RedisKey(key)).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
