@@ -90,10 +90,14 @@ func TestRelayLeaseLost(t *testing.T) {
 	start(t, a)
 	t.Cleanup(thaw) // runs before the relay's stop, which waits for its publish
 	testenv.Recv(t, fr.frozen, "the first relay to freeze")
+	// A batch of one: a round per message, whose mark goes with the next
+	// round's fetch and counts once it committed, the last one maybe not
+	// yet.
 	publishedBefore := a.Stats().Published
 	fr.mu.Lock()
-	require.Equal(t, uint64(fr.acked), publishedBefore, "a batch of one: one round, one mark per message")
+	acked := uint64(fr.acked)
 	fr.mu.Unlock()
+	require.LessOrEqual(t, publishedBefore, acked)
 
 	b := newRelay(t, ob, jsPublisher(t, js), opts(evB))
 	start(t, b)
@@ -111,7 +115,7 @@ func TestRelayLeaseLost(t *testing.T) {
 		}
 		return false
 	})
-	require.Equal(t, publishedBefore+uint64(len(fr.held)), a.Stats().Published, "the publish in flight went out, and nothing after it")
+	require.Equal(t, acked+uint64(len(fr.held)), a.Stats().Published, "what was acknowledged was marked, the publish in flight too, and nothing after it")
 	write(20, 25)
 	waitFor(t, testenv.WaitTimeout, "the rest sent", func() bool { return db.unsent(t) == 0 })
 

@@ -105,6 +105,17 @@ func (r *Relay) heldList() []int {
 	return out
 }
 
+// heldList32 returns the buckets held, as the fetch takes them.
+func (r *Relay) heldList32() []int32 {
+	var out []int32
+	for b, h := range *r.held.Load() {
+		if h {
+			out = append(out, int32(b))
+		}
+	}
+	return out
+}
+
 // holds reports whether the relay holds bucket b.
 func (r *Relay) holds(b int) bool {
 	held := *r.held.Load()

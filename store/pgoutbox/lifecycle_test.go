@@ -103,8 +103,9 @@ func TestRelayNotified(t *testing.T) {
 	require.Empty(t, ev.of(outbox.EventFailed, ""))
 }
 
-// TestRelayCleanup: sent messages past the retention are deleted, unsent
-// ones never. Notifications are off: the relay polls.
+// TestRelayCleanup: the ids of sent messages past the retention are
+// deleted (the messages were when marked sent), those of unsent ones
+// never. Notifications are off: the relay polls.
 func TestRelayCleanup(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 8)
@@ -125,10 +126,11 @@ func TestRelayCleanup(t *testing.T) {
 	r := newRelay(t, ob, jsPublisher(t, js), &pgoutbox.RelayOptions{PollInterval: 50 * time.Millisecond, Lease: 3 * time.Second,
 		Retention: time.Millisecond, CleanupInterval: 100 * time.Millisecond, CleanupBatch: 2, MaxBackoff: 200 * time.Millisecond, Observer: ev})
 	start(t, r)
-	waitFor(t, testenv.WaitTimeout, "the sent messages deleted", func() bool {
-		return db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")) == 1
+	waitFor(t, testenv.WaitTimeout, "the sent messages' ids deleted", func() bool {
+		return db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")) == 1
 	})
 	require.Equal(t, 1, db.unsent(t), "the unsent message stays")
+	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")), "sent messages are deleted when marked")
 	require.Equal(t, 5, out.count(t))
 	require.Equal(t, uint64(5), r.Stats().Cleaned)
 	cleaned := 0

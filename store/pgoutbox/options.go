@@ -35,8 +35,9 @@ type Options struct {
 	// Table is the outbox table, optionally schema-qualified
 	// ("billing.dedup_outbox"). Each part must be a plain SQL identifier
 	// (letters, digits and underscores, not starting with a digit) of at
-	// most 40 bytes, so that the names made from it (Table_leases,
-	// Table_relays, its indexes) fit PostgreSQL's 63-byte limit. The
+	// most 40 bytes, so that the names made from it (Table_ids,
+	// Table_dead, Table_leases, Table_relays, its indexes) fit
+	// PostgreSQL's 63-byte limit. The
 	// LISTEN/NOTIFY channel has its name as given. Defaults to
 	// "dedup_outbox", in the connection's search_path.
 	Table string
@@ -90,13 +91,17 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,39}$`)
 
 // names are the quoted names of an outbox's tables and indexes.
 type names struct {
-	plain   string // the table as given: messages and the NOTIFY channel
-	table   string
-	leases  string
-	relays  string
-	idKey   string // the unique constraint on id
-	pending string // the index of unsent rows by bucket
-	sent    string // the index of sent rows by sent_at
+	plain      string // the table as given: messages and the NOTIFY channel
+	table      string
+	leases     string
+	relays     string
+	ids        string // the ids written, kept past the messages' sending
+	dead       string // the messages refused for good
+	idKey      string // the unique constraint on id
+	pending    string // version 1's index of unsent rows by bucket, dropped
+	unsent     string // the index of unsent rows by seq
+	sent       string // the index of version 1's sent rows by sent_at
+	idsCreated string // the index of the ids by created_at
 }
 
 func parseTable(name string) (names, error) {
@@ -117,13 +122,17 @@ func parseTable(name string) (names, error) {
 	}
 	bare := func(suffix string) string { return pgx.Identifier{parts[last] + suffix}.Sanitize() }
 	return names{
-		plain:   name,
-		table:   pgx.Identifier(parts).Sanitize(),
-		leases:  with("_leases"),
-		relays:  with("_relays"),
-		idKey:   bare("_id_key"),
-		pending: bare("_pending_idx"),
-		sent:    bare("_sent_idx"),
+		plain:      name,
+		table:      pgx.Identifier(parts).Sanitize(),
+		leases:     with("_leases"),
+		relays:     with("_relays"),
+		ids:        with("_ids"),
+		dead:       with("_dead"),
+		idKey:      bare("_id_key"),
+		pending:    with("_pending_idx"),
+		unsent:     bare("_unsent_idx"),
+		sent:       bare("_sent_idx"),
+		idsCreated: bare("_ids_created_idx"),
 	}, nil
 }
 

@@ -41,8 +41,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Outbox, error
 			return nil, err
 		}
 	}
-	var leases, x, y, z int
-	if err := pool.QueryRow(ctx, o.sql.check).Scan(&leases, &x, &y, &z); err != nil {
+	var leases, x, y, z, ids, dead int
+	if err := pool.QueryRow(ctx, o.sql.check).Scan(&leases, &x, &y, &z, &ids, &dead); err != nil {
 		return nil, o.startErr("check the tables", err)
 	}
 	if leases == 0 {
@@ -56,11 +56,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Outbox, error
 }
 
 // SchemaSQL returns the SQL that creates the outbox's tables and indexes
-// (if they do not exist), for teams that apply their own migrations.
+// (if they do not exist), or upgrades those of an earlier version in
+// place, for teams that apply their own migrations.
 func (o *Outbox) SchemaSQL() string { return o.sql.schema }
 
-// Migrate creates the tables and indexes if they do not exist, under an
-// advisory lock, so that processes starting at once do not race.
+// Migrate creates the tables and indexes if they do not exist, or
+// upgrades those of an earlier version in place, under an advisory lock,
+// so that processes starting at once do not race.
 func (o *Outbox) Migrate(ctx context.Context) error {
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "dedup-outbox-migrate:"+o.cfg.names.plain); err != nil {

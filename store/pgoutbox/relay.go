@@ -38,9 +38,10 @@ type Relay struct {
 	stopped   chan struct{}
 	err       error
 
-	held  atomic.Pointer[[]bool] // the buckets held, read by the listener
-	wake  chan struct{}
-	stats counters
+	held     atomic.Pointer[[]bool] // the buckets held, read by the listener
+	wake     chan struct{}
+	stats    counters
+	inflight *marking // the mark whose commit is awaited; the run loop's
 }
 
 // NewRelay returns a relay of o's messages that publishes through pub;
@@ -165,13 +166,17 @@ type RelayStats struct {
 	Rounds uint64
 	// Buckets is how many buckets the relay holds now.
 	Buckets int
-	// Cleaned counts sent messages deleted past the retention.
+	// Cleaned counts sent messages deleted past the retention (their
+	// ids: the messages themselves are deleted when marked sent).
 	Cleaned uint64
+	// Dead counts messages the broker refused for good (an error
+	// matching outbox.ErrPermanent), set aside in the dead table.
+	Dead uint64
 }
 
 type counters struct {
-	published, failed, rounds, cleaned atomic.Uint64
-	buckets                            atomic.Int64
+	published, failed, rounds, cleaned, dead atomic.Uint64
+	buckets                                  atomic.Int64
 }
 
 // Stats returns what the relay did so far.
@@ -182,6 +187,7 @@ func (r *Relay) Stats() RelayStats {
 		Rounds:    r.stats.rounds.Load(),
 		Buckets:   int(r.stats.buckets.Load()),
 		Cleaned:   r.stats.cleaned.Load(),
+		Dead:      r.stats.dead.Load(),
 	}
 }
 

@@ -61,6 +61,15 @@ type RelayOptions struct {
 	CleanupInterval time.Duration
 	CleanupBatch    int
 
+	// HoldRefused makes the relay hold back the ordering key of a message
+	// the broker refused for good (an error matching
+	// outbox.ErrPermanent), as it does behind any other failure, until an
+	// operator deletes or fixes the row: order per key over progress.
+	// Defaults to false: the message is set aside in the dead table
+	// (Table_dead, with its error), reported (EventDead, Stats().Dead, an
+	// error log), and the key's next messages go on.
+	HoldRefused bool
+
 	// Observer hears what the relay does (outbox.Event). Defaults to none.
 	Observer outbox.Observer
 
@@ -79,6 +88,7 @@ type relayConfig struct {
 	retention       time.Duration
 	cleanupInterval time.Duration
 	cleanupBatch    int
+	holdRefused     bool
 	observer        outbox.Observer
 	logger          *slog.Logger
 }
@@ -109,6 +119,7 @@ func (o *RelayOptions) config(logger *slog.Logger) (relayConfig, error) {
 		retention:       cmp.Or(opts.Retention, DefaultRetention),
 		cleanupInterval: cmp.Or(opts.CleanupInterval, DefaultCleanupInterval),
 		cleanupBatch:    cmp.Or(opts.CleanupBatch, DefaultCleanupBatch),
+		holdRefused:     opts.HoldRefused,
 		observer:        opts.Observer,
 		logger:          cmp.Or(opts.Logger, logger),
 	}

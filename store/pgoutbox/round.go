@@ -2,17 +2,21 @@ package pgoutbox
 
 import (
 	"context"
-	"fmt"
+	"errors"
+	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/dedup-go/dedup/outbox"
 )
 
 // pending is a message read for a round.
 type pending struct {
-	seq int64
-	msg outbox.Message
-	age time.Duration // since it was written, when it was read
+	seq  int64
+	msg  outbox.Message
+	age  time.Duration // since it was written, when it was read
+	read time.Time
 }
 
 // roundError is a round that failed: which step, and how many messages
@@ -23,121 +27,155 @@ type roundError struct {
 	messages int
 }
 
-// round reads up to a batch of the unsent messages of the buckets the
-// relay holds, publishes them and marks sent those the broker
-// acknowledged. It returns how many it read.
+// marks is what a round leaves to mark: the messages the broker
+// acknowledged (deleted from the outbox) and those it refused for good
+// (moved to the dead table).
+type marks struct {
+	acked    []int64
+	dead     []int64
+	deadIDs  []string
+	deadErrs []string
+	errs     []error
+	oldest   time.Duration // the largest age at acknowledgement
+	start    time.Time     // when the round's batch was read
+}
+
+func (m *marks) empty() bool { return m == nil || len(m.acked)+len(m.dead) == 0 }
+
+// marking is the statement that marks a round's messages, sent with the
+// next fetch: its commit, the last step, completes in the background
+// while the next round publishes.
+type marking struct {
+	m    *marks
+	done chan error
+}
+
+// round marks what the previous round left (m) and reads the next batch
+// in one statement batch, one round trip, then publishes the batch and
+// returns what it leaves to mark, and how many messages it read.
+//
+// The mark and the fetch run in one transaction: the fetch sees the
+// marked rows gone, so it never reads them again, and the transaction's
+// commit (the mark's durability) completes while this round publishes.
+// One mark is in flight at a time: the next round waits for it first. A
+// mark that fails leaves its messages unsent, to be published again, the
+// same copies a crash leaves.
 //
 // A message goes out only once every earlier message of its ordering key
-// was acknowledged: the batch is published in waves, each holding at
-// most one message per key (the first not yet sent), so a wave can be in
-// flight all at once. A message the broker did not acknowledge holds its
-// key's later messages back until the next round, which starts from it
-// again. Messages are marked sent only after their acknowledgement, so a
-// crash between the two publishes them again, with the same ids.
-func (r *Relay) round(ctx context.Context) (int, *roundError) {
-	batch, err := r.fetch(ctx)
+// was acknowledged; a message the broker did not acknowledge holds its
+// key's later messages back until a later round (see publishBatch).
+// Messages are marked sent only after their acknowledgement, so a crash
+// between the two publishes them again, with the same ids.
+func (r *Relay) round(ctx context.Context, m *marks) (int, *marks, *roundError) {
+	if rerr := r.settle(ctx); rerr != nil {
+		return 0, m, rerr
+	}
+	batch, err := r.markAndFetch(ctx, m)
 	if err != nil {
-		return 0, &roundError{op: "fetch", err: err}
+		if m.empty() {
+			return 0, nil, &roundError{op: "fetch", err: err}
+		}
+		// The marks were in the failed transaction: their messages are
+		// published again.
+		return 0, nil, &roundError{op: "mark", err: err, messages: m.count()}
 	}
 	if len(batch) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
-	start := time.Now()
-	var (
-		acked   []int64
-		oldest  time.Duration
-		lastErr error
-		blocked = map[string]bool{} // keys whose message failed this round
-	)
-	rest := batch
-	for len(rest) > 0 && ctx.Err() == nil {
-		var wave, later []pending
-		inWave := map[string]bool{}
-		for _, p := range rest {
-			k := p.msg.OrderingKey
-			switch {
-			case k != "" && blocked[k]:
-				// Not tried: an earlier message of its key failed.
-			case k != "" && inWave[k]:
-				later = append(later, p)
-			default:
-				wave = append(wave, p)
-				if k != "" {
-					inWave[k] = true
-				}
-			}
+	out := r.publishBatch(ctx, batch)
+	out.marks.start = batch[0].read
+	if out.failed > 0 {
+		r.stats.failed.Add(uint64(out.failed))
+		err := out.lastErr
+		if err == nil {
+			err = ctx.Err()
 		}
-		rest = later
-		if len(wave) == 0 {
-			break
-		}
-		err := r.publish(ctx, wave)
-		ok := outbox.Acknowledged(err, len(wave))
-		n := 0
-		for i, p := range wave {
-			if ok[i] {
-				acked = append(acked, p.seq)
-				oldest = max(oldest, p.age)
-				n++
-				continue
-			}
-			if p.msg.OrderingKey != "" {
-				blocked[p.msg.OrderingKey] = true
-			}
-		}
-		if err != nil {
-			lastErr = err
-		}
-		if n == 0 {
-			// Nothing went through (the broker is down): the rest would
-			// fail alike. Back off.
-			break
-		}
+		return len(batch), out.marks, &roundError{op: "publish", err: err, messages: out.failed}
 	}
-	if len(acked) > 0 {
-		if err := r.mark(ctx, acked); err != nil {
-			return len(batch), &roundError{op: "mark", err: err, messages: len(acked)}
-		}
-		r.stats.published.Add(uint64(len(acked)))
-		r.stats.rounds.Add(1)
-		r.observe(ctx, outbox.Event{Kind: outbox.EventPublished, Messages: len(acked), Duration: time.Since(start), Lag: oldest + time.Since(start)})
-	}
-	if failed := len(batch) - len(acked); failed > 0 {
-		r.stats.failed.Add(uint64(failed))
-		if lastErr == nil {
-			lastErr = ctx.Err()
-		}
-		return len(batch), &roundError{op: "publish", err: lastErr, messages: failed}
-	}
-	return len(batch), nil
+	return len(batch), out.marks, nil
 }
 
-// publish calls the publisher, bounded by PublishTimeout, recovering a
-// panic as an error.
-func (r *Relay) publish(ctx context.Context, wave []pending) (err error) {
-	msgs := make([]outbox.Message, len(wave))
-	for i, p := range wave {
-		msgs[i] = p.msg
+func (m *marks) count() int {
+	if m == nil {
+		return 0
 	}
-	pctx, cancel := context.WithTimeout(ctx, r.cfg.publishTimeout)
-	defer cancel()
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("pgoutbox: the publisher panicked: %v", p)
-		}
-	}()
-	return r.pub.Publish(pctx, msgs)
+	return len(m.acked) + len(m.dead)
 }
 
-// fetch reads the next batch.
-func (r *Relay) fetch(ctx context.Context) ([]pending, error) {
+// markAndFetch sends, in one statement batch (one transaction), the
+// marks of m, then the fetch of the next batch, and reads the batch; the
+// transaction's commit is awaited in the background (r.inflight), or at
+// once when the batch is empty.
+func (r *Relay) markAndFetch(ctx context.Context, m *marks) ([]pending, error) {
+	b := &pgx.Batch{}
+	r.queueMarks(b, m)
+	b.Queue(r.o.sql.fetch, r.heldList32(), r.cfg.batch, r.id)
+	if !m.empty() {
+		// The marks are carried out even when the relay is being
+		// stopped hard: what the broker acknowledged and is not marked
+		// is published again.
+		ctx = context.WithoutCancel(ctx)
+	}
 	cctx, cancel := r.bounded(ctx)
-	defer cancel()
-	rows, err := r.o.pool.Query(cctx, r.o.sql.fetch, r.id, r.cfg.batch)
+	br := r.o.pool.SendBatch(cctx, b)
+	batch, err := r.readFetch(br, m)
+	if err != nil || len(batch) == 0 {
+		cerr := br.Close()
+		cancel()
+		if err == nil && cerr != nil {
+			err = cerr
+		}
+		if err == nil {
+			r.marked(ctx, m)
+		}
+		return nil, err
+	}
+	// The commit comes after the rows: await it while the batch is
+	// published. The statement context stays live until then.
+	inflight := &marking{m: m, done: make(chan error, 1)}
+	go func() {
+		defer cancel()
+		inflight.done <- br.Close()
+	}()
+	r.inflight = inflight
+	return batch, nil
+}
+
+// queueMarks queues the statements that mark m's messages.
+func (r *Relay) queueMarks(b *pgx.Batch, m *marks) {
+	if m.empty() {
+		return
+	}
+	if len(m.dead) > 0 {
+		b.Queue(r.o.sql.bury, m.dead, m.deadErrs)
+	}
+	if len(m.acked) > 0 {
+		b.Queue(r.o.sql.mark, m.acked)
+	}
+}
+
+// readFetch reads the results of the marks, then the batch.
+func (r *Relay) readFetch(br pgx.BatchResults, m *marks) ([]pending, error) {
+	if !m.empty() {
+		n := 0
+		if len(m.dead) > 0 {
+			n++
+		}
+		if len(m.acked) > 0 {
+			n++
+		}
+		for range n {
+			if _, err := br.Exec(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
+	now := time.Now()
 	var out []pending
 	for rows.Next() {
 		var (
@@ -148,17 +186,68 @@ func (r *Relay) fetch(ctx context.Context) ([]pending, error) {
 			return nil, err
 		}
 		p.age = time.Duration(age) * time.Microsecond
+		p.read = now
 		out = append(out, p)
 	}
 	return out, rows.Err()
 }
 
-// mark marks seqs sent. It runs even when the relay is being stopped
-// hard (bounded by the statement timeout): what the broker acknowledged
-// and is not marked is published again.
-func (r *Relay) mark(ctx context.Context, seqs []int64) error {
+// settle waits for the mark in flight, and reports it: published (and
+// dead), or failed. It returns the failure, whose messages are published
+// again later.
+func (r *Relay) settle(ctx context.Context) *roundError {
+	f := r.inflight
+	if f == nil {
+		return nil
+	}
+	r.inflight = nil
+	// The commit runs on a context of its own, bounded by the statement
+	// timeout: a hard stop does not abandon it.
+	if err := <-f.done; err != nil {
+		return &roundError{op: "mark", err: err, messages: f.m.count()}
+	}
+	r.marked(ctx, f.m)
+	return nil
+}
+
+// mark marks m alone (no fetch), and waits for its commit: before the
+// relay waits, changes its leases or stops. It runs even when the relay
+// is being stopped hard (bounded by the statement timeout): what the
+// broker acknowledged and is not marked is published again.
+func (r *Relay) mark(ctx context.Context, m *marks) *roundError {
+	if rerr := r.settle(ctx); rerr != nil {
+		return rerr
+	}
+	if m.empty() {
+		return nil
+	}
+	b := &pgx.Batch{}
+	r.queueMarks(b, m)
 	cctx, cancel := r.bounded(context.WithoutCancel(ctx))
 	defer cancel()
-	_, err := r.o.pool.Exec(cctx, r.o.sql.mark, seqs)
-	return err
+	if err := r.o.pool.SendBatch(cctx, b).Close(); err != nil {
+		return &roundError{op: "mark", err: err, messages: m.count()}
+	}
+	r.marked(ctx, m)
+	return nil
+}
+
+// marked reports m's messages marked: published, and dead.
+func (r *Relay) marked(ctx context.Context, m *marks) {
+	if m.empty() {
+		return
+	}
+	d := time.Since(m.start)
+	if len(m.acked) > 0 {
+		r.stats.published.Add(uint64(len(m.acked)))
+		r.stats.rounds.Add(1)
+		r.observe(ctx, outbox.Event{Kind: outbox.EventPublished, Messages: len(m.acked), Duration: d, Lag: m.oldest})
+	}
+	if len(m.dead) > 0 {
+		r.stats.dead.Add(uint64(len(m.dead)))
+		err := errors.Join(m.errs...)
+		r.cfg.logger.ErrorContext(ctx, "pgoutbox: messages refused for good, set aside as dead", slog.String("relay", r.hex),
+			slog.Any("ids", m.deadIDs), slog.Any("error", err))
+		r.observe(ctx, outbox.Event{Kind: outbox.EventDead, Messages: len(m.dead), IDs: m.deadIDs, Err: err, Duration: d})
+	}
 }

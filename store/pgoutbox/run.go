@@ -14,7 +14,13 @@ import (
 // waits for a notification, its poll interval or its next deadline. On
 // Stop it gives its buckets back and leaves.
 func (r *Relay) run(ctx context.Context) {
-	defer r.leave(ctx)
+	var carry *marks // what the last round left to mark
+	defer func() {
+		if rerr := r.mark(ctx, carry); rerr != nil {
+			r.failed(ctx, rerr.op, rerr.err, rerr.messages, 0)
+		}
+		r.leave(ctx)
+	}()
 	var (
 		now         = time.Now()
 		nextLease   = now
@@ -22,6 +28,22 @@ func (r *Relay) run(ctx context.Context) {
 		retryAt     time.Time
 		failures    int
 	)
+	fail := func(rerr *roundError) {
+		if rerr == nil || ctx.Err() != nil {
+			return
+		}
+		failures++
+		backoff := r.backoff(failures)
+		retryAt = time.Now().Add(backoff)
+		r.failed(ctx, rerr.op, rerr.err, rerr.messages, backoff)
+	}
+	// flush marks what is left before the relay waits, changes its
+	// leases (a bucket given back has nothing acknowledged and unmarked)
+	// or cleans up.
+	flush := func() {
+		fail(r.mark(ctx, carry))
+		carry = nil
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -34,32 +56,34 @@ func (r *Relay) run(ctx context.Context) {
 		}
 		now = time.Now()
 		if !now.Before(nextLease) {
+			flush()
 			if err := r.keepLeases(ctx); err != nil && ctx.Err() == nil {
 				r.failed(ctx, "lease", err, 0, 0)
 			}
 			nextLease = now.Add(r.cfg.lease / 3)
 		}
-		full := false
+		more := false
 		if !now.Before(retryAt) && r.holdsAny() {
-			n, err := r.round(ctx)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				failures++
-				backoff := r.backoff(failures)
-				retryAt = time.Now().Add(backoff)
-				r.failed(ctx, err.op, err.err, err.messages, backoff)
-			case err == nil:
+			n, left, rerr := r.round(ctx, carry)
+			carry = left
+			if rerr != nil {
+				fail(rerr)
+			} else {
 				failures = 0
-				full = n == r.cfg.batch
+				// The next round marks this one's messages and reads on;
+				// the relay waits once a round finds nothing.
+				more = n > 0
 			}
 		}
 		if !now.Before(nextCleanup) {
+			flush()
 			r.cleanup(ctx)
 			nextCleanup = time.Now().Add(r.cfg.cleanupInterval)
 		}
-		if full {
-			continue // more to send: no wait
+		if more {
+			continue
 		}
+		flush()
 		wait := min(r.cfg.poll, time.Until(nextLease), time.Until(nextCleanup))
 		if d := time.Until(retryAt); d > 0 {
 			wait = min(wait, d)
