@@ -40,6 +40,7 @@ type held struct {
 	attempt     int
 	fingerprint string
 	lastError   string
+	createdAt   time.Time // the remote's, as its Acquire answered it
 	leaseUntil  time.Time // on the local clock
 	// completing: a Complete with token is in flight (begin took the
 	// note); contended: another Complete with token was sent meanwhile.
@@ -47,7 +48,9 @@ type held struct {
 }
 
 // completedRecord is the record req writes in the remote store when it
-// completes the claim h notes (its expiry left for remember to set).
+// completes the claim h notes (its expiry left for remember to set). Its
+// CompletedAt is left zero: the remote store stamps it, by a clock this
+// Store does not read, and answers Complete with no record.
 func (h held) completedRecord(req store.CompleteRequest) store.Record {
 	return store.Record{
 		Key:         req.Key,
@@ -56,6 +59,8 @@ func (h held) completedRecord(req store.CompleteRequest) store.Record {
 		Fingerprint: h.fingerprint,
 		Result:      req.Result,
 		LastError:   h.lastError,
+		Token:       req.Token,
+		CreatedAt:   h.createdAt,
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package tieredstore puts an in-process memory tier in front of a remote
 // [store.Store] (redisstore, pgstore, your own), so that a duplicate of a
-// completed message is answered from memory: no round trip, no allocation,
-// about as fast as memstore alone.
+// completed message is answered from memory: no round trip, no allocation
+// (after the first duplicate of a record, which makes the record Peek
+// shares), about as fast as memstore alone.
 //
 //	remote, err := redisstore.New(ctx, client, nil)
 //	s, err := tieredstore.New(remote, nil)
@@ -22,9 +23,12 @@
 //     completed record is immutable until it expires, so its copy cannot
 //     go stale.
 //   - A copy is the remote's record but for its expiry: result,
-//     fingerprint, attempt count, and the last failure before the success
-//     (for a record completed here, as the claim's record held them when
-//     Acquire granted it).
+//     fingerprint, attempt count, the last failure before the success,
+//     the completing token and the creation time (for a record completed
+//     here, as the claim's record held them when Acquire granted it, and
+//     without a CompletedAt, which the remote stamped by a clock this
+//     process does not read: a copy leaves it zero rather than guess).
+//     An operator's Get, Scan and DeleteIf read the remote's record.
 //   - Processing and failed records always go to the remote store, so a
 //     claim, a takeover after a lease, and a retry are decided by the
 //     remote store alone. So are Complete, Release and Extend, and their

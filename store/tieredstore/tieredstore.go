@@ -180,12 +180,14 @@ func (s *Store) learn(req store.AcquireRequest, c store.Claim, start time.Time) 
 	switch {
 	case c.Acquired:
 		// A completed record keeps what its claim's record holds: the
-		// attempt count, the fingerprint kept, and the last failure.
+		// attempt count, the fingerprint kept, the last failure and the
+		// creation time.
 		s.claims.hold(req.Key, held{
 			token:       c.Token,
 			attempt:     c.Record.Attempt,
 			fingerprint: c.Record.Fingerprint,
 			lastError:   c.Record.LastError,
+			createdAt:   c.Record.CreatedAt,
 			leaseUntil:  start.Add(req.Lease),
 		})
 	case c.Record.State == store.StateCompleted:

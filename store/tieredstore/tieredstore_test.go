@@ -172,9 +172,11 @@ func TestLocalHitNoRemoteCall(t *testing.T) {
 }
 
 // TestLocalCopyKeepsLastError: the local copy of a completed record is the
-// remote's record but for its expiry: the attempt count, the fingerprint
-// and the last failure before the success included, whether Complete or
-// CompleteBatch completed it.
+// remote's record but for its expiry: the attempt count, the fingerprint,
+// the last failure before the success, the completing token and the
+// creation time included, whether Complete or CompleteBatch completed it.
+// Its CompletedAt, which the remote stamped and did not answer, is left
+// zero, never guessed.
 func TestLocalCopyKeepsLastError(t *testing.T) {
 	t.Parallel()
 	for _, batch := range []bool{false, true} {
@@ -196,13 +198,40 @@ func TestLocalCopyKeepsLastError(t *testing.T) {
 		require.Equal(t, "boom", want.LastError, "the remote store keeps the last error")
 		local := s.Peek("ns:", "k")
 		require.NotNil(t, local, "batch=%v", batch)
-		want.ExpiresAt = local.ExpiresAt
+		require.Equal(t, retry.Token, local.Token, "batch=%v: the local copy's token", batch)
+		require.False(t, local.CreatedAt.IsZero(), "batch=%v: the local copy's creation time", batch)
+		require.True(t, local.CompletedAt.IsZero(), "batch=%v: the local copy's CompletedAt is a guess", batch)
+		want.ExpiresAt, want.CompletedAt = local.ExpiresAt, time.Time{}
 		require.Equal(t, want, *local, "batch=%v: the local copy differs from the remote record", batch)
 		dup, err := s.Acquire(ctx, store.AcquireRequest{Key: "ns:k", Lease: time.Minute})
 		require.NoError(t, err)
 		require.Equal(t, "boom", dup.Record.LastError)
 		require.Equal(t, 2, dup.Record.Attempt)
 	}
+}
+
+// TestLearnedCopyIsTheRemotes: a completed record that another process
+// completed, learned from the remote's answer to Acquire, is kept as the
+// remote answered it but for its expiry: its token and its times too.
+func TestLearnedCopyIsTheRemotes(t *testing.T) {
+	t.Parallel()
+	s, remote, clk := setup(t, nil)
+	ctx := t.Context()
+	c := acquire(t, remote, "ns:k", "")
+	clk.Advance(time.Second)
+	complete(t, remote, "ns:k", c.Token, "ok")
+	want, err := remote.Get(ctx, "ns:k")
+	require.NoError(t, err)
+	require.False(t, want.CompletedAt.IsZero())
+
+	dup, err := s.Acquire(ctx, store.AcquireRequest{Key: "ns:k", Lease: time.Minute})
+	require.NoError(t, err)
+	require.False(t, dup.Acquired)
+	local := s.Peek("ns:", "k")
+	require.NotNil(t, local, "the completed record the remote answered is cached")
+	want.ExpiresAt = local.ExpiresAt
+	require.Equal(t, want, *local)
+	require.Equal(t, c.Token, local.Token)
 }
 
 // TestCompleteAgain: Complete with the token that already completed the
