@@ -65,14 +65,19 @@ type Record struct {
 	// processing, the one that completed or released it once settled. It
 	// is there for an operator to match a record with its holder's logs
 	// (what an Inspector reads); a store may leave it zero in the answers
-	// of Acquire, and holding it grants nothing the Claim's Token does not.
+	// of Acquire and Peek, and holding it grants nothing the Claim's Token
+	// does not. The stores of this module leave a live holder's token out
+	// of the answer to an Acquire that it refused.
 	Token Token
 	// CreatedAt is when the key's first claim was made, by the clock that
 	// stamps the store's leases. Zero from a store that does not keep it
 	// (a record written by an earlier version of the store).
 	CreatedAt time.Time
 	// CompletedAt is when a completed record completed, or when a failed
-	// record's last attempt failed; zero while processing.
+	// record's last attempt failed, by the clock that stamps its
+	// ExpiresAt; zero while processing. A copy of a record kept apart from
+	// its store (tieredstore's local tier, answering Peek and Acquire) may
+	// leave it zero; an Inspector's answers carry it.
 	CompletedAt time.Time
 }
 

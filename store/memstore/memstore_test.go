@@ -271,3 +271,19 @@ func TestStats(t *testing.T) {
 	acquire(t, s, "b")
 	require.Equal(t, memstore.Stats{Len: 1, InFlight: 1, Capacity: 10}, s.Stats())
 }
+
+// TestRefusedAcquireHidesHolderToken: a refused Acquire answers the
+// holder's record without its token, which fences the holder's claim;
+// Get, an operator's read, shows it.
+func TestRefusedAcquireHidesHolderToken(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, 0)
+	held := acquire(t, s, "held")
+	c, err := s.Acquire(ctx, store.AcquireRequest{Key: "held", Lease: lease})
+	require.NoError(t, err)
+	require.False(t, c.Acquired)
+	require.True(t, c.Record.Token.IsZero(), "a refused Acquire revealed the holder's token")
+	rec, err := s.Get(ctx, "held")
+	require.NoError(t, err)
+	require.Equal(t, held.Token, rec.Token)
+}

@@ -292,7 +292,11 @@ func (s *shard) acquire(req store.AcquireRequest, k lkey, now time.Time) (store.
 			return store.Claim{}, errReused(key, store.StateProcessing)
 		}
 		if now.Before(c.leaseUntil) {
-			return store.Claim{Record: c.record(key)}, nil
+			// Refused: the answer leaves out the live holder's token,
+			// which fences its claim.
+			rec := c.record(key)
+			rec.Token = store.Token{}
+			return store.Claim{Record: rec}, nil
 		}
 		// The holder's lease expired: take the key over in place, which
 		// needs no room.
