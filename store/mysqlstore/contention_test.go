@@ -163,7 +163,7 @@ func TestFirstClaimsRace(t *testing.T) {
 			}
 			insertNew := func(tx *sql.Tx, key string) error {
 				at := dbNow(t, db).Format("2006-01-02 15:04:05.000000")
-				_, err := tx.ExecContext(ctx, mysqlstore.InsertSQL(s), key, token(), "", at, int64(60e6), at, int64(120e6))
+				_, err := tx.ExecContext(ctx, mysqlstore.InsertSQL(s), key, token(), "", at, int64(60e6), at, int64(120e6), at)
 				return err
 			}
 			second := make(chan error, 1)

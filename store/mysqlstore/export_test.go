@@ -19,5 +19,5 @@ func ClaimSQL(s *Store) string { return s.sql.claim(1) }
 
 // InsertSQL is the claim statement of a key without a record: key, token,
 // fingerprint, the read's clock, lease (µs), the clock again, lease plus
-// AbandonedTTL (µs).
+// AbandonedTTL (µs), the clock again (created_at).
 func InsertSQL(s *Store) string { return s.sql.insert }
