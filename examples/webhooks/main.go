@@ -111,6 +111,7 @@ func demo(ctx context.Context, redisAddr, prefix string, out io.Writer) (*outcom
 		return nil, err
 	}
 	defer stop()
+	defer g.releaseAll() // no handler left waiting when the replicas stop
 	tr := &http.Transport{MaxIdleConnsPerHost: 16}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}

@@ -24,8 +24,12 @@ type gates struct {
 type gate struct {
 	started chan struct{} // closed when a handler reached the gate
 	release chan struct{}
-	once    sync.Once
+	once    sync.Once // closes started
+	opened  sync.Once // closes release
 }
+
+// open lets the held handlers go on.
+func (gt *gate) open() { gt.opened.Do(func() { close(gt.release) }) }
 
 // add puts a gate before the effect of event.
 func (g *gates) add(event string) *gate {
@@ -52,6 +56,15 @@ func (g *gates) hold(ctx context.Context, event string) {
 	select {
 	case <-gt.release:
 	case <-ctx.Done():
+	}
+}
+
+// releaseAll releases every gate: the scenario's end, whatever happened.
+func (g *gates) releaseAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, gt := range g.m {
+		gt.open()
 	}
 }
 
@@ -192,7 +205,7 @@ func slowHandler(ctx context.Context, replicas []string, ev event, gt *gate) ([]
 	giveUp() // the sender's timeout
 	tries := []attempt{<-first}
 	tries = append(tries, ev.sender.try(ctx, replicas[1%len(replicas)], ev.id, ev.body, nil))
-	close(gt.release)
+	gt.open()
 	more, err := ev.sender.deliver(ctx, replicas, 0, ev.id, ev.body)
 	return append(tries, more...), err
 }

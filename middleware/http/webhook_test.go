@@ -206,8 +206,10 @@ func TestWebhookInFlight(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s store.Store) {
 		var log eventLog
 		hold := make(chan struct{})
+		var release sync.Once
 		src := deduphttp.StandardWebhookID()
 		srv := serve(t, newWebhook(t, s, src, nil).Wrap(webhookHandler(&log, src, nil, hold)))
+		t.Cleanup(func() { release.Do(func() { close(hold) }) }) // before the server closes, should the test fail
 		c := client(t)
 		deliver := func() (reply, error) {
 			r := standardWebhook(swID, swTimestamp, swSignature, swPayload)
@@ -237,7 +239,7 @@ func TestWebhookInFlight(t *testing.T) {
 		require.GreaterOrEqual(t, retryAfter, 1)
 		require.LessOrEqual(t, retryAfter, int(dedup.DefaultLease/time.Second))
 
-		close(hold)
+		release.Do(func() { close(hold) })
 		first := testenv.Recv(t, firstReply, "the first delivery's answer")
 		require.Equal(t, http.StatusOK, first.Status, "%s", first.Body)
 		again, err := deliver()
