@@ -42,7 +42,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 // scanRecord reads the recordCols of a row, after the columns before.
 func scanRecord(r pgx.Row, before ...any) (store.Record, error) {
 	var cols recordColumns
-	if err := r.Scan(append(before, cols.dest()...)...); err != nil {
+	if err := r.Scan(cols.dest(before)...); err != nil {
 		return store.Record{}, err
 	}
 	return cols.record(), nil

@@ -163,12 +163,12 @@ func (s *Store) scanRow(r pgx.Row, withAcquired bool) (row, bool, error) {
 	var (
 		out  row
 		cols recordColumns
-		dest []any
 	)
+	dest := make([]any, 0, 12)
 	if withAcquired {
 		dest = append(dest, &out.acquired)
 	}
-	dest = append(append(dest, cols.dest()...), &out.now)
+	dest = append(cols.dest(dest), &out.now)
 	if err := r.Scan(dest...); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return row{}, false, nil
@@ -189,13 +189,13 @@ type recordColumns struct {
 	lastError string
 	lease     *time.Time
 	expires   time.Time
-	created   *time.Time
-	completed *time.Time
+	created   pgtype.Timestamptz // not a *time.Time, which costs an allocation per row
+	completed pgtype.Timestamptz
 }
 
-// dest returns where Scan puts the recordCols.
-func (c *recordColumns) dest() []any {
-	return []any{&c.state, &c.token, &c.attempt, &c.fp, &c.result, &c.lastError, &c.lease, &c.expires, &c.created, &c.completed}
+// dest appends to dst where Scan puts the recordCols.
+func (c *recordColumns) dest(dst []any) []any {
+	return append(dst, &c.state, &c.token, &c.attempt, &c.fp, &c.result, &c.lastError, &c.lease, &c.expires, &c.created, &c.completed)
 }
 
 // record returns the record the columns hold, as the contract shows it:
@@ -212,15 +212,15 @@ func (c *recordColumns) record() store.Record {
 		Attempt:     int(c.attempt),
 		Fingerprint: string(c.fp),
 		LastError:   c.lastError,
-		CreatedAt:   timeOf(c.created),
+		CreatedAt:   c.created.Time,
 	}
 	switch rec.State {
 	case store.StateProcessing:
 		rec.LeaseUntil = timeOf(c.lease)
 	case store.StateCompleted:
-		rec.Result, rec.ExpiresAt, rec.CompletedAt = c.result, c.expires, timeOf(c.completed)
+		rec.Result, rec.ExpiresAt, rec.CompletedAt = c.result, c.expires, c.completed.Time
 	default:
-		rec.ExpiresAt, rec.CompletedAt = c.expires, timeOf(c.completed)
+		rec.ExpiresAt, rec.CompletedAt = c.expires, c.completed.Time
 	}
 	return rec
 }
