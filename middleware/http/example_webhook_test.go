@@ -108,9 +108,9 @@ func verifyStandardWebhook(secret string, now func() time.Time, next http.Handle
 	})
 }
 
-// A GitHub endpoint that several hooks deliver to: GitHub gives every hook
-// that receives an event the same X-GitHub-Delivery, so the scope is the
-// hook. The X-Hub-Signature-256 (hex HMAC-SHA256 of the body under the
+// A GitHub endpoint that several hooks deliver to: X-GitHub-Delivery names
+// the event, and two hooks or Apps that receive one event can get the same
+// GUID, so the scope is the hook. The X-Hub-Signature-256 (hex HMAC-SHA256 of the body under the
 // hook's secret) is checked first.
 func ExampleGitHubDelivery() {
 	s, err := memstore.New(nil)

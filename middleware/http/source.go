@@ -42,18 +42,19 @@ const (
 )
 
 // StandardWebhookID reads the webhook-id header of the Standard Webhooks
-// specification, which Svix and the senders that follow it set: "the
-// unique identifier is associated with a specific event triggered, and it
-// remains the same no matter how many times a webhook that has failed is
-// retried" (msg_2KWPBgLlAfxdpx2AI54pPJ85f4W).
+// specification, which Svix and the senders that follow it set
+// (msg_2KWPBgLlAfxdpx2AI54pPJ85f4W): the specification makes it the id of
+// the event, the same however many times a failed delivery is retried,
+// and names it the consumer's idempotency key.
 func StandardWebhookID() KeySource { return KeyFromHeader(HeaderWebhookID) }
 
 // GitHubDelivery reads GitHub's X-GitHub-Delivery header, a GUID
 // (72d3162e-cc78-11e3-81ab-4c9367dc0958) that a redelivery keeps. GitHub
-// documents it as unique per event, not per webhook: two GitHub Apps or
-// hooks that receive one event get the same GUID with their own payloads,
-// so an endpoint that several hooks deliver to scopes its records per hook
-// (see WebhookOptions.Principal and the X-GitHub-Hook-ID header).
+// documents it as identifying the event, not the delivery, and two GitHub
+// Apps that receive one event have been seen to get the same GUID with
+// their own payloads: an endpoint that several hooks or Apps deliver to
+// scopes its records per hook (see WebhookOptions.Principal and the
+// X-GitHub-Hook-ID header).
 func GitHubDelivery() KeySource { return KeyFromHeader(HeaderGitHubDelivery) }
 
 // StripeEventID reads the id member of the Stripe Event object the body

@@ -55,9 +55,9 @@ type WebhookOptions struct {
 
 	// Principal names the sender of each delivery, for an endpoint that
 	// several senders deliver to: one name per GitHub hook or App (GitHub's
-	// delivery GUID is shared by the hooks that receive one event; the
-	// X-GitHub-Hook-ID header tells them apart), or per signing secret that
-	// verified the delivery. Name what the signature check established,
+	// delivery GUID names the event, and two Apps that receive one event
+	// can get the same GUID; the X-GitHub-Hook-ID header tells hooks
+	// apart), or per signing secret that verified the delivery. Name what the signature check established,
 	// not what an unchecked header claims.
 	Principal func(r *http.Request) string
 

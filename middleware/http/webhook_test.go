@@ -186,7 +186,7 @@ func TestWebhookScopeIsTheSender(t *testing.T) {
 	require.Equal(t, 1, stripeLog.get("evt_1"), "one sender, one event: the end user is not in the scope")
 	require.Equal(t, 1, svixLog.get("evt_1"), "another sender's id is another event")
 
-	// GitHub gives every hook that receives an event the same GUID: a
+	// Two hooks (or Apps) that receive one event can get the same GUID: a
 	// Principal per hook keeps them apart.
 	gh := newWebhook(t, s, deduphttp.GitHubDelivery(), &deduphttp.WebhookOptions{
 		Principal: func(r *http.Request) string { return "github-hook-" + r.Header.Get("X-GitHub-Hook-ID") },
