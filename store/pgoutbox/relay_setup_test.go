@@ -245,3 +245,6 @@ func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 func (db *testDB) unsent(t testing.TB) int {
 	return db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")+" WHERE sent_at IS NULL")
 }
+
+// isPermanent reports a refusal for good.
+func isPermanent(err error) bool { return errors.Is(err, outbox.ErrPermanent) }

@@ -1,0 +1,127 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/outbox"
+	"github.com/dedup-go/dedup/store/pgoutbox"
+)
+
+// tagged is a relay's view of a checkingPublisher shared by several: it
+// records what this relay published.
+type tagged struct {
+	*checkingPublisher
+	mu  sync.Mutex
+	ids []string
+}
+
+func (p *tagged) Publish(ctx context.Context, msgs []outbox.Message) error {
+	p.mu.Lock()
+	for _, m := range msgs {
+		p.ids = append(p.ids, m.ID)
+	}
+	p.mu.Unlock()
+	return p.checkingPublisher.Publish(ctx, msgs)
+}
+
+func (p *tagged) published() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.ids)
+}
+
+// TestRelayMarkFails: the mark of a round fails (a trigger refuses the
+// first delete); the relay reports it and backs off, and the messages it
+// would have marked are published again (the copies a crash between the
+// acknowledgement and the mark leaves), in their keys' order, then
+// marked. Nothing is lost.
+func TestRelayMarkFails(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 8)
+	ob := db.outbox(t, &pgoutbox.Options{Buckets: 2})
+	table := db.table("dedup_outbox")
+	db.exec(t, `CREATE SEQUENCE `+db.table("marks")+`;
+CREATE FUNCTION `+db.table("refuse_first_mark")+`() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF nextval('`+db.table("marks")+`') = 1 THEN RAISE EXCEPTION 'the first mark is refused'; END IF; RETURN OLD; END $$;
+CREATE TRIGGER refuse_first_mark BEFORE DELETE ON `+table+` FOR EACH ROW EXECUTE FUNCTION `+db.table("refuse_first_mark")+`()`)
+	order := writeKeyed(t, writer{db: db, ob: ob}, keysN(4), 10, func(string, int) string { return "orders.events" })
+	pub := newCheckingPublisher(order, 0, nil)
+	ev := &events{}
+	r := newRelay(t, ob, pub, &pgoutbox.RelayOptions{BatchSize: 8, Lease: 5 * time.Second, MinBackoff: 10 * time.Millisecond, Observer: ev})
+	start(t, r)
+	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
+	pub.check(t)
+	marks := ev.of(outbox.EventFailed, "mark")
+	require.Len(t, marks, 1)
+	require.Equal(t, 8, marks[0].Messages, "the first round's messages")
+	require.Positive(t, marks[0].Backoff)
+	require.ErrorContains(t, marks[0].Err, "the first mark is refused")
+	var first []string
+	for _, ids := range order {
+		first = append(first, ids[:2]...) // the first 8 by seq: two of each key
+	}
+	slices.Sort(first)
+	require.Equal(t, first, pub.copies(), "the messages of the failed mark, published again")
+	waitFor(t, testenv.WaitTimeout, "every mark counted", func() bool { return r.Stats().Published == 40 })
+}
+
+// TestRelayMarkHeldPastLease: a relay's mark is held up (another
+// transaction locks the rows) for longer than its lease. Another relay
+// takes the bucket and publishes the key from its first unsent message,
+// copies of what the first published; its own mark waits too. Once the
+// lock is gone, the first relay's mark commits, but the fetch that goes
+// with it finds its lease gone: it publishes nothing more, and finds the
+// lease lost. Every message is published in its key's order, the copies
+// after their first.
+func TestRelayMarkHeldPastLease(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 8)
+	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1, Timeout: 20 * time.Second})
+	order := writeKeyed(t, writer{db: db, ob: ob}, keysN(1), 30, func(string, int) string { return "orders.events" })
+	ids := order["key-00"]
+	check := newCheckingPublisher(order, 0, nil)
+	pubA, pubB := &tagged{checkingPublisher: check}, &tagged{checkingPublisher: check}
+	opts := func(ev *events) *pgoutbox.RelayOptions {
+		return &pgoutbox.RelayOptions{BatchSize: 10, Lease: 600 * time.Millisecond, PollInterval: 50 * time.Millisecond, Observer: ev}
+	}
+
+	// Lock the first batch's rows: the first relay's mark waits.
+	tx, err := db.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(t.Context(), "SELECT FROM "+db.table("dedup_outbox")+" WHERE id = ANY($1) FOR UPDATE", ids[:10])
+	require.NoError(t, err)
+
+	evA, evB := &events{}, &events{}
+	a := newRelay(t, ob, pubA, opts(evA))
+	start(t, a)
+	waitFor(t, testenv.WaitTimeout, "the first relay to publish its first batch", func() bool { return len(pubA.published()) == 10 })
+	b := newRelay(t, ob, pubB, opts(evB))
+	start(t, b)
+	waitFor(t, testenv.WaitTimeout, "the second relay to publish the first batch again", func() bool { return len(pubB.published()) >= 10 })
+	require.Equal(t, ids[:10], pubB.published()[:10], "from the key's first unsent message")
+	require.NoError(t, tx.Rollback(t.Context()))
+
+	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
+	waitFor(t, testenv.WaitTimeout, "the first relay to find its lease lost", func() bool {
+		for _, e := range evA.of(outbox.EventLeases, "") {
+			if slices.Equal(e.Lost, []int{0}) {
+				return true
+			}
+		}
+		return false
+	})
+	check.check(t)
+	require.Equal(t, ids[:10], pubA.published(), "the first relay published nothing after its lease ran out")
+	require.Equal(t, uint64(10), a.Stats().Published, "its held mark committed")
+	firstBatch := slices.Clone(ids[:10])
+	slices.Sort(firstBatch)
+	require.Equal(t, firstBatch, check.copies(), "copies of the first batch only")
+}

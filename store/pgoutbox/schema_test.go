@@ -1,0 +1,198 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/outbox"
+	"github.com/dedup-go/dedup/store/pgoutbox"
+)
+
+// TestFetchPlan: on a table filled since it was last analyzed (never,
+// here: autovacuum is off), the fetch still scans the unsent rows by seq
+// and stops at the batch, whether the relay holds every bucket or a few,
+// with a plan made for the values (pgx's first executions) or a generic
+// one: no sort of every unsent row.
+func TestFetchPlan(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	ob := db.outbox(t, &pgoutbox.Options{Buckets: 64})
+	table := db.table("dedup_outbox")
+	db.exec(t, "ALTER TABLE "+table+" SET (autovacuum_enabled = false)")
+	db.exec(t, `INSERT INTO `+table+` (id, claim_key, name, destination, ordering_key, key_hash, body)
+SELECT md5(i::text), 'plan:' || i, '1', 'orders.events', 'c-' || (i % 1000), abs(hashtext('c-' || (i % 1000))), '\x00'::bytea
+FROM generate_series(1, 20000) i`)
+	conn, err := db.pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(t.Context(), "PREPARE fetch_plan(int[], int, uuid) AS "+pgoutbox.FetchSQL(ob))
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(context.Background(), "DEALLOCATE fetch_plan; RESET plan_cache_mode") }()
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		_, err := conn.Exec(t.Context(), "SET plan_cache_mode = "+mode)
+		require.NoError(t, err)
+		for _, held := range []string{"{0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63}", "{1,5,9,13,17,21,25,29}"} {
+			for _, batch := range []int{256, 4096} {
+				rows, err := conn.Query(t.Context(), fmt.Sprintf("EXPLAIN EXECUTE fetch_plan('%s', %d, '00000000-0000-4000-8000-000000000000')", held, batch), pgx.QueryExecModeSimpleProtocol)
+				require.NoError(t, err)
+				lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				require.NoError(t, err)
+				plan := strings.Join(lines, "\n")
+				require.Contains(t, plan, "Index Scan using dedup_outbox_unsent_idx", "%s, %d buckets held, batch %d:\n%s", mode, strings.Count(held, ",")+1, batch, plan)
+				require.NotContains(t, plan, "Sort", "%s, %d buckets held, batch %d:\n%s", mode, strings.Count(held, ",")+1, batch, plan)
+			}
+		}
+	}
+}
+
+// outboxV1 is the schema of version 1 (pgoutbox before issue 26's relay):
+// sent messages stayed in the table, with sent_at set.
+const outboxV1 = `CREATE TABLE {t} (
+	seq          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	id           text COLLATE "C" NOT NULL,
+	claim_key    text NOT NULL,
+	name         text NOT NULL,
+	destination  text NOT NULL,
+	ordering_key text NOT NULL,
+	key_hash     integer NOT NULL CHECK (key_hash >= 0),
+	bucket       integer GENERATED ALWAYS AS (key_hash % 4) STORED,
+	body         bytea NOT NULL,
+	headers      jsonb,
+	created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+	sent_at      timestamptz,
+	CONSTRAINT dedup_outbox_id_key UNIQUE (id)
+);
+CREATE INDEX dedup_outbox_pending_idx ON {t} (bucket, seq) WHERE sent_at IS NULL;
+CREATE INDEX dedup_outbox_sent_idx ON {t} (sent_at) WHERE sent_at IS NOT NULL;
+CREATE TABLE {t}_leases (
+	bucket      integer PRIMARY KEY,
+	owner       uuid,
+	lease_until timestamptz NOT NULL DEFAULT '-infinity'
+);
+INSERT INTO {t}_leases (bucket) SELECT b FROM generate_series(0, 3) b;
+CREATE TABLE {t}_relays (
+	relay       uuid PRIMARY KEY,
+	alive_until timestamptz NOT NULL
+);`
+
+// TestMigrateFromV1: an outbox table of version 1, with messages sent
+// long ago, sent lately and unsent, is upgraded in place by New with
+// Migrate (twice: the second finds nothing to do). A relay then publishes
+// the unsent messages only, in order; a handler that runs again for a
+// message sent under version 1 does not write it again; the cleanup
+// deletes the rows version 1 marked sent past the retention, and then
+// their ids.
+func TestMigrateFromV1(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 8)
+	table := db.table("dedup_outbox")
+	db.exec(t, strings.ReplaceAll(outboxV1, "{t}", table))
+	var ids []string
+	for n := range 6 {
+		claim := fmt.Sprintf("shop:o-%d", n)
+		id := outbox.MessageID(claim, "created")
+		ids = append(ids, id)
+		var sentAt, createdAt any // version 1's Add, then its relay's mark
+		switch n {
+		case 0, 1:
+			sentAt, createdAt = time.Now().Add(-2*time.Hour), time.Now().Add(-3*time.Hour)
+		case 2:
+			sentAt, createdAt = time.Now(), time.Now().Add(-time.Minute)
+		default:
+			createdAt = time.Now()
+		}
+		db.exec(t, `INSERT INTO `+table+` (id, claim_key, name, destination, ordering_key, key_hash, body, created_at, sent_at)
+VALUES ($1, $2, 'created', 'orders.created', 'c-1', $3, $4, $5, $6)`, id, claim, int32(fnv32a("c-1")), fmt.Appendf(nil, "%d", n), createdAt, sentAt)
+	}
+
+	ob := db.outbox(t, nil)
+	require.Equal(t, 4, ob.Buckets(), "the table's bucket count")
+	db.outbox(t, nil) // a second migration finds it done
+	require.Equal(t, 6, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")), "every message's id, sent or not")
+	require.Zero(t, db.count(t, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'dedup_outbox_pending_idx'", db.schema),
+		"version 1's index by bucket, which nothing uses now, is gone")
+	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'dedup_outbox_unsent_idx'", db.schema))
+
+	pub := newCheckingPublisher(map[string][]string{"c-1": ids[3:]}, 0, nil)
+	r := newRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: 5 * time.Second, Retention: time.Hour, CleanupInterval: 100 * time.Millisecond})
+	start(t, r)
+	waitFor(t, testenv.WaitTimeout, "the unsent messages sent", func() bool { return db.unsent(t) == 0 })
+	pub.check(t)
+	pub.mu.Lock()
+	require.Equal(t, map[string]int{ids[3]: 1, ids[4]: 1, ids[5]: 1}, pub.published, "the unsent messages, once each; none version 1 sent")
+	pub.mu.Unlock()
+
+	// The handler of a message version 1 sent runs again (its record
+	// forgotten): the message is not written again.
+	s := db.store(t)
+	rcv := txReceiver(t, s, "shop", func(ctx context.Context, tx pgx.Tx, o order) (string, error) {
+		w, err := ob.Writer(ctx, tx)
+		if err != nil {
+			return "", err
+		}
+		return w.Add(ctx, pgoutbox.Message{Name: "created", Destination: "orders.created", OrderingKey: "c-1", Body: []byte("again")})
+	})
+	res, err := rcv.Handle(t.Context(), order{ID: "o-2"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, ids[2], res.Value, "the same id")
+	require.Zero(t, db.unsent(t), "a message sent under version 1, written again")
+
+	// Past the retention: the rows of the messages sent long ago, then
+	// their ids; the one sent lately stays.
+	waitFor(t, testenv.WaitTimeout, "the cleanup", func() bool {
+		return db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")) == 4
+	})
+	var left []string
+	rows, err := db.pool.Query(t.Context(), "SELECT id FROM "+table+" ORDER BY seq")
+	require.NoError(t, err)
+	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{ids[2]}, left, "the row version 1 sent lately, kept for the retention")
+	require.Equal(t, uint64(2), r.Stats().Cleaned)
+}
+
+// TestWriterSentID: a handler that runs again after its message was sent
+// (the row deleted by the relay's mark) gets the same id and writes
+// nothing: the id is kept past the sending.
+func TestWriterSentID(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 8)
+	ob := db.outbox(t, &pgoutbox.Options{Buckets: 2})
+	s := db.store(t)
+	var ids []string
+	rcv := txReceiver(t, s, "shop", func(ctx context.Context, tx pgx.Tx, o order) (string, error) {
+		w, err := ob.Writer(ctx, tx)
+		if err != nil {
+			return "", err
+		}
+		id, err := w.Add(ctx, pgoutbox.Message{Destination: "orders.events", OrderingKey: o.ID, Body: []byte("x")})
+		ids = append(ids, id)
+		return "ok", err
+	})
+	_, err := rcv.Handle(t.Context(), order{ID: "o-4"})
+	require.NoError(t, err)
+	pub := newCheckingPublisher(map[string][]string{"o-4": ids}, 0, nil)
+	start(t, newRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: 5 * time.Second}))
+	waitFor(t, testenv.WaitTimeout, "the message sent", func() bool { return db.unsent(t) == 0 })
+
+	require.NoError(t, rcv.Forget(t.Context(), "o-4"))
+	res, err := rcv.Handle(t.Context(), order{ID: "o-4"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusProcessed, res.Status, "the record was forgotten: the handler ran again")
+	require.Len(t, ids, 2)
+	require.Equal(t, ids[0], ids[1])
+	require.Zero(t, db.unsent(t), "written again")
+	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")))
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	require.Equal(t, 1, pub.published[ids[0]])
+}
