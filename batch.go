@@ -154,7 +154,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 	}
 	for k := range claims {
 		if claims[k].Err == nil {
-			claims[k].Err = r.checkClaim(reqs[k].Key, claims[k].Claim, sent)
+			claims[k].Err = r.checkClaim(reqs[k].Key, &claims[k].Claim, sent)
 		}
 	}
 	// One heartbeat extends every claim still waiting, running or being
@@ -178,7 +178,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 	encErrs := make([]error, 0, len(todo))
 	running := make([]handlerContext, len(todo))
 	for k, i := range todo {
-		c := claims[k]
+		c := &claims[k]
 		if c.Err != nil {
 			out[i].Result, out[i].Err = r.acquireFailed(ctx, keys[i], msgs[i], c.Err, nil)
 			continue
@@ -186,7 +186,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 		if c.Claim.Acquired && c.Claim.Record.Attempt > r.cfg.MaxAttempts {
 			hb.finish(hbIndex[k]) // released next: no more extensions
 		}
-		if res, err, ok := r.notClaimed(ctx, keys[i], msgs[i], c.Claim); ok {
+		if res, err, ok := r.notClaimed(ctx, keys[i], msgs[i], &c.Claim); ok {
 			out[i].Result, out[i].Err = res, err
 			continue
 		}

@@ -168,3 +168,62 @@ func TestConcurrentDuplicateWithOtherPayload(t *testing.T) {
 	require.NoError(t, firstErr)
 	require.ErrorIs(t, otherErr, dedup.ErrKeyReused)
 }
+
+// TestManyKeysInFlightAtOnce: with many more keys in flight than the
+// receiver has lists for them, each duplicate waits for the delivery of its
+// own key and shares its value, whichever order the first deliveries end
+// in; once they all ended, no key is left in flight.
+func TestManyKeysInFlightAtOnce(t *testing.T) {
+	t.Parallel()
+	const keys = 1500
+	release := make([]chan struct{}, keys)
+	for i := range release {
+		release[i] = make(chan struct{})
+	}
+	started := make(chan struct{}, keys)
+	rcv := newReceiver(t, newMemstore(t, clock.Real()), func(ctx context.Context, o order) (string, error) {
+		var n int
+		fmt.Sscan(o.ID[2:], &n)
+		started <- struct{}{}
+		<-release[n]
+		return "value-of-" + o.ID, nil
+	}, nil)
+	type outcome struct {
+		res dedup.Result[string]
+		err error
+	}
+	firsts, dups := make([]outcome, keys), make([]outcome, keys)
+	var wg sync.WaitGroup
+	for i := range keys {
+		wg.Go(func() {
+			firsts[i].res, firsts[i].err = rcv.Handle(context.Background(), order{ID: fmt.Sprintf("o-%d", i)})
+		})
+	}
+	for range keys {
+		testenv.Recv(t, started, "every first delivery's handler to start")
+	}
+	require.Equal(t, keys, dedup.InFlight(rcv))
+	for i := range keys {
+		wg.Go(func() {
+			dups[i].res, dups[i].err = rcv.Handle(context.Background(), order{ID: fmt.Sprintf("o-%d", i)})
+		})
+	}
+	for i := range keys {
+		key := fmt.Sprintf("default:o-%d", i)
+		require.Eventually(t, func() bool { return dedup.Waiting(rcv, key) == 1 }, 10*time.Second, time.Millisecond, "the duplicate of %s waits for it", key)
+	}
+	for _, i := range rand.Perm(keys) {
+		close(release[i])
+	}
+	testenv.Wait(t, &wg, "the deliveries to return")
+	for i := range keys {
+		want := fmt.Sprintf("value-of-o-%d", i)
+		require.NoError(t, firsts[i].err)
+		require.Equal(t, dedup.StatusProcessed, firsts[i].res.Status)
+		require.Equal(t, want, firsts[i].res.Value)
+		require.NoError(t, dups[i].err)
+		require.Equal(t, dedup.StatusDuplicate, dups[i].res.Status, "o-%d", i)
+		require.Equal(t, want, dups[i].res.Value, "the duplicate shares its own key's value")
+	}
+	require.Zero(t, dedup.InFlight(rcv), "no key is left in flight")
+}

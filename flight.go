@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"errors"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 )
@@ -10,12 +11,27 @@ import (
 // without an outcome (a panic that escaped): they are retried.
 var errFlightAbandoned = errors.New("dedup: the first delivery of the key ended without an outcome")
 
+// flightBuckets is how many lists the keys in flight are spread over, each
+// under a lock of its own.
+const flightBuckets = 256
+
 // flightGroup tracks the keys being handled in this process, so that
 // concurrent deliveries of one key wait for the first instead of spending a
 // store round trip each (or, with NoWait, answer in flight at once).
+//
+// It is a hash table of its own rather than a map under one lock: a key
+// is hashed once, its call is linked into a short list and out of it again
+// without an allocation, and deliveries of different keys seldom share a
+// lock.
 type flightGroup[R any] struct {
+	seed    maphash.Seed
+	buckets [flightBuckets]flightBucket[R]
+}
+
+// flightBucket holds the calls of the keys that hash to it.
+type flightBucket[R any] struct {
 	mu    sync.Mutex
-	calls map[string]*flightCall[R]
+	calls *flightCall[R] // linked through next
 }
 
 // flightCall is one key's first delivery, and what it hands the others
@@ -23,16 +39,26 @@ type flightGroup[R any] struct {
 type flightCall[R any] struct {
 	fingerprint string       // set by the leader before anyone reads it
 	waiters     atomic.Int32 // deliveries waiting for the outcome
+	key         string
+	bucket      *flightBucket[R] // nil while the call is in no group
 
-	// Guarded by the group's mu. done is made by the first delivery that
+	// Guarded by the bucket's mu. done is made by the first delivery that
 	// waits, so that a key nobody else delivers costs no channel. joined
 	// counts the deliveries that found the call in the group: while none
 	// did, the leader's is the only pointer to it.
+	next      *flightCall[R]
 	done      chan struct{}
 	published bool
 	joined    int
 	res       Result[R]
 	err       error
+}
+
+// init readies an empty group.
+func (g *flightGroup[R]) init() { g.seed = maphash.MakeSeed() }
+
+func (g *flightGroup[R]) bucketOf(key string) *flightBucket[R] {
+	return &g.buckets[maphash.String(g.seed, key)%flightBuckets]
 }
 
 // delivery is what handling a new message needs besides its handler's
@@ -65,15 +91,20 @@ func (p *deliveryPool[R]) put(d *delivery[R]) {
 
 // publish hands c's outcome to the deliveries waiting for it, once: a
 // leader whose handler succeeded publishes before retrying a failed
-// completion, so that in-process duplicates are answered meanwhile.
+// completion, so that in-process duplicates are answered meanwhile. A call
+// in no group (NoWait) has nobody to hand it to.
 func (g *flightGroup[R]) publish(c *flightCall[R], res Result[R], err error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.publishLocked(c, res, err)
+	b := c.bucket
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c.publishLocked(res, err)
 }
 
-// publishLocked is publish under g.mu.
-func (g *flightGroup[R]) publishLocked(c *flightCall[R], res Result[R], err error) {
+// publishLocked is publish under c's bucket's mu.
+func (c *flightCall[R]) publishLocked(res Result[R], err error) {
 	if c.published {
 		return
 	}
@@ -86,8 +117,9 @@ func (g *flightGroup[R]) publishLocked(c *flightCall[R], res Result[R], err erro
 // wait returns a channel that is closed once c's outcome is published;
 // the outcome may then be read from c.
 func (g *flightGroup[R]) wait(c *flightCall[R]) <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	b := c.bucket
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if c.done == nil {
 		c.done = make(chan struct{})
 		if c.published {
@@ -101,16 +133,17 @@ func (g *flightGroup[R]) wait(c *flightCall[R]) <-chan struct{} {
 // the key's call and whether the caller leads it: a leader must call end
 // when done.
 func (g *flightGroup[R]) join(key string, c *flightCall[R]) (*flightCall[R], bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if first, ok := g.calls[key]; ok {
-		first.joined++
-		return first, false
+	b := g.bucketOf(key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for first := b.calls; first != nil; first = first.next {
+		if first.key == key {
+			first.joined++
+			return first, false
+		}
 	}
-	if g.calls == nil {
-		g.calls = make(map[string]*flightCall[R])
-	}
-	g.calls[key] = c
+	c.key, c.bucket, c.next = key, b, b.calls
+	b.calls = c
 	return c, true
 }
 
@@ -118,20 +151,30 @@ func (g *flightGroup[R]) join(key string, c *flightCall[R]) (*flightCall[R], boo
 // already: later deliveries of the key start their own. It reports whether
 // no other delivery joined the call, which nobody can find any more: the
 // leader then holds the only pointer to it.
-func (g *flightGroup[R]) end(key string, c *flightCall[R], res Result[R], err error) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	delete(g.calls, key)
-	g.publishLocked(c, res, err)
+func (g *flightGroup[R]) end(c *flightCall[R], res Result[R], err error) bool {
+	b := c.bucket
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for p := &b.calls; *p != nil; p = &(*p).next {
+		if *p == c {
+			*p = c.next
+			break
+		}
+	}
+	c.next = nil
+	c.publishLocked(res, err)
 	return c.joined == 0
 }
 
 // waiting returns how many deliveries wait on key's call.
 func (g *flightGroup[R]) waiting(key string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if c, ok := g.calls[key]; ok {
-		return int(c.waiters.Load())
+	b := g.bucketOf(key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c := b.calls; c != nil; c = c.next {
+		if c.key == key {
+			return int(c.waiters.Load())
+		}
 	}
 	return 0
 }

@@ -1,10 +1,9 @@
 package dedup
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dedup-go/dedup/store"
@@ -30,14 +29,22 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // derive a context of its own, which the standard library then links to
 // it without a goroutine), or a lease lost while the handler runs. A
 // handler that never waits on its context costs no allocation for it.
+//
+// It takes no lock: returned is set once, child is installed once, and
+// whoever sets one of them reads the other after, so that a cancellable
+// part made while the handler returns is cancelled by one side or the
+// other.
 type handlerContext struct {
-	parent context.Context
-	held   store.HeldClaim
+	parent   context.Context
+	held     store.HeldClaim
+	returned atomic.Bool                // the handler returned
+	child    atomic.Pointer[cancelPart] // the cancellable part, once made
+}
 
-	mu     sync.Mutex
-	child  context.Context // the cancellable part, once made
+// cancelPart is the cancellable part of a handler's context.
+type cancelPart struct {
+	ctx    context.Context
 	cancel context.CancelCauseFunc
-	ended  error // why it ended, when it ended before child was made
 }
 
 // init readies c, which is zero, for a handler of parent holding the
@@ -52,23 +59,22 @@ func (c *handlerContext) Deadline() (time.Time, bool) { return c.parent.Deadline
 
 // Done returns a channel closed when the context ends.
 func (c *handlerContext) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.child == nil && c.ended != nil {
+	if p := c.child.Load(); p != nil {
+		return p.ctx.Done()
+	}
+	if c.returned.Load() {
 		return closedChan
 	}
-	return c.made().Done()
+	return c.made().ctx.Done()
 }
 
 // Err returns nil until the context ends, then why (context.Canceled for
 // a lost lease or a returned handler, as the standard library's do).
 func (c *handlerContext) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.child != nil:
-		return c.child.Err()
-	case c.ended != nil:
+	if p := c.child.Load(); p != nil {
+		return p.ctx.Err()
+	}
+	if c.returned.Load() {
 		return context.Canceled
 	}
 	return c.parent.Err()
@@ -82,46 +88,52 @@ func (c *handlerContext) Value(key any) any {
 	if key == claimKey {
 		return &c.held
 	}
-	c.mu.Lock()
-	child := c.child
-	c.mu.Unlock()
-	if child != nil {
-		return child.Value(key)
+	if p := c.child.Load(); p != nil {
+		return p.ctx.Value(key)
 	}
 	return c.parent.Value(key)
 }
 
-// String names the context as the standard library's do, without reading
-// its fields unlocked.
+// String names the context as the standard library's do.
 func (c *handlerContext) String() string {
 	return fmt.Sprint(c.parent) + ".WithClaim(" + c.held.Key + ")"
 }
 
-// made returns the cancellable part, making it if need be. Under c.mu.
-func (c *handlerContext) made() context.Context {
-	if c.child == nil {
-		c.child, c.cancel = context.WithCancelCause(c.parent)
-		if c.ended != nil {
-			c.cancel(c.ended)
-		}
+// made returns the cancellable part, making it if need be: cancelled at
+// once when the handler returned already.
+func (c *handlerContext) made() *cancelPart {
+	if p := c.child.Load(); p != nil {
+		return p
 	}
-	return c.child
+	ctx, cancel := context.WithCancelCause(c.parent)
+	p := &cancelPart{ctx: ctx, cancel: cancel}
+	if !c.child.CompareAndSwap(nil, p) {
+		cancel(nil) // made by another call first: the parent forgets this one
+		return c.child.Load()
+	}
+	if c.returned.Load() {
+		p.cancel(nil)
+	}
+	return p
 }
 
-// end cancels the context with cause: ErrLeaseLost (the cause then reaches
-// context.Cause, so the cancellable part is made for it), or nil when the
-// handler returned. Only the first call counts.
-func (c *handlerContext) end(cause error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ended != nil {
+// end ends the context once the handler returned, with context.Canceled
+// unless it ended already.
+func (c *handlerContext) end() {
+	if !c.returned.CompareAndSwap(false, true) {
 		return
 	}
-	c.ended = cmp.Or(cause, context.Canceled)
-	switch {
-	case c.child != nil:
-		c.cancel(cause)
-	case cause != nil:
-		c.made() // cancelled with c.ended as it is made
+	if p := c.child.Load(); p != nil {
+		p.cancel(nil)
 	}
+}
+
+// lose cancels the context with ErrLeaseLost as its cause (which reaches
+// context.Cause, so the cancellable part is made for it), unless the
+// handler returned already.
+func (c *handlerContext) lose() {
+	if c.returned.Load() {
+		return
+	}
+	c.made().cancel(ErrLeaseLost)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,5 +163,40 @@ func TestKeptHandlerContextsStayTheirOwn(t *testing.T) {
 		held, ok = dedup.ClaimFromContext(k.derived)
 		require.True(t, ok)
 		require.Equal(t, "default:o-"+strconv.Itoa(i), held.Key)
+	}
+}
+
+// TestHandlerContextDoneRacingReturn: a goroutine the handler started asks
+// for Done while the handler returns (after a delay that varies from one
+// delivery to the next, so that some calls land while the handler's
+// context ends); the channel it gets is closed, whichever comes first.
+func TestHandlerContextDoneRacingReturn(t *testing.T) {
+	t.Parallel()
+	var asked sync.WaitGroup
+	var mu sync.Mutex
+	var dones []<-chan struct{}
+	var spin atomic.Int64
+	rcv := newReceiver(t, newMemstore(t, clock.NewFake(epoch)), func(ctx context.Context, o order) (struct{}, error) {
+		ready := make(chan struct{})
+		asked.Go(func() {
+			close(ready)
+			for range spin.Add(1) % 4096 {
+				spin.Add(0)
+			}
+			d := ctx.Done()
+			mu.Lock()
+			dones = append(dones, d)
+			mu.Unlock()
+		})
+		<-ready
+		return struct{}{}, nil
+	}, &dedup.Config{Clock: clock.NewFake(epoch)})
+	for i := range 4000 {
+		_, err := rcv.Handle(t.Context(), order{ID: "o-" + strconv.Itoa(i)})
+		require.NoError(t, err)
+	}
+	testenv.Wait(t, &asked, "the goroutines to ask for Done")
+	for _, d := range dones {
+		testenv.Recv(t, d, "a Done asked for while the handler returned to be closed")
 	}
 }

@@ -54,10 +54,13 @@ type heartbeatEntry struct {
 	key   string
 	token store.Token
 	beat  func(context.Context) error
-	hctx  *handlerContext // set while the handler runs
-	until time.Time       // the lease's end as confirmed, on the local clock
-	done  bool            // finished: no more extensions
-	lost  bool            // the store said ErrLeaseLost, or until passed unconfirmed
+	hctx  *handlerContext // set once the handler starts, until finish
+	// confirmed is when the claim, or its last extension that the store
+	// confirmed, was sent, on the local clock: the lease holds until a
+	// lease after it.
+	confirmed time.Time
+	done      bool // finished: no more extensions
+	lost      bool // the store said ErrLeaseLost, or the lease passed unconfirmed
 }
 
 // beatConfig is what every heartbeat of a receiver shares, kept once in
@@ -86,14 +89,20 @@ func (r *Receiver[M, R]) initHeartbeat(ctx context.Context, h *heartbeat) *heart
 // firstBeat is when a queued heartbeat of one claim is due for its first
 // beat: an interval after the claim was sent.
 func (h *heartbeat) firstBeat() time.Time {
-	return h.entries[0].until.Add(h.interval - h.lease)
+	return h.entries[0].confirmed.Add(h.interval)
 }
 
 // add registers a claim before start and returns its index. claimed is
 // when the Acquire that made the claim was sent, on the local clock.
 func (h *heartbeat) add(key string, token store.Token, beat func(context.Context) error, claimed time.Time) int {
-	h.entries = append(h.entries, heartbeatEntry{key: key, token: token, beat: beat, until: claimed.Add(h.lease)})
+	h.entries = append(h.entries, heartbeatEntry{key: key, token: token, beat: beat, confirmed: claimed})
 	return len(h.entries) - 1
+}
+
+// giveUp is when the lease of e ends, as far as the store confirmed it,
+// less the margin for clock drift: past it, the claim is lost locally.
+func (h *heartbeat) giveUp(e *heartbeatEntry) time.Time {
+	return e.confirmed.Add(h.lease - h.margin)
 }
 
 // start arms the first beat on a timer of h's own.
@@ -116,21 +125,13 @@ func (h *heartbeat) arm(d time.Duration) {
 }
 
 // running records that claim i's handler starts under hctx, which a lost
-// lease cancels. It reports false when the claim was already lost.
+// lease cancels (until finish: a handler's context that ended already is
+// not cancelled again). It reports false when the claim was already lost.
 func (h *heartbeat) running(i int, hctx *handlerContext) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.entries[i].hctx = hctx
 	return !h.entries[i].lost
-}
-
-// handled records that claim i's handler returned: its context is no
-// longer cancelled, but the lease is still extended until finish (a
-// completion being retried needs it).
-func (h *heartbeat) handled(i int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.entries[i].hctx = nil
 }
 
 // finish stops extending claim i.
@@ -147,7 +148,7 @@ func (h *heartbeat) holds(i int) (time.Time, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := &h.entries[i]
-	end := e.until.Add(-h.margin)
+	end := h.giveUp(e)
 	return end, !e.lost && h.clock.Now().Before(end)
 }
 
@@ -185,7 +186,7 @@ func (h *heartbeat) beat() {
 		e := &h.entries[i]
 		switch {
 		case e.done:
-		case !now.Before(e.until.Add(-h.margin)):
+		case !now.Before(h.giveUp(e)):
 			expired = append(expired, i)
 		default:
 			pending = append(pending, i)
@@ -213,7 +214,7 @@ func (h *heartbeat) next() time.Duration {
 	for i := range h.entries {
 		e := &h.entries[i]
 		if !e.done {
-			d = min(d, max(e.until.Add(-h.margin).Sub(now), 0))
+			d = min(d, max(h.giveUp(e).Sub(now), 0))
 		}
 	}
 	return d
@@ -228,7 +229,7 @@ func (h *heartbeat) lose(i int, why string) {
 	h.mu.Unlock()
 	h.logger.Warn(why, slog.String("key", e.key))
 	if hctx != nil {
-		hctx.end(ErrLeaseLost)
+		hctx.lose()
 	}
 }
 
@@ -281,7 +282,7 @@ func (h *heartbeat) extended(ctx context.Context, i int, sent time.Time, err err
 		return
 	}
 	h.mu.Lock()
-	e.until = sent.Add(h.lease)
+	e.confirmed = sent
 	h.mu.Unlock()
 	if e.beat != nil {
 		if err := callBeat(ctx, e.beat); err != nil {

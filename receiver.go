@@ -108,6 +108,7 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 		logger:   c.Logger,
 	}
 	r.beats = newBeatQueue(c.Clock, r.beatCfg.interval)
+	r.flight.init()
 	mt := reflect.TypeFor[M]()
 	switch mt.Kind() {
 	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
@@ -228,11 +229,11 @@ func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[
 	ended := false
 	defer func() {
 		if !ended { // the handling panicked past every recover: d is not recycled
-			r.flight.end(key, call, Result[R]{Key: key}, errFlightAbandoned)
+			r.flight.end(call, Result[R]{Key: key}, errFlightAbandoned)
 		}
 	}()
 	res, err := r.claimAndRun(ctx, key, fp, msg, tm, d)
-	alone := r.flight.end(key, call, res, err)
+	alone := r.flight.end(call, res, err)
 	ended = true
 	r.recycle(d, alone)
 	return res, err
@@ -397,12 +398,12 @@ func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M,
 	claim, err := r.store.Acquire(ctx, store.AcquireRequest{Key: key, Lease: r.cfg.Lease, Fingerprint: fp})
 	tm.addClaim(t)
 	if err == nil {
-		err = r.checkClaim(key, claim, sent)
+		err = r.checkClaim(key, &claim, sent)
 	}
 	if err != nil {
 		return r.acquireFailed(ctx, key, msg, err, tm)
 	}
-	return r.afterClaim(ctx, key, msg, claim, sent, tm, d)
+	return r.afterClaim(ctx, key, msg, &claim, sent, tm, d)
 }
 
 // checkClaim refuses an answer of Acquire, sent at sent (local clock), that
@@ -412,7 +413,7 @@ func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M,
 // by the time the answer arrives: the store judged it at its own moment, and
 // a lease ends while the answer travels (the delivery is then retried after
 // the adapter's shortest delay).
-func (r *Receiver[M, R]) checkClaim(key string, c store.Claim, sent time.Time) error {
+func (r *Receiver[M, R]) checkClaim(key string, c *store.Claim, sent time.Time) error {
 	var why string
 	switch {
 	case c.Acquired && c.Token.IsZero():
@@ -475,7 +476,7 @@ func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, e
 // afterClaim acts on a Claim made at sent (local clock): replays, reports
 // in flight, or runs the handler under the claim, with a heartbeat of its
 // own that extends the lease until the completion is recorded.
-func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, claim store.Claim, sent time.Time, tm *timing, d *delivery[R]) (Result[R], error) {
+func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, claim *store.Claim, sent time.Time, tm *timing, d *delivery[R]) (Result[R], error) {
 	if res, err, ok := r.notClaimed(ctx, key, msg, claim); ok {
 		return res, err
 	}
@@ -485,18 +486,18 @@ func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, clai
 	defer hb.stop()
 	hctx := new(handlerContext)
 	hctx.init(ctx, key, claim.Token, claim.Record.Attempt, r.cfg.Retention)
-	return r.runHeld(ctx, key, msg, claim, hctx, &d.call, hb, idx, tm)
+	return r.runHeld(ctx, key, msg, claim.Token, claim.Record.Attempt, hctx, &d.call, hb, idx, tm)
 }
 
 // notClaimed answers a claim the caller cannot run the handler under: the
 // key completed (a duplicate), held elsewhere (in flight), or claimed past
 // MaxAttempts. It reports false for a claim to run.
-func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, claim store.Claim) (Result[R], error, bool) {
-	rec := claim.Record
+func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, claim *store.Claim) (Result[R], error, bool) {
+	rec := &claim.Record
 	switch {
 	case !claim.Acquired && rec.State == store.StateCompleted:
 		r.waits.forget(key)
-		res, err := r.replay(ctx, msg, &rec)
+		res, err := r.replay(ctx, msg, rec)
 		return res, err, true
 	case !claim.Acquired:
 		r.stats.inFlight.Add(1)
@@ -517,22 +518,21 @@ func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, clai
 // runHeld runs the handler under hctx, holding an acquired claim that hb
 // (entry idx) extends, and records the outcome: a failure is released, a
 // success completed (retried while the lease holds, with the result
-// published to call meanwhile). hb stops extending the claim before this
-// returns.
-func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, claim store.Claim, hctx *handlerContext, call *flightCall[R], hb *heartbeat, idx int, tm *timing) (Result[R], error) {
-	defer hb.finish(idx)
-	attempt := claim.Record.Attempt
+// published to call meanwhile). A released claim is extended no more; the
+// caller stops hb once this returns, which ends the extensions of a
+// completed one.
+func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, token store.Token, attempt int, hctx *handlerContext, call *flightCall[R], hb *heartbeat, idx int, tm *timing) (Result[R], error) {
 	v, herr := r.runClaimed(hctx, msg, hb, idx, tm)
 	if herr != nil {
 		hb.finish(idx) // no extension of a released claim
-		return r.handlerFailed(ctx, key, claim.Token, attempt, herr)
+		return r.handlerFailed(ctx, key, token, attempt, herr)
 	}
 	res := Result[R]{Status: StatusProcessed, Key: key, Attempt: attempt, Value: v}
 	data, encErr := r.encode(v)
 	var storeErr error
 	if !hctx.held.Completed() {
 		t := tm.start()
-		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: claim.Token, Result: data, Retention: r.cfg.Retention}, hb, idx, call, res)
+		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: token, Result: data, Retention: r.cfg.Retention}, hb, idx, call, res)
 		tm.addComplete(t)
 	}
 	return r.completed(ctx, res, encErr, storeErr), nil
@@ -689,12 +689,11 @@ func (r *Receiver[M, R]) release(ctx context.Context, key string, token store.To
 // as its cause, and the handler's error then matches ErrLeaseLost too.
 // hctx ends when the handler returns.
 func (r *Receiver[M, R]) runClaimed(hctx *handlerContext, msg M, hb *heartbeat, idx int, tm *timing) (R, error) {
-	defer hctx.end(nil)
+	defer hctx.end()
 	if !hb.running(idx, hctx) {
 		var zero R
 		return zero, fmt.Errorf("dedup: %q: %w before the handler started", hctx.held.Key, ErrLeaseLost)
 	}
-	defer hb.handled(idx)
 	t := tm.start()
 	v, err := r.call(hctx, msg)
 	tm.addHandler(t)
