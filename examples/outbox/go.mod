@@ -1,0 +1,44 @@
+module github.com/dedup-go/dedup/examples/outbox
+
+go 1.26.0
+
+require (
+	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/adapters/nats v0.1.0
+	github.com/dedup-go/dedup/store/pgoutbox v0.1.0
+	github.com/dedup-go/dedup/store/pgstore v0.1.0
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/nats-io/nats-server/v2 v2.15.2
+	github.com/nats-io/nats.go v1.55.0
+	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)
+
+// The example runs against the code in this repository.
+replace (
+	github.com/dedup-go/dedup => ../..
+	github.com/dedup-go/dedup/adapters/kafka => ../../adapters/kafka
+	github.com/dedup-go/dedup/adapters/nats => ../../adapters/nats
+	github.com/dedup-go/dedup/adapters/rabbitmq => ../../adapters/rabbitmq
+	github.com/dedup-go/dedup/store/pgoutbox => ../../store/pgoutbox
+	github.com/dedup-go/dedup/store/pgstore => ../../store/pgstore
+)
