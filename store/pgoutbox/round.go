@@ -108,7 +108,7 @@ func (m *marks) count() int {
 // once when the batch is empty.
 func (r *Relay) markAndFetch(ctx context.Context, m *marks) ([]pending, error) {
 	b := &pgx.Batch{}
-	r.queueMarks(b, m)
+	marks := r.queueMarks(b, m)
 	b.Queue(r.o.sql.fetch, r.heldList32(), r.cfg.batch, r.id)
 	if !m.empty() {
 		// The marks are carried out even when the relay is being
@@ -118,7 +118,7 @@ func (r *Relay) markAndFetch(ctx context.Context, m *marks) ([]pending, error) {
 	}
 	cctx, cancel := r.bounded(ctx)
 	br := r.o.pool.SendBatch(cctx, b)
-	batch, err := r.readFetch(br, m)
+	batch, err := r.readFetch(br, marks)
 	if err != nil || len(batch) == 0 {
 		cerr := br.Close()
 		cancel()
@@ -141,33 +141,36 @@ func (r *Relay) markAndFetch(ctx context.Context, m *marks) ([]pending, error) {
 	return batch, nil
 }
 
-// queueMarks queues the statements that mark m's messages.
-func (r *Relay) queueMarks(b *pgx.Batch, m *marks) {
+// queueMarks queues the statements that mark m's messages, and returns
+// how many.
+//
+// The transaction that marks does not wait for its commit to be flushed
+// to disk (synchronous_commit off, for it alone): a database crash may
+// lose the marks of its last moments, whose messages are then published
+// again: the copies a relay's crash leaves, no loss. Waiting would cost a
+// disk flush (a millisecond or more) per round.
+func (r *Relay) queueMarks(b *pgx.Batch, m *marks) int {
 	if m.empty() {
-		return
+		return 0
 	}
+	b.Queue("SET LOCAL synchronous_commit = off")
+	n := 1
 	if len(m.dead) > 0 {
 		b.Queue(r.o.sql.bury, m.dead, m.deadErrs)
+		n++
 	}
 	if len(m.acked) > 0 {
 		b.Queue(r.o.sql.mark, m.acked)
+		n++
 	}
+	return n
 }
 
-// readFetch reads the results of the marks, then the batch.
-func (r *Relay) readFetch(br pgx.BatchResults, m *marks) ([]pending, error) {
-	if !m.empty() {
-		n := 0
-		if len(m.dead) > 0 {
-			n++
-		}
-		if len(m.acked) > 0 {
-			n++
-		}
-		for range n {
-			if _, err := br.Exec(); err != nil {
-				return nil, err
-			}
+// readFetch reads the results of the marks statements, then the batch.
+func (r *Relay) readFetch(br pgx.BatchResults, marks int) ([]pending, error) {
+	for range marks {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
 		}
 	}
 	rows, err := br.Query()
