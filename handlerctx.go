@@ -30,15 +30,13 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // it without a goroutine), or a lease lost while the handler runs. A
 // handler that never waits on its context costs no allocation for it.
 //
-// It takes no lock: returned is set once, child is installed once, and
-// whoever sets one of them reads the other after, so that a cancellable
-// part made while the handler returns is cancelled by one side or the
-// other.
+// It takes no lock: its state is one pointer, swapped atomically from
+// nil (running, nothing made) to the cancellable part once made, or to
+// returnedMark when the handler returns first.
 type handlerContext struct {
-	parent   context.Context
-	held     store.HeldClaim
-	returned atomic.Bool                // the handler returned
-	child    atomic.Pointer[cancelPart] // the cancellable part, once made
+	parent context.Context
+	held   store.HeldClaim
+	child  atomic.Pointer[cancelPart]
 }
 
 // cancelPart is the cancellable part of a handler's context.
@@ -46,6 +44,10 @@ type cancelPart struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 }
+
+// returnedMark is the state of a handler's context whose handler returned
+// before anything made its cancellable part.
+var returnedMark = new(cancelPart)
 
 // init readies c, which is zero, for a handler of parent holding the
 // claim of key by token.
@@ -59,25 +61,27 @@ func (c *handlerContext) Deadline() (time.Time, bool) { return c.parent.Deadline
 
 // Done returns a channel closed when the context ends.
 func (c *handlerContext) Done() <-chan struct{} {
-	if p := c.child.Load(); p != nil {
+	switch p := c.child.Load(); p {
+	case returnedMark:
+		return closedChan
+	case nil:
+		return c.made().ctx.Done()
+	default:
 		return p.ctx.Done()
 	}
-	if c.returned.Load() {
-		return closedChan
-	}
-	return c.made().ctx.Done()
 }
 
 // Err returns nil until the context ends, then why (context.Canceled for
 // a lost lease or a returned handler, as the standard library's do).
 func (c *handlerContext) Err() error {
-	if p := c.child.Load(); p != nil {
+	switch p := c.child.Load(); p {
+	case returnedMark:
+		return context.Canceled
+	case nil:
+		return c.parent.Err()
+	default:
 		return p.ctx.Err()
 	}
-	if c.returned.Load() {
-		return context.Canceled
-	}
-	return c.parent.Err()
 }
 
 // Value answers the claim itself and asks the rest of the chain for any
@@ -88,7 +92,7 @@ func (c *handlerContext) Value(key any) any {
 	if key == claimKey {
 		return &c.held
 	}
-	if p := c.child.Load(); p != nil {
+	if p := c.child.Load(); p != nil && p != returnedMark {
 		return p.ctx.Value(key)
 	}
 	return c.parent.Value(key)
@@ -102,28 +106,30 @@ func (c *handlerContext) String() string {
 // made returns the cancellable part, making it if need be: cancelled at
 // once when the handler returned already.
 func (c *handlerContext) made() *cancelPart {
-	if p := c.child.Load(); p != nil {
-		return p
+	for {
+		old := c.child.Load()
+		if old != nil && old != returnedMark {
+			return old
+		}
+		ctx, cancel := context.WithCancelCause(c.parent)
+		p := &cancelPart{ctx: ctx, cancel: cancel}
+		if old == returnedMark {
+			cancel(nil)
+		}
+		if c.child.CompareAndSwap(old, p) {
+			return p
+		}
+		cancel(nil) // the state moved on: the parent forgets this one
 	}
-	ctx, cancel := context.WithCancelCause(c.parent)
-	p := &cancelPart{ctx: ctx, cancel: cancel}
-	if !c.child.CompareAndSwap(nil, p) {
-		cancel(nil) // made by another call first: the parent forgets this one
-		return c.child.Load()
-	}
-	if c.returned.Load() {
-		p.cancel(nil)
-	}
-	return p
 }
 
 // end ends the context once the handler returned, with context.Canceled
 // unless it ended already.
 func (c *handlerContext) end() {
-	if !c.returned.CompareAndSwap(false, true) {
+	if c.child.CompareAndSwap(nil, returnedMark) {
 		return
 	}
-	if p := c.child.Load(); p != nil {
+	if p := c.child.Load(); p != returnedMark {
 		p.cancel(nil)
 	}
 }
@@ -132,7 +138,7 @@ func (c *handlerContext) end() {
 // context.Cause, so the cancellable part is made for it), unless the
 // handler returned already.
 func (c *handlerContext) lose() {
-	if c.returned.Load() {
+	if c.child.Load() == returnedMark {
 		return
 	}
 	c.made().cancel(ErrLeaseLost)
