@@ -45,8 +45,12 @@ type Options struct {
 	// store.ErrUnavailable after at most this long. The client's own
 	// DialTimeout, ReadTimeout and WriteTimeout bound each attempt as well;
 	// set ContextTimeoutEnabled on the client so that this deadline also
-	// cuts a read that is already waiting. Must not be negative. Defaults
-	// to 2s.
+	// cuts a read that is already waiting. A call whose context cannot be
+	// cancelled (context.Background, or the receiver's completions, which
+	// run detached from the caller) shares a deadline with the calls that
+	// start within an eighth of Timeout of it, so that it may be cut short
+	// by up to that eighth: a deadline of its own would cost a timer and
+	// four allocations a call. Must not be negative. Defaults to 2s.
 	Timeout time.Duration
 
 	// AbandonedTTL is how long a processing record is kept after its lease
@@ -93,6 +97,8 @@ type Store struct {
 
 	minReplicas    int // WAIT after each write when positive
 	replicaTimeout time.Duration
+
+	deadlines deadlines // bound the calls whose context cannot be cancelled
 }
 
 var (
@@ -130,6 +136,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts *Options) (*Sto
 		minReplicas:    o.MinReplicas,
 		replicaTimeout: cmp.Or(o.ReplicaTimeout, DefaultReplicaTimeout),
 	}
+	s.deadlines.timeout = s.timeout
 	if err := s.checkReplicas(o); err != nil {
 		return nil, err
 	}
@@ -202,18 +209,20 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Cl
 	if s.minReplicas > 0 {
 		return s.acquireReplicated(ctx, req)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	now := time.Now()
+	a := s.newAcquire(req, now)
+	cctx, cancel := s.bound(ctx, now, &a.ctx)
 	defer cancel()
-	a := s.newAcquire(req, time.Now())
-	old, err := s.client.SetArgs(cctx, s.RedisKey(req.Key), a.record, a.setArgs).Result()
-	c, again, err := a.claimed(old, err)
+	cmd := redis.NewStatusCmd(cctx, a.setNXGet()...)
+	_ = s.client.Process(cctx, cmd) // the command carries its error
+	c, again, err := a.claimed(cmd.Result())
 	if err != nil {
 		return store.Claim{}, s.acquireFailed(ctx, req.Key, err)
 	}
 	if !again {
 		return c, nil
 	}
-	reply, err := acquireScript.Run(cctx, s.client, []string{s.RedisKey(req.Key)}, a.args()...).Result()
+	reply, err := acquireScript.Run(cctx, s.client, []string{a.redisKey}, a.args()...).Result()
 	if err != nil {
 		return store.Claim{}, s.fail(ctx, "acquire", req.Key, err)
 	}
@@ -221,15 +230,23 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Cl
 }
 
 // acquisition is one Acquire in the making: the record a SET NX writes for
-// a new key, and what the script needs when the key is taken.
+// a new key, and what the script needs when the key is taken. A single
+// Acquire allocates it once with everything its command needs (see
+// setNXGet and Store.bound).
 type acquisition struct {
 	req      store.AcquireRequest
 	token    store.Token
 	now      int64 // ms, on this process's clock
 	deadline int64 // now + the lease
 	ttl      time.Duration
+
+	// Set for a single Acquire only: a batch packs its records itself
+	// (packAll).
+	redisKey string // cut with record from one string
 	record   string
-	setArgs  redis.SetArgs
+	ttlMS    int64
+	argv     [7]any
+	ctx      bounded
 }
 
 // newAcquire prepares req at now. The lease is measured on the caller's
@@ -242,16 +259,29 @@ func (s *Store) newAcquire(req store.AcquireRequest, now time.Time) *acquisition
 }
 
 // initAcquire is newAcquire into a, which a batch allocates with the
-// others; a batch packs its records itself (packAll), and leaves record
-// and setArgs unset.
+// others; a batch packs its records itself (packAll), and leaves redisKey
+// and record unset.
 func (s *Store) initAcquire(a *acquisition, req store.AcquireRequest, now time.Time, single bool) {
 	*a = acquisition{req: req, token: store.NewToken(), now: now.UnixMilli()}
 	a.deadline = a.now + ms(req.Lease)
 	a.ttl = time.Duration(ms(req.Lease)+ms(s.abandonedTTL)) * time.Millisecond
 	if single {
-		a.record = packProcessing(a.token, a.deadline, a.now, req.Fingerprint)
-		a.setArgs = redis.SetArgs{Mode: "NX", TTL: a.ttl, Get: true}
+		// The Redis key and the record in one string: one allocation.
+		var buf [160]byte
+		b := append(append(append(buf[:0], s.prefix...), layout...), req.Key...)
+		k := len(b)
+		all := string(appendProcessing(b, a.token, a.deadline, a.now, req.Fingerprint))
+		a.redisKey, a.record = all[:k], all[k:]
 	}
+}
+
+// setNXGet returns the arguments of the SET NX GET that claims a new key,
+// built into a: the strings and the TTL passed by pointer, which go-redis
+// writes as their values and an interface holds with no allocation.
+func (a *acquisition) setNXGet() []any {
+	a.ttlMS = ms(a.ttl)
+	a.argv = [7]any{"set", &a.redisKey, &a.record, "px", &a.ttlMS, "nx", "get"}
+	return a.argv[:]
 }
 
 // claimed reads the answer of SET NX GET: no record (redis.Nil) means the
@@ -368,7 +398,7 @@ func (s *Store) CompleteReport(ctx context.Context, req store.CompleteRequest) (
 	if s.minReplicas > 0 {
 		return s.completeReplicated(ctx, req)
 	}
-	reply, err := s.eval(ctx, "complete", req.Key, completeScript, completeArgs(req))
+	reply, err := s.evalOne(ctx, "complete", req.Key, completeScript, oneArgs{token: req.Token, bytes: req.Result, n: ms(req.Retention)})
 	if err != nil {
 		return store.CompletionUnknown, err
 	}
@@ -391,20 +421,89 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 	if err := checkSettle("release", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	return s.settle(ctx, "release", req.Key, releaseScript, []any{string(req.Token[:]), req.Error, ms(req.Retention)})
+	return s.settle(ctx, "release", req.Key, releaseScript, oneArgs{token: req.Token, text: req.Error, n: ms(req.Retention)})
 }
 
 // settle runs one of the scripts that answer 1 (done) or 0 (the token does
 // not hold the key).
-func (s *Store) settle(ctx context.Context, op, key string, script *redis.Script, args []any) error {
+func (s *Store) settle(ctx context.Context, op, key string, script *redis.Script, args oneArgs) error {
 	if s.minReplicas > 0 {
-		return s.settleReplicated(ctx, op, key, script, args)
+		return s.settleReplicated(ctx, op, key, script, args.list())
 	}
-	reply, err := s.eval(ctx, op, key, script, args)
+	reply, err := s.evalOne(ctx, op, key, script, args)
 	if err != nil {
 		return err
 	}
 	return settledOf(op, key, reply)
+}
+
+// oneArgs are the arguments of the scripts that change one claim
+// (complete, release, extend): the claim's token, a text (the result, the
+// error, the new deadline) and a number (the retention, the key's TTL).
+type oneArgs struct {
+	token store.Token
+	text  string
+	bytes []byte // the text, when the caller has it as bytes
+	n     int64
+}
+
+// list returns the arguments as a script's ARGV, for a pipeline.
+func (o oneArgs) list() []any {
+	var text any = o.text
+	if o.bytes != nil {
+		text = o.bytes
+	}
+	return []any{string(o.token[:]), text, o.n}
+}
+
+// evalCall is a script run on one key, built in one allocation: its
+// arguments, the strings they point to (cut from one string) and its
+// bounded context (see Store.bound).
+type evalCall struct {
+	argv             [7]any
+	sha              string
+	key, token, text string
+	n                int64
+	ctx              bounded
+}
+
+// evalOne runs script on key with args and returns its reply: EVALSHA,
+// and the script's text if the server lost it (NOSCRIPT: it restarted, or
+// someone ran SCRIPT FLUSH), as go-redis's Script.Run does. The command
+// is built here rather than by go-redis, which boxes every argument and
+// allocates about a dozen times more.
+func (s *Store) evalOne(ctx context.Context, op, key string, script *redis.Script, args oneArgs) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, errContext(op, key, err)
+	}
+	now := time.Now()
+	c := new(evalCall)
+	var b strings.Builder
+	b.Grow(len(s.prefix) + len(layout) + len(key) + len(args.token) + len(args.text) + len(args.bytes))
+	b.WriteString(s.prefix)
+	b.WriteString(layout)
+	b.WriteString(key)
+	k := b.Len()
+	b.Write(args.token[:])
+	b.WriteString(args.text)
+	b.Write(args.bytes)
+	all := b.String()
+	c.key, c.token, c.text = all[:k], all[k:k+len(args.token)], all[k+len(args.token):]
+	c.sha, c.n = script.Hash(), args.n
+	c.argv = [7]any{"evalsha", &c.sha, 1, &c.key, &c.token, &c.text, &c.n}
+	cctx, cancel := s.bound(ctx, now, &c.ctx)
+	defer cancel()
+	cmd := redis.NewCmd(cctx, c.argv[:]...)
+	cmd.SetFirstKeyPos(3)
+	err := s.client.Process(cctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = script.Eval(cctx, s.client, []string{c.key}, c.token, c.text, c.n)
+		err = cmd.Err()
+	}
+	if err != nil {
+		return nil, s.fail(ctx, op, key, err)
+	}
+	return cmd.Val(), nil
 }
 
 // eval runs a single-key script on key and returns its reply.
@@ -444,7 +543,8 @@ func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
 	if err := checkExtend(req); err != nil {
 		return err
 	}
-	return s.settle(ctx, "extend", req.Key, extendScript, s.extendArgs(req, time.Now()))
+	ttl := ms(req.Lease) + ms(s.abandonedTTL)
+	return s.settle(ctx, "extend", req.Key, extendScript, oneArgs{token: req.Token, text: timeString(time.Now().UnixMilli() + ms(req.Lease)), n: ttl})
 }
 
 func (s *Store) extendArgs(req store.ExtendRequest, now time.Time) []any {
