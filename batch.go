@@ -203,7 +203,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 		data, encErr := r.encode(v)
 		if hctx.held.Completed() {
 			hb.finish(hbIndex[k])
-			out[i].Result = r.completed(ctx, out[i].Result, encErr, nil)
+			r.completed(ctx, &out[i].Result, encErr, nil)
 			continue
 		}
 		done = append(done, store.CompleteRequest{Key: keys[i], Token: c.Claim.Token, Result: data, Retention: r.cfg.Retention})
@@ -229,9 +229,9 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 			err = &store.OpError{Op: "complete", Key: done[n].Key, Err: fmt.Errorf("CompleteBatch returned %d errors for %d requests", len(errs), len(done))}
 		}
 		if err != nil && !errors.Is(err, ErrLeaseLost) {
-			err = r.completeHeld(ctx, done[n], hb, hbIndex[k], nil, out[i].Result)
+			err = r.completeHeld(ctx, done[n], hb, hbIndex[k], nil, &out[i].Result)
 		}
 		hb.finish(hbIndex[k])
-		out[i].Result = r.completed(ctx, out[i].Result, encErrs[n], err)
+		r.completed(ctx, &out[i].Result, encErrs[n], err)
 	}
 }

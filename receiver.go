@@ -532,10 +532,11 @@ func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, token s
 	var storeErr error
 	if !hctx.held.Completed() {
 		t := tm.start()
-		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: token, Result: data, Retention: r.cfg.Retention}, hb, idx, call, res)
+		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: token, Result: data, Retention: r.cfg.Retention}, hb, idx, call, &res)
 		tm.addComplete(t)
 	}
-	return r.completed(ctx, res, encErr, storeErr), nil
+	r.completed(ctx, &res, encErr, storeErr)
+	return res, nil
 }
 
 // completeHeld records a success, retrying a completion that failed for
@@ -545,8 +546,8 @@ func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, token s
 // that in-process duplicates are answered with the result held. It gives
 // up when the lease is lost or ends unconfirmed, and returns the last
 // error.
-func (r *Receiver[M, R]) completeHeld(ctx context.Context, req store.CompleteRequest, hb *heartbeat, idx int, call *flightCall[R], res Result[R]) error {
-	delay := max(r.cfg.Lease/100, time.Millisecond)
+func (r *Receiver[M, R]) completeHeld(ctx context.Context, req store.CompleteRequest, hb *heartbeat, idx int, call *flightCall[R], res *Result[R]) error {
+	var delay time.Duration
 	for retry := 0; ; retry++ {
 		err := r.complete(ctx, req)
 		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidConfig) {
@@ -557,8 +558,9 @@ func (r *Receiver[M, R]) completeHeld(ctx context.Context, req store.CompleteReq
 			return fmt.Errorf("%w (gave up after %d retries: the lease ended)", err, retry)
 		}
 		if retry == 0 {
+			delay = max(r.cfg.Lease/100, time.Millisecond)
 			if call != nil {
-				r.flight.publish(call, res, nil)
+				r.flight.publish(call, *res, nil)
 			}
 			r.cfg.Logger.WarnContext(ctx, "dedup: completion failed; retrying while the lease holds",
 				slog.String("key", req.Key), slog.Any("error", err))
@@ -621,11 +623,11 @@ func (r *Receiver[M, R]) handlerFailed(ctx context.Context, key string, token st
 	return Result[R]{Key: key, Attempt: attempt}, err
 }
 
-// completed reports a successful handler whose result was (or was not)
-// stored. The status stays Processed whatever happened: the effect is done,
-// and redelivering the message would repeat it. What went wrong is the
-// Result's Problem.
-func (r *Receiver[M, R]) completed(ctx context.Context, res Result[R], encErr, storeErr error) Result[R] {
+// completed reports, in res, a successful handler whose result was (or
+// was not) stored. The status stays Processed whatever happened: the
+// effect is done, and redelivering the message would repeat it. What went
+// wrong is the Result's Problem.
+func (r *Receiver[M, R]) completed(ctx context.Context, res *Result[R], encErr, storeErr error) {
 	r.stats.processed.Add(1)
 	switch {
 	case storeErr != nil && errors.Is(storeErr, ErrLeaseLost):
@@ -641,7 +643,6 @@ func (r *Receiver[M, R]) completed(ctx context.Context, res Result[R], encErr, s
 		r.cfg.Logger.WarnContext(ctx, "dedup: result not stored; duplicates get the zero value", slog.String("key", res.Key), slog.Any("error", encErr))
 		res.Problem = encErr
 	}
-	return res
 }
 
 // encode returns the bytes to store for v. When v cannot be stored (an
