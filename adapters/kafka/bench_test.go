@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,64 +21,116 @@ import (
 	"github.com/dedup-go/dedup/store/redisstore"
 )
 
+// benchInterval is the commit cadence of the benchmarks that commit on a
+// timer: short enough that a run of a few hundred thousand messages holds
+// several commits.
+const benchInterval = 100 * time.Millisecond
+
 // BenchmarkConsume consumes b.N distinct orders from a 3-partition topic of
-// an in-process cluster (kfake), in the same run: with a bare kafka-go
-// reader loop (FetchMessage, decode, handler, CommitMessages) committing
-// every message or every 100, and with the dedup Consumer over memstore
-// (committing after every outcome, or every second) and over redisstore
-// in batches of 100. Producing is outside the timer; the final commit is
-// inside. The msgs/s are counted from the first message handled, so that
-// joining the group (the same for both) does not weigh on short runs. Read the msgs/s as ratios: the machine and kfake set the scale.
+// an in-process cluster (kfake), in the same run, at two commit cadences:
+//
+//   - after every message: a bare kafka-go reader loop (FetchMessage,
+//     decode, handler, synchronous CommitMessages), the same loop calling
+//     the receiver's Handle over memstore itself (bare+handle), and the dedup
+//     Consumer over memstore with CommitEveryOutcome;
+//   - on a timer: the bare loop with kafka-go's CommitInterval at 100ms
+//     (and committing every 100 messages itself), bare+handle with the same
+//     interval, and the Consumer with CommitInterval 100ms (and 1s, and
+//     with BatchSize 100 over memstore and over redisstore).
+//
+// Each side is timed from the first message handled to the last: joining
+// the group before, the last commit and stopping after are outside the
+// clock, as in the bench module's Kafka rows. bare+handle against bare is
+// the receiver's new-key path over memstore; the Consumer against
+// bare+handle is the adapter's own cost. Read the msgs/s as ratios: the
+// machine and kfake set the scale.
+//
+//	go test -run '^$' -bench 'Consume/^(bare|bare\+handle|dedup)$/(every|100ms)' -benchtime 40000x -count 3 .
 func BenchmarkConsume(b *testing.B) {
 	brokers := startKafka(b, partitions)
 	var run atomic.Int64
-	bench := func(name string, consume func(b *testing.B, brokers []string, topic string, count int, handle func(Order))) {
+	bench := func(name string, consume func(b *testing.B, brokers []string, topic string, t *benchTally)) {
 		b.Run(name, func(b *testing.B) {
 			topic := fmt.Sprintf("bench-%d", run.Add(1))
 			createTopic(b, brokers, topic, partitions)
-			var msgs []kafka.Message
-			for i := range b.N {
+			msgs := make([]kafka.Message, b.N)
+			for i := range msgs {
 				data, _ := json.Marshal(Order{ID: fmt.Sprintf("o-%09d", i), Cents: i})
-				msgs = append(msgs, kafka.Message{Partition: i % partitions, Value: data})
+				msgs[i] = kafka.Message{Partition: i % partitions, Value: data}
 			}
 			produce(b, newWriter(b, brokers), topic, msgs)
-			var sum atomic.Int64
-			var start atomic.Int64
-			handle := func(o Order) {
-				if start.Load() == 0 {
-					start.CompareAndSwap(0, time.Now().UnixNano())
-				}
-				sum.Add(int64(o.Cents))
-			}
+			t := &benchTally{n: b.N, done: make(chan struct{})}
 			b.ResetTimer()
-			consume(b, brokers, topic, b.N, handle)
-			elapsed := time.Since(time.Unix(0, start.Load()))
+			cpu := processCPU(b)
+			consume(b, brokers, topic, t)
+			cpu = processCPU(b) - cpu
 			b.StopTimer()
-			require.Equal(b, int64(b.N)*int64(b.N-1)/2, sum.Load(), "every message handled exactly once")
+			require.Equal(b, int64(b.N)*int64(b.N-1)/2, t.sum.Load(), "every message handled exactly once")
 			got := committed(b, brokers, topic, topic, partitions)
 			for p, end := range endOffsets(b, brokers, topic, partitions) {
 				require.Equal(b, end, max(got[p], 0), "partition %d committed to its end", p)
 			}
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+			b.ReportMetric(t.rate(), "msgs/s")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
 		})
 	}
-	bench("bare/commit-every-message", bareLoop(1))
-	bench("bare/commit-every-100", bareLoop(100))
-	memstoreStore := func(b *testing.B, count int) store.Store {
-		s, err := memstore.New(&memstore.Options{Capacity: count + 1000})
-		require.NoError(b, err)
-		return s
-	}
-	bench("dedup/memstore/commit-every-outcome", dedupLoop(memstoreStore, &dedupkafka.Options{DropPoison: true, CommitInterval: dedupkafka.CommitEveryOutcome}))
-	bench("dedup/memstore/commit-1s", dedupLoop(memstoreStore, nil))
-	bench("dedup/memstore/batch-100", dedupLoop(memstoreStore, &dedupkafka.Options{DropPoison: true, BatchSize: 100}))
+	bench("bare/commit-every-message", bareLoop(1, 0, false))
+	bench("bare+handle/commit-every-message", bareLoop(1, 0, true))
+	bench("dedup/commit-every-outcome", dedupLoop(memstoreStore, &dedupkafka.Options{DropPoison: true, CommitInterval: dedupkafka.CommitEveryOutcome}))
+	bench("bare/commit-100ms", bareLoop(0, benchInterval, false))
+	bench("bare/commit-every-100", bareLoop(100, 0, false))
+	bench("bare+handle/commit-100ms", bareLoop(0, benchInterval, true))
+	bench("dedup/commit-100ms", dedupLoop(memstoreStore, &dedupkafka.Options{DropPoison: true, CommitInterval: benchInterval}))
+	bench("dedup/commit-1s", dedupLoop(memstoreStore, &dedupkafka.Options{DropPoison: true}))
+	bench("dedup/batch-100", dedupLoop(memstoreStore, &dedupkafka.Options{DropPoison: true, BatchSize: 100}))
 	redisStore := func(b *testing.B, _ int) store.Store {
 		c := redistest.Client(b)
 		s, err := redisstore.New(context.Background(), c, &redisstore.Options{Prefix: redistest.Prefix(b, c)})
 		require.NoError(b, err)
 		return s
 	}
-	bench("dedup/redisstore/batch-100", dedupLoop(redisStore, &dedupkafka.Options{DropPoison: true, BatchSize: 100}))
+	bench("dedup-redisstore/batch-100", dedupLoop(redisStore, &dedupkafka.Options{DropPoison: true, BatchSize: 100}))
+}
+
+// benchTally counts handled orders; the sum of their amounts is known, so
+// a message handled twice or missed shows.
+type benchTally struct {
+	n           int
+	seen, sum   atomic.Int64
+	first, last atomic.Int64 // Unix ns of the first and the n-th order handled
+	done        chan struct{}
+}
+
+func (t *benchTally) add(o Order) {
+	if t.first.Load() == 0 {
+		t.first.CompareAndSwap(0, time.Now().UnixNano())
+	}
+	t.sum.Add(int64(o.Cents))
+	if t.seen.Add(1) == int64(t.n) {
+		t.last.Store(time.Now().UnixNano())
+		close(t.done)
+	}
+}
+
+// processCPU is the user and system CPU time of the whole process (the
+// in-process cluster's included, the same for every side): a run's
+// cpu-ns/msg says what a message costs on a machine whose other load
+// makes its wall-clock rate noisy.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rate is orders per second from the first handled to the last.
+func (t *benchTally) rate() float64 {
+	return float64(t.n) / max(time.Duration(t.last.Load()-t.first.Load()), time.Nanosecond).Seconds()
+}
+
+func memstoreStore(b *testing.B, count int) store.Store {
+	s, err := memstore.New(&memstore.Options{Capacity: 2 * count})
+	require.NoError(b, err)
+	return s
 }
 
 func createTopic(b testing.TB, brokers []string, topic string, partitions int) {
@@ -88,25 +141,33 @@ func createTopic(b testing.TB, brokers []string, topic string, partitions int) {
 }
 
 // bareLoop is a plain kafka-go consumer: one goroutine fetching, decoding,
-// handling and committing every commitEvery messages (the last message of
-// each partition seen).
-func bareLoop(commitEvery int) func(b *testing.B, brokers []string, topic string, count int, handle func(Order)) {
-	return func(b *testing.B, brokers []string, topic string, count int, handle func(Order)) {
-		r := kafka.NewReader(readerConfig(brokers, topic, topic))
-		defer r.Close()
+// handling and committing. With interval 0 it commits the last message of
+// each partition seen itself, every commitEvery messages and at the end;
+// with an interval it hands each message to CommitMessages and kafka-go
+// commits every interval and at close. With receive, it hands each order to
+// a Receiver over memstore (Handle) instead of to the handler directly.
+func bareLoop(commitEvery int, interval time.Duration, receive bool) func(b *testing.B, brokers []string, topic string, t *benchTally) {
+	return func(b *testing.B, brokers []string, topic string, t *benchTally) {
+		cfg := readerConfig(brokers, topic, topic)
+		cfg.CommitInterval = interval
+		r := kafka.NewReader(cfg)
+		defer func() { require.NoError(b, r.Close()) }()
 		ctx := context.Background()
-		last := map[int]kafka.Message{}
-		commit := func() {
-			var msgs []kafka.Message
-			for _, m := range last {
-				msgs = append(msgs, m)
-			}
-			clear(last)
-			if err := r.CommitMessages(ctx, msgs...); err != nil {
-				b.Fatal(err)
+		handle := func(o Order) error { t.add(o); return nil }
+		if receive {
+			rcv, err := dedup.NewReceiver(memstoreStore(b, t.n), func(o Order) (string, error) { return o.ID, nil },
+				func(_ context.Context, o Order) (struct{}, error) {
+					t.add(o)
+					return struct{}{}, nil
+				}, &dedup.Config{Retention: 7 * 24 * time.Hour})
+			require.NoError(b, err)
+			handle = func(o Order) error {
+				_, err := rcv.Handle(ctx, o)
+				return err
 			}
 		}
-		for i := range count {
+		last := map[int]kafka.Message{}
+		for i := range t.n {
 			m, err := r.FetchMessage(ctx)
 			if err != nil {
 				b.Fatal(err)
@@ -115,10 +176,25 @@ func bareLoop(commitEvery int) func(b *testing.B, brokers []string, topic string
 			if err := json.Unmarshal(m.Value, &o); err != nil {
 				b.Fatal(err)
 			}
-			handle(o)
+			if err := handle(o); err != nil {
+				b.Fatal(err)
+			}
+			if interval > 0 {
+				if err := r.CommitMessages(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+				continue
+			}
 			last[m.Partition] = m
-			if (i+1)%commitEvery == 0 || i == count-1 {
-				commit()
+			if (i+1)%commitEvery == 0 || i == t.n-1 {
+				msgs := make([]kafka.Message, 0, len(last))
+				for _, m := range last {
+					msgs = append(msgs, m)
+				}
+				clear(last)
+				if err := r.CommitMessages(ctx, msgs...); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
 	}
@@ -126,25 +202,24 @@ func bareLoop(commitEvery int) func(b *testing.B, brokers []string, topic string
 
 // dedupLoop consumes through the dedup Consumer with opts, and stops it
 // (which commits) once every message was handled.
-func dedupLoop(newStore func(b *testing.B, count int) store.Store, opts *dedupkafka.Options) func(b *testing.B, brokers []string, topic string, count int, handle func(Order)) {
-	return func(b *testing.B, brokers []string, topic string, count int, handle func(Order)) {
-		var handled atomic.Int64
-		done := make(chan struct{})
-		rcv, err := dedup.NewReceiver(newStore(b, count), idstrategy.BodyField("id", func(o Order) string { return o.ID }),
+func dedupLoop(newStore func(b *testing.B, count int) store.Store, opts *dedupkafka.Options) func(b *testing.B, brokers []string, topic string, t *benchTally) {
+	return func(b *testing.B, brokers []string, topic string, t *benchTally) {
+		rcv, err := dedup.NewReceiver(newStore(b, t.n), idstrategy.BodyField("id", func(o Order) string { return o.ID }),
 			func(_ context.Context, m *dedup.Message[Order]) (struct{}, error) {
-				handle(m.Body)
-				if handled.Add(1) == int64(count) {
-					close(done)
-				}
+				t.add(m.Body)
 				return struct{}{}, nil
 			}, &dedup.Config{Retention: 7 * 24 * time.Hour})
 		require.NoError(b, err)
 		r := kafka.NewReader(readerConfig(brokers, topic, topic))
-		defer r.Close() // after Stop: the Consumer leaves the reader to its maker
+		defer func() { _ = r.Close() }() // after Stop: the Consumer leaves the reader to its maker
 		c, err := dedupkafka.NewConsumer(r, rcv, opts)
 		require.NoError(b, err)
 		require.NoError(b, c.Start(context.Background()))
-		<-done
+		select {
+		case <-t.done:
+		case <-time.After(5 * time.Minute):
+			b.Fatalf("handled %d of %d orders in 5 minutes", t.seen.Load(), t.n)
+		}
 		require.NoError(b, c.Stop(context.Background()))
 	}
 }

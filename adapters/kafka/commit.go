@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,33 +23,48 @@ type partition struct {
 	id    partitionID
 	queue chan kafka.Message
 
-	mu     sync.Mutex
-	mark   kafka.Message // the watermark's message
-	marked bool          // mark is set and not committed yet
+	mu       sync.Mutex
+	mark     kafka.Message // the watermark's message
+	marked   bool          // mark is set and not committed yet
+	moves    uint64        // how many times the watermark moved: mark's number
+	tried    uint64        // the number of the last watermark a commit was made for
+	triedErr error         // what that commit came to
 }
 
-// setMark moves the watermark to m.
-func (p *partition) setMark(m kafka.Message) {
+// setMark moves the watermark to m, and returns the move's number.
+func (p *partition) setMark(m kafka.Message) uint64 {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.moves++
 	p.mark, p.marked = m, true
-	p.mu.Unlock()
+	return p.moves
+}
+
+// triedFor reports whether a commit was made for the watermark move (or a
+// later one), and what the last such commit came to.
+func (p *partition) triedFor(move uint64) (tried bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tried >= move, p.triedErr
 }
 
 // committer commits the partitions' watermarks: every CommitInterval, or
 // at once for CommitEveryOutcome (then its ticker only retries failed
 // commits). Commits are serialised, so that an older watermark is never
-// committed after a newer one.
+// committed after a newer one; each commit takes every watermark that
+// moved since its last commit (a group commit).
 type committer struct {
 	reader *kafka.Reader
 	opts   Options
 	stats  *counters
 	closed func() // called when a commit finds the reader closed
 
-	mu    sync.Mutex // guards parts
-	parts []*partition
+	mu      sync.Mutex // guards parts, leading and ended
+	parts   []*partition
+	leading bool          // a commit is on its way
+	ended   chan struct{} // closed when the commit on its way ends
 
-	commitMu sync.Mutex // one commit at a time, in watermark order
-	gone     error      // set when the reader was found closed: no commit can succeed
+	gone     error // set when the reader was found closed: no commit can succeed; only the commit on its way reads and writes it
 	dead     context.Context
 	kill     context.CancelCauseFunc // ends commits waiting on a reader that is gone
 	quit     chan struct{}
@@ -80,9 +96,9 @@ func (cm *committer) start() {
 		for {
 			select {
 			case <-t.C:
-				_ = cm.flush(context.Background(), nil)
+				_ = cm.flush(context.Background())
 			case <-cm.quit:
-				cm.finalErr = cm.flush(context.Background(), nil)
+				cm.finalErr = cm.flush(context.Background())
 				return
 			}
 		}
@@ -101,30 +117,83 @@ func (cm *committer) stop() {
 // would wait for their SettleTimeout.
 func (cm *committer) readerGone(err error) { cm.kill(err) }
 
-// flush commits the watermarks of only, or of every partition when only
-// is nil, that moved since their last commit, in one OffsetCommit. ctx
-// is for the log: the commit has its own deadline, SettleTimeout.
-func (cm *committer) flush(ctx context.Context, only *partition) error {
-	cm.commitMu.Lock()
-	defer cm.commitMu.Unlock()
+// flush commits the watermarks of every partition that moved since its
+// last commit, in one OffsetCommit, after the commit on its way (if any).
+// ctx is for the log: the commit has its own deadline, SettleTimeout.
+func (cm *committer) flush(ctx context.Context) error {
+	cm.mu.Lock()
+	for cm.leading {
+		ended := cm.ended
+		cm.mu.Unlock()
+		<-ended
+		cm.mu.Lock()
+	}
+	cm.lead()
+	cm.mu.Unlock()
+	defer cm.endLead()
+	return cm.commit(ctx)
+}
+
+// commitMark returns once p's watermark move was committed, with what
+// the commit came to (CommitEveryOutcome). While a commit is on its way,
+// the watermarks that move wait for it to end, and then go out together in
+// the next commit, which one of their partitions makes; a watermark the
+// commit on its way took needs no other. So partitions that finish while
+// another's commit is on its way share one OffsetCommit, and none waits for
+// more than the commit on its way and its own.
+func (cm *committer) commitMark(ctx context.Context, p *partition, move uint64) error {
+	cm.mu.Lock()
+	for {
+		if tried, err := p.triedFor(move); tried {
+			cm.mu.Unlock()
+			return err
+		}
+		if !cm.leading {
+			break
+		}
+		ended := cm.ended
+		cm.mu.Unlock()
+		<-ended
+		cm.mu.Lock()
+	}
+	cm.lead()
+	cm.mu.Unlock()
+	defer cm.endLead()
+	return cm.commit(ctx)
+}
+
+// lead makes the caller the maker of the next commit; cm.mu is held and
+// no commit is on its way.
+func (cm *committer) lead() {
+	cm.leading, cm.ended = true, make(chan struct{})
+}
+
+// endLead ends the commit on its way, waking those waiting for it.
+func (cm *committer) endLead() {
+	cm.mu.Lock()
+	cm.leading = false
+	close(cm.ended)
+	cm.mu.Unlock()
+}
+
+// commit commits the watermarks of every partition that moved since its
+// last commit, in one OffsetCommit; the caller leads.
+func (cm *committer) commit(ctx context.Context) error {
 	if cm.gone != nil {
 		return cm.gone
 	}
-	var parts []*partition
-	if only != nil {
-		parts = []*partition{only}
-	} else {
-		cm.mu.Lock()
-		parts = append(parts, cm.parts...)
-		cm.mu.Unlock()
-	}
+	cm.mu.Lock()
+	parts := slices.Clone(cm.parts)
+	cm.mu.Unlock()
 	var msgs []kafka.Message
 	var from []*partition
+	var moves []uint64
 	for _, p := range parts {
 		p.mu.Lock()
 		if p.marked {
 			msgs = append(msgs, p.mark)
 			from = append(from, p)
+			moves = append(moves, p.moves)
 		}
 		p.mu.Unlock()
 	}
@@ -146,14 +215,14 @@ func (cm *committer) flush(ctx context.Context, only *partition) error {
 		}
 		cm.opts.Logger.ErrorContext(ctx, "dedupkafka: committing offsets failed; retrying on the next tick (a crash meanwhile re-reads more messages, answered as duplicates)",
 			slog.Int("partitions", len(msgs)), slog.Any("error", err))
-		return err
 	}
 	for i, p := range from {
 		p.mu.Lock()
-		if p.mark.Offset == msgs[i].Offset && p.mark.Topic == msgs[i].Topic {
+		p.tried, p.triedErr = moves[i], err
+		if err == nil && p.moves == moves[i] {
 			p.marked = false
 		}
 		p.mu.Unlock()
 	}
-	return nil
+	return err
 }

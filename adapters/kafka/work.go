@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +19,8 @@ type item[T, R any] struct {
 	idx       int // in its batch
 	env       *dedup.Message[T]
 	decodeErr error
-	dlv       *dedup.Delivery[R] // the delivery being settled; nil before it is handed over and once settled
+	dlv       *dedup.Delivery[R] // the delivery being settled (delivery); nil before it is handed over and once settled
+	delivery  dedup.Delivery[R]
 	res       dedup.Result[R]
 	err       error
 	dead      *dedup.Decision // decided to dead-letter, the write not done yet
@@ -31,31 +33,44 @@ type item[T, R any] struct {
 	done      bool
 }
 
+// worker is what a partition's worker reuses from batch to batch, so that
+// handling a message allocates nothing of the worker's own but its
+// envelope (which the handler may keep).
+type worker[T, R any] struct {
+	batch   []kafka.Message
+	items   []item[T, R]
+	pending []*item[T, R]
+	past    []passed[T, R]
+	envs    []*dedup.Message[T]
+	at      []*item[T, R]
+}
+
 // work is the worker of partition p: it handles the partition's messages
 // in fetch order, a batch at a time, until the consumer stops.
 func (c *Consumer[T, R]) work(ctx context.Context, p *partition) {
+	w := &worker[T, R]{batch: make([]kafka.Message, 0, c.opts.BatchSize)}
 	for {
-		batch := c.nextBatch(p)
+		batch := c.nextBatch(p, w.batch[:0])
 		if batch == nil {
 			return
 		}
-		c.process(ctx, p, batch)
+		c.process(ctx, p, w, batch)
+		clear(batch) // the messages' bytes are not kept past their batch
 	}
 }
 
-// nextBatch waits for a message of p and returns it with what else has been
-// fetched for p, up to BatchSize, waiting at most Linger for more. It
-// returns nil when the consumer stops: fetched messages that were not
-// started are left uncommitted, for the next owner.
-func (c *Consumer[T, R]) nextBatch(p *partition) []kafka.Message {
+// nextBatch waits for a message of p and returns it, appended to batch,
+// with what else has been fetched for p, up to BatchSize, waiting at most
+// Linger for more. It returns nil when the consumer stops: fetched
+// messages that were not started are left uncommitted, for the next owner.
+func (c *Consumer[T, R]) nextBatch(p *partition, batch []kafka.Message) []kafka.Message {
 	var first kafka.Message
 	select {
 	case first = <-p.queue:
 	case <-c.stopping:
 		return nil
 	}
-	batch := make([]kafka.Message, 1, c.opts.BatchSize)
-	batch[0] = first
+	batch = append(batch, first)
 fill:
 	for len(batch) < c.opts.BatchSize {
 		select {
@@ -94,9 +109,13 @@ fill:
 // delivery, settled (reported to the Observer) once: a retry in place at
 // once, a dead letter or retry copy once its write is acknowledged (or
 // the consumer stops first), an ack once the watermark moved.
-func (c *Consumer[T, R]) process(ctx context.Context, p *partition, batch []kafka.Message) {
-	items := make([]item[T, R], len(batch))
-	pending := make([]*item[T, R], len(batch))
+func (c *Consumer[T, R]) process(ctx context.Context, p *partition, w *worker[T, R], batch []kafka.Message) {
+	w.items = slices.Grow(w.items[:0], len(batch))[:len(batch)]
+	items := w.items
+	// The worker's next batch reuses the items: they keep no envelope or
+	// delivery alive past their own.
+	defer clear(items)
+	pending := w.pending[:0]
 	var notBefore time.Time
 	for i, m := range batch {
 		it := &items[i]
@@ -111,36 +130,42 @@ func (c *Consumer[T, R]) process(ctx context.Context, p *partition, batch []kafk
 			}
 		}
 		it.decodeErr = dedup.DecodeBody(c.opts.Decoder, it.env)
-		pending[i] = it
+		pending = append(pending, it)
 	}
+	w.pending = pending
+	defer clear(w.pending)
 	defer abandon(items)
-	if d := time.Until(notBefore); d > 0 && !c.wait(ctx, d) {
-		// Stopping: the batch is left uncommitted, for the next owner.
-		return
+	if !notBefore.IsZero() {
+		if d := time.Until(notBefore); d > 0 && !c.wait(ctx, d) {
+			// Stopping: the batch is left uncommitted, for the next owner.
+			return
+		}
 	}
 	for len(pending) > 0 {
 		if !c.acquire() {
 			return
 		}
-		c.handle(ctx, pending)
+		c.handle(ctx, w, pending)
 		<-c.sem
 		var retry []*item[T, R]
 		var delay time.Duration
-		var past []passed[T, R]
+		past := w.past[:0]
 		for _, it := range pending {
-			d, again, pass := c.settle(it)
+			d, again, pass, passes := c.settle(it)
 			if again {
 				retry = append(retry, it)
 				delay = max(delay, d)
 			}
-			if pass != nil {
-				past = append(past, passed[T, R]{it, *pass})
+			if passes {
+				past = append(past, passed[T, R]{it, pass})
 			}
 		}
-		last, commit := c.advance(ctx, p, items)
-		for _, ps := range past {
+		w.past = past
+		last, commit, committed := c.advance(ctx, p, items)
+		for i, ps := range past {
+			past[i] = passed[T, R]{}
 			s := dedup.Settlement{Decision: ps.decision}
-			if commit != nil && ps.it.idx <= last {
+			if committed && ps.it.idx <= last {
 				s.Duration, s.Err = commit.took, commit.err
 			}
 			if ps.decision.Action == dedup.Ack && ps.it.dead == nil && s.Err == nil {
@@ -212,15 +237,19 @@ func (c *Consumer[T, R]) acquire() bool {
 // a DeliverBatch for several; a message that did not decode is Refused. A
 // message whose dead letter or retry copy is still to be written does not
 // reach the receiver again: its delivery is still being settled.
-func (c *Consumer[T, R]) handle(ctx context.Context, pending []*item[T, R]) {
-	var envs []*dedup.Message[T]
-	var at []*item[T, R]
+func (c *Consumer[T, R]) handle(ctx context.Context, w *worker[T, R], pending []*item[T, R]) {
+	envs, at := w.envs[:0], w.at[:0]
+	defer func() {
+		clear(envs)
+		clear(at)
+		w.envs, w.at = envs[:0], at[:0]
+	}()
 	for _, it := range pending {
 		switch {
 		case it.dead != nil, it.later != nil:
 		case it.decodeErr != nil:
-			d := c.rcv.Refused(ctx, it.env, it.decodeErr)
-			it.dlv, it.res, it.err = &d, dedup.Result[R]{}, it.decodeErr
+			it.delivery = c.rcv.Refused(ctx, it.env, it.decodeErr)
+			it.dlv, it.res, it.err = &it.delivery, dedup.Result[R]{}, it.decodeErr
 		default:
 			envs = append(envs, it.env)
 			at = append(at, it)
@@ -229,8 +258,9 @@ func (c *Consumer[T, R]) handle(ctx context.Context, pending []*item[T, R]) {
 	switch len(envs) {
 	case 0:
 	case 1:
-		d := c.rcv.Deliver(ctx, envs[0])
-		at[0].dlv, at[0].res, at[0].err = &d, d.Result, d.Err
+		it := at[0]
+		it.delivery = c.rcv.Deliver(ctx, envs[0])
+		it.dlv, it.res, it.err = &it.delivery, it.delivery.Result, it.delivery.Err
 	default:
 		ds := c.rcv.DeliverBatch(ctx, envs)
 		for i := range ds {
@@ -241,9 +271,9 @@ func (c *Consumer[T, R]) handle(ctx context.Context, pending []*item[T, R]) {
 
 // settle carries out the decision on it's delivery, and settles the
 // delivery unless the watermark is to move past it (then it returns what
-// was done: the caller settles it once the watermark moved). It reports
-// whether it must be retried, after how long.
-func (c *Consumer[T, R]) settle(it *item[T, R]) (retryAfter time.Duration, again bool, pass *dedup.Decision) {
+// was done, and passes: the caller settles it once the watermark moved).
+// It reports whether it must be retried, after how long.
+func (c *Consumer[T, R]) settle(it *item[T, R]) (retryAfter time.Duration, again bool, pass dedup.Decision, passes bool) {
 	dlv := it.dlv
 	var d dedup.Decision
 	switch {
@@ -254,7 +284,8 @@ func (c *Consumer[T, R]) settle(it *item[T, R]) (retryAfter time.Duration, again
 	default:
 		d = dlv.Decision
 		if tier, ok := tierFor(c.opts.RetryTopics, d); ok {
-			it.later, it.tier = &d, tier
+			later := d // a copy: d itself stays on the stack
+			it.later, it.tier = &later, tier
 		}
 	}
 	if d.Action != dedup.Ack && it.firstFail.IsZero() {
@@ -263,30 +294,30 @@ func (c *Consumer[T, R]) settle(it *item[T, R]) (retryAfter time.Duration, again
 	switch d.Action {
 	case dedup.Ack:
 		it.done = true
-		return 0, false, &d
+		return 0, false, d, true
 	case dedup.Retry:
 		if it.later == nil {
 			c.stats.retriedInPlace.Add(1)
 			dlv.Settled(dedup.Settlement{})
 			it.dlv = nil
-			return d.Delay, true, nil
+			return d.Delay, true, dedup.Decision{}, false
 		}
 		if !c.written(it, c.retryLater(dlv.Context(), it, d), &c.stats.retriedLater) {
-			return c.rcv.StoreRetryDelay(), true, nil
+			return c.rcv.StoreRetryDelay(), true, dedup.Decision{}, false
 		}
 	case dedup.DeadLetter:
-		it.dead = &d
+		dead := d
+		it.dead = &dead
 		if c.dlw == nil {
 			c.dropPoison(dlv.Context(), it, d)
 			it.done = true
-			drop := dedup.Decision{Action: dedup.Ack, Reason: d.Reason, Err: d.Err}
-			return 0, false, &drop
+			return 0, false, dedup.Decision{Action: dedup.Ack, Reason: d.Reason, Err: d.Err}, true
 		}
 		if !c.written(it, c.deadLetter(dlv.Context(), it, d), &c.stats.deadLettered) {
-			return c.rcv.StoreRetryDelay(), true, nil
+			return c.rcv.StoreRetryDelay(), true, dedup.Decision{}, false
 		}
 	}
-	return 0, false, nil
+	return 0, false, dedup.Decision{}, false
 }
 
 // written settles the delivery of it once its dead letter or retry copy
@@ -389,9 +420,9 @@ type commitResult struct {
 // advance moves p's watermark past the longest finished prefix of items,
 // and commits it at once under CommitEveryOutcome. It returns the index of
 // the prefix's last item (-1 for none), and what the commit came to when
-// one was made.
-func (c *Consumer[T, R]) advance(ctx context.Context, p *partition, items []item[T, R]) (int, *commitResult) {
-	last := -1
+// one was made (committed).
+func (c *Consumer[T, R]) advance(ctx context.Context, p *partition, items []item[T, R]) (last int, commit commitResult, committed bool) {
+	last = -1
 	for i := range items {
 		if !items[i].done {
 			break
@@ -399,19 +430,18 @@ func (c *Consumer[T, R]) advance(ctx context.Context, p *partition, items []item
 		last = i
 	}
 	if last < 0 {
-		return last, nil
+		return last, commitResult{}, false
 	}
-	p.setMark(items[last].msg)
+	move := p.setMark(items[last].msg)
 	if c.opts.CommitInterval != CommitEveryOutcome {
-		return last, nil
+		return last, commitResult{}, false
 	}
-	// Every partition's watermark: the partitions that moved while the
-	// previous commit was on its way go out together (a group commit), and
-	// find theirs already committed when their turn comes. A failure is
-	// logged, and retried by the ticker.
+	// The partitions that moved while the previous commit was on its way go
+	// out together (a group commit). A failure is logged, and retried by the
+	// ticker.
 	begin := time.Now()
-	err := c.committer.flush(ctx, nil)
-	return last, &commitResult{took: time.Since(begin), err: err}
+	err := c.committer.commitMark(ctx, p, move)
+	return last, commitResult{took: time.Since(begin), err: err}, true
 }
 
 // wait waits d before a retry, and reports false when the consumer stops
