@@ -107,8 +107,7 @@ func BenchmarkRetainedHeap(b *testing.B) {
 		var perRecord float64
 		for b.Loop() {
 			perRecord = heapPer(n, func() any {
-				// Twice n: a store cut into shards keeps each shard's share.
-				s, err := memstore.New(&memstore.Options{Capacity: 2 * n})
+				s, err := memstore.New(&memstore.Options{Capacity: n})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -29,39 +29,46 @@
 //
 // # Capacity and eviction
 //
-// Options.Capacity bounds the completed and failed records; past it the
-// least recently used one is evicted. Evicting a completed record before
-// its retention ends breaks deduplication for that key: a duplicate
-// arriving later runs the handler again. [Store.Stats] counts these
-// evictions; size Capacity above the message rate times the retention, and
-// watch the count.
+// Options.Capacity is the number of completed and failed records kept;
+// past it one is evicted. Evicting a completed record before its
+// retention ends breaks deduplication for that key: a duplicate arriving
+// later runs the handler again. [Store.Stats] counts these evictions;
+// size Capacity above the message rate times the retention, and watch the
+// count.
 //
 // A store of Capacity 8,192 or more (the default is 100,000) is cut into
 // shards, up to 16, by a hash of the key's id (the part after its
-// namespace): each has its own mutex, so that
-// deliveries of different keys rarely wait for one another, and its share
-// of Capacity (rounded up). Eviction then takes the least recently used
-// record of the key's shard, and the bound of claims below is per shard
-// too. A smaller store is one piece, bounded exactly.
+// namespace), each with its own mutex, so that deliveries of different
+// keys rarely wait for one another. Capacity still bounds the whole store,
+// exactly: a store of Capacity 101,000 keeps every one of 100,000 keys,
+// however unevenly they fall into the shards. Each shard keeps its records
+// in least recently used order (a Peek or a replaying Acquire is a use),
+// and when the store is full the new record's shard evicts its own least
+// recently used one (another shard does when it has none): the record
+// evicted is among the oldest of the store, not always the oldest. A
+// smaller store is one piece, in one order.
 //
 // A processing record is never evicted for room: a second delivery would
 // run while the first still works. Claims are kept apart, bounded by the
-// same Capacity, and when that many are processing Acquire fails with an
-// error matching [store.ErrUnavailable] (the receiver then refuses or
-// bypasses the delivery, as configured) until a claim completes, fails, or
-// its lease expires. An expired claim swept to make that room is forgotten
-// with its attempt count, and its holder's later calls get
+// same Capacity, for the whole store too, and when that many are
+// processing Acquire fails with an error matching [store.ErrUnavailable]
+// (the receiver then refuses or bypasses the delivery, as configured)
+// until a claim completes, fails, or its lease expires. Expired claims are
+// swept from the shard of the Acquire that needs room; a swept claim is
+// forgotten with its attempt count, and its holder's later calls get
 // [store.ErrLeaseLost].
 //
 // # What a record costs
 //
-// A completed record takes about 232 bytes of the heap with a key of 14
-// bytes and a result of 11 (BenchmarkRetainedHeap): its entry of 176
-// bytes, the key and the result, and its share of the LRU's map. An entry
-// keeps what [store.Record] answers in fewer bytes (times as Unix
-// nanoseconds, but for ExpiresAt); the first [Store.Peek] of a record
-// makes its store.Record, about 200 bytes more, which the later Peeks of
-// it share.
+// A completed record takes about 122 bytes of the heap with a key of 13
+// bytes and a result of 11 (BenchmarkRetainedHeap; a map[string]struct{}
+// of the same keys takes 51): a slot of 80 bytes, held by value in blocks
+// of 127, with the record's times and token; one allocation of 32 bytes
+// for its key, fingerprint, last error and result together; and 5 to 8
+// bytes of index. A record with nothing but its key (an empty result, no
+// fingerprint) keeps the caller's key string and allocates nothing of its
+// own. The first [Store.Peek] of a record makes the [store.Record] it
+// answers with, about 200 bytes more, which the later Peeks of it share.
 //
 // # Time and expiry
 //

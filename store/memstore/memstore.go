@@ -15,12 +15,13 @@ const DefaultCapacity = memcore.DefaultCapacity
 // Options configures a Store. A nil *Options means all defaults; a zero
 // field takes its default.
 type Options struct {
-	// Capacity bounds the completed and failed records kept: past it the
-	// least recently used one is evicted, and a completed record evicted
-	// before its retention ends lets a duplicate run again (see
-	// Stats.Evictions). It bounds the processing records separately, by the
-	// same number: past it Acquire fails with store.ErrUnavailable rather
-	// than evict a claim. Must not be negative. Defaults to 100_000.
+	// Capacity is the number of completed and failed records kept, in the
+	// whole store however it is cut into shards: past it a least recently
+	// used one is evicted (see the package documentation), and a completed
+	// record evicted before its retention ends lets a duplicate run again
+	// (see Stats.Evictions). It bounds the processing records separately,
+	// by the same number: past it Acquire fails with store.ErrUnavailable
+	// rather than evict a claim. Must not be negative. Defaults to 100_000.
 	Capacity int
 
 	// Clock is the time source of leases and retention. Defaults to
@@ -177,7 +178,8 @@ type Stats struct {
 	// InFlight is the number of processing records, including claims whose
 	// lease expired that no Acquire has taken over or swept yet.
 	InFlight int
-	// Capacity is the bound of Len, and separately of InFlight.
+	// Capacity is the bound of Len, and separately of InFlight, for the
+	// whole store.
 	Capacity int
 	// Evictions counts completed records evicted for room before their
 	// retention ended. Each one is a key whose duplicate would run the

@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -102,6 +103,31 @@ func TestEvictionIsCounted(t *testing.T) {
 	require.Nil(t, s.Peek("", "b"))
 	require.NotNil(t, s.Peek("", "a"))
 	require.True(t, acquire(t, s, "b").Acquired, "an evicted key is forgotten: its duplicate runs again")
+}
+
+// TestCapacityIsExact: Capacity is the number of records kept, in a store
+// cut into shards too (the default's 100,000 is): a store of Capacity
+// 101,000 keeps all of 100,000 keys (shares of it per shard kept 99,981),
+// and of 1,000 more it evicts 1,000 and keeps 101,000.
+func TestCapacityIsExact(t *testing.T) {
+	t.Parallel()
+	const capacity = 101_000
+	s, _ := setup(t, capacity)
+	settle := func(from, to int) {
+		for i := from; i < to; i++ {
+			key := "billing:" + strconv.Itoa(i)
+			c := acquire(t, s, key)
+			require.True(t, c.Acquired, key)
+			require.NoError(t, s.Complete(ctx, store.CompleteRequest{Key: key, Token: c.Token, Retention: retention}))
+		}
+	}
+	settle(0, 100_000)
+	require.Equal(t, memstore.Stats{Len: 100_000, Capacity: capacity}, s.Stats())
+	settle(100_000, 102_000)
+	require.Equal(t, memstore.Stats{Len: capacity, Capacity: capacity, Evictions: 1000}, s.Stats())
+	for i := 101_000; i < 102_000; i++ {
+		require.NotNil(t, s.Peek("billing:", strconv.Itoa(i)), "the newest records are kept")
+	}
 }
 
 func TestEvictionOfExpiredIsNotCounted(t *testing.T) {

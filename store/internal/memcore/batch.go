@@ -52,11 +52,11 @@ func (s *Store) CompleteBatchReport(ctx context.Context, reqs []store.CompleteRe
 
 // completeBatch is CompleteBatch into errs and, unless nil, done.
 func (s *Store) completeBatch(ctx context.Context, reqs []store.CompleteRequest, errs []error, done []store.Completion) {
-	entries := make([]*entry, len(reqs))
+	sts := make([]settling, len(reqs))
 	for i, req := range reqs {
 		errs[i] = checkSettle(ctx, "complete", req.Key, req.Token, req.Retention)
 		if errs[i] == nil {
-			entries[i] = completedEntry(req) // outside the lock, like Complete
+			sts[i] = completing(req) // outside the lock, like Complete
 		}
 	}
 	now := s.clock.Now()
@@ -64,8 +64,11 @@ func (s *Store) completeBatch(ctx context.Context, reqs []store.CompleteRequest,
 		if errs[i] == nil {
 			sh, k := s.locate(req.Key)
 			sh.mu.Lock()
-			c, err := sh.complete(req, k, entries[i], now)
+			c, owed, err := sh.complete(&sts[i], k, now)
 			sh.mu.Unlock()
+			if owed {
+				s.evictElsewhere(sh, now)
+			}
 			errs[i] = err
 			if done != nil {
 				done[i] = c

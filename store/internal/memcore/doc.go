@@ -1,6 +1,6 @@
 // Package memcore is the in-memory store behind store/memstore and the
 // local tier of store/tieredstore: a bounded LRU of completed and failed
-// records (its own, a list linked through the records: lru.go) beside a
+// records (its own, slots held by value with an index: records.go) beside a
 // map of processing claims, under one mutex per shard of the keys (a large
 // store is cut in up to 16 by a hash of the key's id), on an injected clock,
 // with no goroutine of its own.

@@ -23,8 +23,10 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	if c, ok := sh.claims[key]; ok {
 		return c.record(key), nil
 	}
-	if e, ok := sh.settled.peek(k); ok && !e.expired(now) {
-		return e.record(), nil
+	if i := sh.settled.find(&k); i != 0 {
+		if e := sh.settled.at(i); !e.expired(s.at(now)) {
+			return e.record(s.epoch), nil
+		}
 	}
 	return store.Record{}, fmt.Errorf("memstore: get %q: %w", key, store.ErrNotFound)
 }
@@ -38,8 +40,12 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	sh, k := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	delete(sh.claims, key)
-	sh.settled.remove(k)
+	if _, ok := sh.claims[key]; ok {
+		sh.dropClaim(key)
+	}
+	if i := sh.settled.find(&k); i != 0 {
+		sh.remove(i)
+	}
 	return nil
 }
 
@@ -63,16 +69,18 @@ func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, st
 		if !req.Allows(rec, now) {
 			return false, rec, nil
 		}
-		delete(sh.claims, req.Key)
+		sh.dropClaim(req.Key)
 		return true, rec, nil
 	}
-	if e, ok := sh.settled.peek(k); ok && !e.expired(now) {
-		rec := e.record()
-		if !req.Allows(rec, now) {
-			return false, rec, nil
+	if i := sh.settled.find(&k); i != 0 {
+		if e := sh.settled.at(i); !e.expired(s.at(now)) {
+			rec := e.record(s.epoch)
+			if !req.Allows(rec, now) {
+				return false, rec, nil
+			}
+			sh.remove(i)
+			return true, rec, nil
 		}
-		sh.settled.remove(k)
-		return true, rec, nil
 	}
 	return false, store.Record{}, fmt.Errorf("memstore: delete %q: %w", req.Key, store.ErrNotFound)
 }
@@ -103,7 +111,7 @@ func (s *Store) Scan(ctx context.Context, prefix string) iter.Seq2[store.Record,
 
 // snapshot returns the unexpired records under prefix, sorted by key.
 func (s *Store) snapshot(prefix string) []store.Record {
-	now := s.clock.Now()
+	at := s.at(s.clock.Now())
 	var recs []store.Record
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -114,8 +122,8 @@ func (s *Store) snapshot(prefix string) []store.Record {
 			}
 		}
 		for e := range sh.settled.all {
-			if strings.HasPrefix(e.key, prefix) && !e.expired(now) {
-				recs = append(recs, e.record())
+			if strings.HasPrefix(e.key(), prefix) && !e.expired(at) {
+				recs = append(recs, e.record(s.epoch))
 			}
 		}
 		sh.mu.Unlock()

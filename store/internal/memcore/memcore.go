@@ -1,7 +1,6 @@
 package memcore
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -21,10 +20,11 @@ const DefaultCapacity = 100_000
 // Options configures a Store. A nil *Options means all defaults; a zero
 // field takes its default.
 type Options struct {
-	// Capacity bounds the completed and failed records kept (the least
-	// recently used one is evicted past it), and separately the processing
-	// claims (Acquire fails with store.ErrUnavailable past it). Must not be
-	// negative. Defaults to DefaultCapacity.
+	// Capacity bounds the completed and failed records kept in the whole
+	// store (a least recently used one is evicted past it: see Store), and
+	// separately the processing claims (Acquire fails with
+	// store.ErrUnavailable past it). Must not be negative. Defaults to
+	// DefaultCapacity.
 	Capacity int
 
 	// Clock is the time source of leases and retention. Defaults to
@@ -37,25 +37,39 @@ type Options struct {
 //
 // A store of Capacity 2*shardMin (8,192) or more is cut into shards (up to
 // maxShards, a power of two) by a hash of the key's id, each with its own
-// mutex, LRU and claims, and its share of Capacity, so that deliveries of
-// different keys rarely wait for one another (a new message under eight
-// concurrent workers cost 1.8 to 2.5 µs through the receiver, where one
-// lock for the whole store cost 2.7 to 3.5, in alternating runs here). The
-// LRU order and the bound of claims are per shard.
+// mutex, LRU and claims, so that deliveries of different keys rarely wait
+// for one another (a new message under eight concurrent workers cost 1.8
+// to 2.5 µs through the receiver, where one lock for the whole store cost
+// 2.7 to 3.5, in alternating runs here). Capacity bounds the whole store,
+// not a share of it per shard: shards fill unevenly, and a store of
+// Capacity 101,000 cut into shares of it kept 99,981 of 100,000 keys. Two
+// counters shared by the shards hold the totals; when the store is full,
+// the new record's shard evicts its own least recently used record (or,
+// holding none, another shard does), so the LRU order is per shard.
 //
 // The Result of a record it returns is shared with the store, so that a
 // replay copies nothing: treat it as read-only.
 type Store struct {
 	clock    clock.Clock
-	capacity int
-	seed     maphash.Seed // of ids: chooses the shard
-	pseed    maphash.Seed // of prefixes: mixed in for the shard's LRU
-	mask     uint64       // len(shards) - 1
-	shards   []shard
+	capacity int64
+	// epoch is the clock's reading when the store was made: records keep
+	// their expiry as an offset from it.
+	epoch  time.Time
+	seed   maphash.Seed // of ids: chooses the shard
+	pseed  maphash.Seed // of prefixes: mixed in for the shard's records
+	mask   uint64       // len(shards) - 1
+	shards []shard
+	// The counters every shard writes, each on a cache line of its own,
+	// away from the fields every call reads.
+	_       [64]byte
+	settled atomic.Int64 // completed and failed records, of all shards
+	_       [56]byte
+	claims  atomic.Int64 // processing records, of all shards
+	_       [56]byte
 }
 
 // Shards: one per shardMin records of Capacity, a power of two, at most
-// maxShards. A small store is one shard, exactly bounded.
+// maxShards. A small store is one shard.
 const (
 	shardMin  = 4096
 	maxShards = 16
@@ -63,12 +77,12 @@ const (
 
 // shard is a part of a Store: the records of the keys that hash to it.
 type shard struct {
-	mu       sync.Mutex
-	capacity int // this shard's share of the Store's
-	// settled holds completed and failed records, bounded by capacity,
-	// under their keys cut in two (see store.SplitKey) so that Peek finds
-	// them without joining namespace and id.
-	settled lru
+	mu    sync.Mutex
+	store *Store
+	// settled holds completed and failed records under their keys cut in
+	// two (see store.SplitKey), so that Peek finds them without joining
+	// namespace and id.
+	settled records
 	// claims holds processing records. They live outside the LRU because
 	// evicting one would let a second delivery run while the first still
 	// works: the one thing this library exists to prevent. A key is in
@@ -90,76 +104,6 @@ var (
 
 	_ store.CompleteReporter = (*Store)(nil)
 )
-
-// entry is a settled (completed or failed) record, kept in fewer bytes
-// than the store.Record it answers with: a store.Record is 200 bytes, with
-// three times of 24, and an entry that held one took 256 of the heap per
-// record, where this one takes 176. Times an answer needs exact (ExpiresAt,
-// which Peek compares on the monotonic clock) stay time.Time; the others
-// are Unix nanoseconds.
-//
-// Its fields are never modified once settled, but for the LRU links (under
-// the shard's mutex) and peeked (atomic), so they may be read without the
-// lock by whoever found the entry under it.
-type entry struct {
-	key         string
-	fingerprint string
-	lastError   string
-	result      []byte
-	expiresAt   time.Time
-	// token is the token of the claim that completed or released the
-	// record (Record.Token). Complete with it again succeeds without a
-	// change, unless remembered: no token completes a record that another
-	// store holds.
-	token store.Token
-	// createdAt and completedAt are Record.CreatedAt and CompletedAt, in
-	// Unix nanoseconds; 0 when unknown (a remembered record without them).
-	createdAt, completedAt int64
-	attempt                int32
-	state                  store.State
-	remembered             bool
-	// peeked is the record Peek answers with, made at the first Peek and
-	// shared by the later ones: most records are never peeked, and those
-	// that are pay for their store.Record once.
-	peeked atomic.Pointer[store.Record]
-	// hash is the hash of key as the LRU finds it (lkey.h). hnext chains
-	// the entries under one hash, and prev and next link the entry into
-	// its shard's LRU list (lru.go), under the shard's mutex.
-	hash       uint64
-	hnext      *entry
-	prev, next *entry
-}
-
-// record returns the record e holds.
-func (e *entry) record() store.Record {
-	return store.Record{
-		Key:         e.key,
-		State:       e.state,
-		Attempt:     int(e.attempt),
-		Fingerprint: e.fingerprint,
-		Result:      e.result,
-		LastError:   e.lastError,
-		ExpiresAt:   e.expiresAt,
-		Token:       e.token,
-		CreatedAt:   fromUnixNano(e.createdAt),
-		CompletedAt: fromUnixNano(e.completedAt),
-	}
-}
-
-// peek returns the record Peek answers for e, made once and shared.
-func (e *entry) peek() *store.Record {
-	if rec := e.peeked.Load(); rec != nil {
-		return rec
-	}
-	rec := e.record()
-	if e.peeked.CompareAndSwap(nil, &rec) {
-		return &rec
-	}
-	return e.peeked.Load()
-}
-
-// expired reports whether e's retention ended by now.
-func (e *entry) expired(now time.Time) bool { return !now.Before(e.expiresAt) }
 
 // unixNano returns t in Unix nanoseconds, 0 for the zero time.
 func unixNano(t time.Time) int64 {
@@ -222,7 +166,8 @@ func New(opts *Options) (*Store, error) {
 	}
 	s := &Store{
 		clock:    o.Clock,
-		capacity: o.Capacity,
+		capacity: int64(o.Capacity),
+		epoch:    o.Clock.Now(),
 		seed:     maphash.MakeSeed(),
 		pseed:    maphash.MakeSeed(),
 		mask:     uint64(n - 1),
@@ -230,18 +175,19 @@ func New(opts *Options) (*Store, error) {
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.capacity = (o.Capacity + n - 1) / n
+		sh.store = s
 		sh.settled.init()
 		sh.claims = make(map[string]claim)
 	}
 	return s, nil
 }
 
-// locate returns the shard of key and the key as the shard's LRU finds
-// it. The shard goes by the hash of its id (store.SplitKey) alone, the LRU
-// by that hash mixed with one of the prefix (the namespace), so that Peek,
-// which has the key cut in two, finds it without joining its parts, and
-// one id in many namespaces (a namespace per tenant) makes no long chain.
+// locate returns the shard of key and the key as the shard's records find
+// it. The shard goes by the hash of its id (store.SplitKey) alone, the
+// records by that hash mixed with one of the prefix (the namespace), so
+// that Peek, which has the key cut in two, finds it without joining its
+// parts, and one id in many namespaces (a namespace per tenant) is many
+// hashes, not one.
 func (s *Store) locate(key string) (*shard, lkey) {
 	prefix, id := store.SplitKey(key)
 	return s.locateID(prefix, id)
@@ -253,10 +199,22 @@ func (s *Store) locateID(prefix, id string) (*shard, lkey) {
 	return &s.shards[h&s.mask], lkey{prefix: prefix, id: id, h: h ^ maphash.String(s.pseed, prefix)}
 }
 
+// at returns now as an offset from the store's epoch, as records keep
+// their expiry.
+func (s *Store) at(now time.Time) int64 { return int64(now.Sub(s.epoch)) }
+
+// later returns at + d, saturated: a retention too long to count in
+// nanoseconds from the epoch is forever, not the past.
+func later(at int64, d time.Duration) int64 {
+	if sum := at + int64(d); d <= 0 || sum >= at {
+		return sum
+	}
+	return math.MaxInt64
+}
+
 // Acquire claims req.Key if it is absent, failed, or processing under an
 // expired lease, and reports the record holding it otherwise. It fails with
-// store.ErrUnavailable when Capacity claims are already processing (the
-// key's shard's share of them, in a store cut into shards).
+// store.ErrUnavailable when Capacity claims are already processing.
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w", req.Key, err)
@@ -309,22 +267,23 @@ func (s *shard) acquire(req store.AcquireRequest, k lkey, now time.Time) (store.
 		return store.Claim{Acquired: true, Token: c.token, Record: c.record(key)}, nil
 	}
 
-	var prev *entry // the failed record being retried, if any
-	if e, ok := s.settled.peek(k); ok {
+	var prev uint32 // the slot of the failed record being retried, if any
+	if i := s.settled.find(&k); i != 0 {
+		e := s.settled.at(i)
 		switch {
-		case e.expired(now):
-			s.settled.remove(k)
-		case reused(e.fingerprint, req.Fingerprint):
-			return store.Claim{}, errReused(key, e.state)
-		case e.state == store.StateCompleted:
-			s.settled.get(k) // a replayed record is in use: keep it longest
-			return store.Claim{Record: e.record()}, nil
+		case e.expired(s.store.at(now)):
+			s.remove(i)
+		case req.Fingerprint != "" && reused(e.fingerprint(), req.Fingerprint):
+			return store.Claim{}, errReused(key, e.state())
+		case e.completed():
+			s.settled.use(i) // a replayed record is in use: keep it longest
+			return store.Claim{Record: e.record(s.store.epoch)}, nil
 		default:
-			prev = e
+			prev = i
 		}
 	}
-	if len(s.claims) >= s.capacity && !s.sweep(now) {
-		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w: %d records of its shard are processing, the shard's share of Options.Capacity", key, store.ErrUnavailable, len(s.claims))
+	if !s.claimRoom(now) {
+		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w: Options.Capacity (%d) records are processing", key, store.ErrUnavailable, s.store.capacity)
 	}
 	c := claim{
 		token:       store.NewToken(),
@@ -333,17 +292,35 @@ func (s *shard) acquire(req store.AcquireRequest, k lkey, now time.Time) (store.
 		leaseUntil:  now.Add(req.Lease),
 		createdAt:   now.UnixNano(),
 	}
-	if prev != nil {
+	if prev != 0 {
 		// A retry: the failed record's history goes on.
-		s.settled.remove(k)
-		c.attempt = int(prev.attempt) + 1
-		c.fingerprint = cmp.Or(prev.fingerprint, req.Fingerprint)
-		c.lastError = prev.lastError
-		c.createdAt = cmp.Or(prev.createdAt, c.createdAt)
+		e := s.settled.at(prev)
+		_, fingerprint, lastError, _ := e.parts()
+		c.attempt = e.attempt() + 1
+		c.fingerprint = cmp.Or(fingerprint, req.Fingerprint)
+		c.lastError = lastError
+		c.createdAt = cmp.Or(e.created, c.createdAt)
+		s.remove(prev)
 	}
 	s.claims[key] = c
 	s.noteLease(c.leaseUntil)
 	return store.Claim{Acquired: true, Token: c.token, Record: c.record(key)}, nil
+}
+
+// claimRoom counts a new claim against Capacity, and reports whether there
+// was room for it. When the store holds Capacity claims already, it sweeps
+// the shard's expired ones first. Under s.mu.
+func (s *shard) claimRoom(now time.Time) bool {
+	n := &s.store.claims
+	if n.Add(1) <= s.store.capacity {
+		return true
+	}
+	s.sweep(now)
+	if n.Load() <= s.store.capacity {
+		return true
+	}
+	n.Add(-1)
+	return false
 }
 
 // noteLease keeps nextLeaseEnd no later than t, a lease just granted.
@@ -353,20 +330,21 @@ func (s *shard) noteLease(t time.Time) {
 	}
 }
 
-// sweep forgets the claims whose lease expired, so that a worker that
-// crashed does not hold room forever, and reports whether room was made.
-// It walks every claim, but only once some lease has ended since the last
-// walk, so a store full of live claims refuses Acquire in constant time.
-// A swept claim is gone with its attempt count; its holder's later calls
-// fail with ErrLeaseLost, all of them.
-func (s *shard) sweep(now time.Time) bool {
+// sweep forgets the shard's claims whose lease expired, so that a worker
+// that crashed does not hold room forever. It walks every claim, but only
+// once some lease has ended since the last walk, so a store full of live
+// claims refuses Acquire in constant time. A swept claim is gone with its
+// attempt count; its holder's later calls fail with ErrLeaseLost, all of
+// them. Expired claims of other shards stay until an Acquire of theirs
+// needs room.
+func (s *shard) sweep(now time.Time) {
 	if !s.nextLeaseEnd.IsZero() && now.Before(s.nextLeaseEnd) {
-		return false
+		return
 	}
 	var next time.Time
 	for key, c := range s.claims {
 		if !now.Before(c.leaseUntil) {
-			delete(s.claims, key)
+			s.dropClaim(key)
 			continue
 		}
 		if next.IsZero() || c.leaseUntil.Before(next) {
@@ -374,7 +352,18 @@ func (s *shard) sweep(now time.Time) bool {
 		}
 	}
 	s.nextLeaseEnd = next
-	return len(s.claims) < s.capacity
+}
+
+// dropClaim forgets the claim of key, which is held.
+func (s *shard) dropClaim(key string) {
+	delete(s.claims, key)
+	s.store.claims.Add(-1)
+}
+
+// remove forgets the settled record in slot i.
+func (s *shard) remove(i uint32) {
+	s.settled.remove(i)
+	s.store.settled.Add(-1)
 }
 
 // Complete stores a copy of req.Result for the key held by req.Token and
@@ -392,20 +381,43 @@ func (s *Store) CompleteReport(ctx context.Context, req store.CompleteRequest) (
 	if err := checkSettle(ctx, "complete", req.Key, req.Token, req.Retention); err != nil {
 		return store.CompletionUnknown, err
 	}
-	// Made outside the lock: callers reuse their buffers, and an
-	// allocation under the lock makes every other delivery wait for it.
-	e := completedEntry(req)
+	st := completing(req)
 	now := s.clock.Now()
 	sh, k := s.locate(req.Key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return sh.complete(req, k, e, now)
+	done, owed, err := sh.complete(&st, k, now)
+	sh.mu.Unlock()
+	if owed {
+		s.evictElsewhere(sh, now)
+	}
+	return done, err
 }
 
-// completedEntry returns the entry req would settle, with a copy of its
-// result, for complete to date.
-func completedEntry(req store.CompleteRequest) *entry {
-	return &entry{state: store.StateCompleted, result: bytes.Clone(req.Result)}
+// settling is a completion or a release on its way to the record it
+// settles: what finish needs besides the claim.
+type settling struct {
+	op        string // "complete" or "release"
+	key       string
+	token     store.Token
+	retention time.Duration
+	failed    bool
+	lastError string // of a release
+	result    []byte // of a completion
+	// data and packed are the record's data (blob.go) as if the claim had
+	// no fingerprint and, completing, no last error, made before the lock
+	// (callers reuse their buffers, and an allocation under the lock makes
+	// every other delivery of the shard wait for it): most claims have
+	// neither. finish packs the record of a claim that has them again,
+	// under the lock.
+	data   string
+	packed bool
+}
+
+// completing returns the settling of req.
+func completing(req store.CompleteRequest) settling {
+	st := settling{op: "complete", key: req.Key, token: req.Token, retention: req.Retention, result: req.Result}
+	st.data, st.packed = pack(req.Key, "", "", req.Result)
+	return st
 }
 
 // checkSettle checks the arguments of Complete and Release. A zero token
@@ -426,22 +438,24 @@ func checkSettle(ctx context.Context, op, key string, token store.Token, retenti
 	return nil
 }
 
-// complete is CompleteReport on checked arguments, req.Key located as k,
-// and the entry made for them by completedEntry, under s.mu.
-func (s *shard) complete(req store.CompleteRequest, k lkey, e *entry, now time.Time) (store.Completion, error) {
-	if _, ok := s.claims[req.Key]; !ok {
+// complete is CompleteReport of st, its key located as k, under s.mu. It
+// reports whether another shard owes an eviction (settle).
+func (s *shard) complete(st *settling, k lkey, now time.Time) (store.Completion, bool, error) {
+	if _, ok := s.claims[st.key]; !ok {
 		// A record completed in the handler's own transaction may be
 		// completed again by its receiver: the first result stays.
-		if e, ok := s.settled.peek(k); ok && e.token == req.Token && !e.remembered &&
-			e.state == store.StateCompleted && !e.expired(now) {
-			return store.CompletionUnchanged, nil
+		if i := s.settled.find(&k); i != 0 {
+			e := s.settled.at(i)
+			if e.token == st.token && !e.remembered() && e.completed() && !e.expired(s.store.at(now)) {
+				return store.CompletionUnchanged, false, nil
+			}
 		}
 	}
-	e.expiresAt = now.Add(req.Retention)
-	if err := s.finish("complete", req.Key, k, req.Token, now, e); err != nil {
-		return store.CompletionUnknown, err
+	owed, err := s.finish(st, k, now)
+	if err != nil {
+		return store.CompletionUnknown, false, err
 	}
-	return store.CompletionWrote, nil
+	return store.CompletionWrote, owed, nil
 }
 
 // Release records the failure of the key held by req.Token and frees the
@@ -452,48 +466,110 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 	if err := checkSettle(ctx, "release", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	e := &entry{state: store.StateFailed, lastError: req.Error}
+	st := settling{op: "release", key: req.Key, token: req.Token, retention: req.Retention, failed: true, lastError: req.Error}
+	st.data, st.packed = pack(req.Key, "", req.Error, nil)
 	now := s.clock.Now()
 	sh, k := s.locate(req.Key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e.expiresAt = now.Add(req.Retention)
-	return sh.finish("release", req.Key, k, req.Token, now, e)
+	owed, err := sh.finish(&st, k, now)
+	sh.mu.Unlock()
+	if owed {
+		s.evictElsewhere(sh, now)
+	}
+	return err
 }
 
-// finish ends the claim token holds on key, located as k, with the settled
-// entry e, which takes the claim's key, attempt, fingerprint, token and
-// creation, and, when completed, the claim's last error; now is when it
-// completed or failed. Under s.mu.
-func (s *shard) finish(op, key string, k lkey, token store.Token, now time.Time, e *entry) error {
-	c, ok := s.claims[key]
-	if !ok || c.token != token {
-		return errLeaseLost(op, key)
+// finish ends the claim st.token holds on st.key, located as k, with the
+// settled record st makes of it, which takes the claim's attempt,
+// fingerprint, token and creation, and, when completed, the claim's last
+// error; now is when it completed or failed. It reports whether another
+// shard owes an eviction (settle). Under s.mu.
+func (s *shard) finish(st *settling, k lkey, now time.Time) (bool, error) {
+	c, ok := s.claims[st.key]
+	if !ok || c.token != st.token {
+		return false, errLeaseLost(st.op, st.key)
 	}
-	delete(s.claims, key)
-	if e.state == store.StateCompleted {
-		e.lastError = c.lastError
+	s.dropClaim(st.key)
+	var flags uint32
+	lastError := c.lastError
+	if st.failed {
+		flags, lastError = metaFailed, st.lastError
 	}
-	e.key, e.attempt, e.fingerprint = key, int32(min(c.attempt, math.MaxInt32)), c.fingerprint
-	e.token, e.createdAt, e.completedAt = token, c.createdAt, now.UnixNano()
-	e.hash = k.h
-	s.settle(e, now)
-	return nil
+	data, packed := st.data, st.packed
+	if c.fingerprint != "" || lastError != st.lastError {
+		data, packed = pack(st.key, c.fingerprint, lastError, st.result)
+	}
+	if packed {
+		flags |= metaPacked
+	}
+	at := s.store.at(now)
+	e := slot{
+		data:    data,
+		token:   st.token,
+		created: c.createdAt,
+		done:    now.UnixNano(),
+		expires: later(at, st.retention),
+		hash:    k.hash(),
+	}
+	e.setMeta(c.attempt, flags)
+	return s.settle(e, at), nil
 }
 
-// settle moves a record that left processing into the LRU, evicting the
-// least recently used one when full. The key is never in the LRU already:
-// Acquire removed it when it made the claim. e.hash is set.
-func (s *shard) settle(e *entry, now time.Time) {
-	if s.settled.len() >= s.capacity {
-		old := s.settled.removeOldest()
-		if old.state == store.StateCompleted && !old.expired(now) {
-			s.evictions++
+// settle adds e, a record that left processing, as the most recently used
+// one of the shard. When that makes more than Capacity in the store, it
+// evicts the shard's least recently used record; it reports whether it
+// could not, holding no other, so that another shard owes the eviction
+// (Store.evictElsewhere, after this shard's mutex is released, as two
+// shards' are never held at once). The key is never in settled already:
+// Acquire removed it when it made the claim. at is now (Store.at). Under
+// s.mu.
+//
+// Settled records are never modified in place (Acquire removes a failed
+// one before retrying it), which is what lets Peek share what it makes of
+// them.
+func (s *shard) settle(e slot, at int64) (owed bool) {
+	if s.store.settled.Add(1) > s.store.capacity {
+		if s.settled.len() > 0 {
+			s.evictOldest(at)
+		} else {
+			owed = true
 		}
 	}
-	// Settled entries are never modified in place (Acquire removes a failed
-	// one before retrying it), which is what lets Peek share them.
 	s.settled.add(e)
+	return owed
+}
+
+// evictOldest evicts the shard's least recently used record, counting it
+// when it was completed and unexpired. Under s.mu.
+func (s *shard) evictOldest(at int64) {
+	i := s.settled.oldest()
+	if e := s.settled.at(i); e.completed() && !e.expired(at) {
+		s.evictions++
+	}
+	s.remove(i)
+}
+
+// evictElsewhere evicts the least recently used record of a shard other
+// than from, which settled a record while it held none and the store held
+// Capacity, unless the store is back within Capacity by then.
+func (s *Store) evictElsewhere(from *shard, now time.Time) {
+	at := s.at(now)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		if sh == from {
+			continue
+		}
+		sh.mu.Lock()
+		full := s.settled.Load() > s.capacity
+		if full && sh.settled.len() > 0 {
+			sh.evictOldest(at)
+			full = false
+		}
+		sh.mu.Unlock()
+		if !full {
+			return
+		}
+	}
 }
 
 // Extend sets the lease of the key held by req.Token to req.Lease from now,
@@ -540,18 +616,34 @@ func (s *shard) extend(req store.ExtendRequest, now time.Time) error {
 
 // Peek returns the completed, unexpired record of prefix+id, cut as
 // store.SplitKey cuts it, or nil. The record is the store's own and must
-// not be modified: the first Peek of a record makes it (one allocation),
-// the later ones share it and allocate nothing.
+// not be modified: the first Peek of a record makes it (one allocation,
+// under the shard's mutex, as the record's slot may hold another record
+// once it is released), the later ones share it and allocate nothing.
 func (s *Store) Peek(prefix, id string) *store.Record {
 	sh, k := s.locateID(prefix, id)
 	sh.mu.Lock()
-	e, ok := sh.settled.get(k)
-	sh.mu.Unlock()
-	// until reads only the monotonic clock: half the price of Now.
-	if !ok || e.state != store.StateCompleted || until(s.clock, e.expiresAt) <= 0 {
+	i := sh.settled.find(&k)
+	if i == 0 {
+		sh.mu.Unlock()
 		return nil
 	}
-	return e.peek()
+	sh.settled.use(i)
+	e := sh.settled.at(i)
+	if !e.completed() {
+		sh.mu.Unlock()
+		return nil
+	}
+	if e.peeked == nil {
+		rec := e.record(s.epoch)
+		e.peeked = &rec
+	}
+	rec, expires := e.peeked, e.expires
+	sh.mu.Unlock()
+	// since reads only the monotonic clock: half the price of Now.
+	if int64(since(s.clock, s.epoch)) >= expires {
+		return nil
+	}
+	return rec
 }
 
 // reused reports whether a claim's fingerprint contradicts the record's;

@@ -1,9 +1,7 @@
 package memcore
 
 import (
-	"bytes"
 	"fmt"
-	"math"
 
 	"github.com/dedup-go/dedup/store"
 )
@@ -28,31 +26,37 @@ func (s *Store) Remember(rec store.Record) (bool, error) {
 	if rec.State != store.StateCompleted {
 		return false, fmt.Errorf("memstore: remember %q: %w: only completed records are remembered, not %s ones", rec.Key, store.ErrInvalidConfig, rec.State)
 	}
-	rec.Result = bytes.Clone(rec.Result)
+	data, packed := pack(rec.Key, rec.Fingerprint, rec.LastError, rec.Result)
+	flags := uint32(metaRemembered)
+	if packed {
+		flags |= metaPacked
+	}
 	now := s.clock.Now()
 	if !now.Before(rec.ExpiresAt) {
 		return false, fmt.Errorf("memstore: remember %q: %w: the record expired at %v", rec.Key, store.ErrInvalidConfig, rec.ExpiresAt)
 	}
 	sh, k := s.locate(rec.Key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	if _, ok := sh.claims[rec.Key]; ok {
+		sh.mu.Unlock()
 		return false, nil
 	}
-	sh.settled.remove(k) // settle adds a key that is not there
-	sh.settle(&entry{
-		key:         rec.Key,
-		fingerprint: rec.Fingerprint,
-		lastError:   rec.LastError,
-		result:      rec.Result,
-		expiresAt:   rec.ExpiresAt,
-		token:       rec.Token,
-		createdAt:   unixNano(rec.CreatedAt),
-		completedAt: unixNano(rec.CompletedAt),
-		attempt:     int32(min(rec.Attempt, math.MaxInt32)),
-		state:       store.StateCompleted,
-		remembered:  true,
-		hash:        k.h,
-	}, now)
+	if i := sh.settled.find(&k); i != 0 {
+		sh.remove(i) // settle adds a key that is not there
+	}
+	e := slot{
+		data:    data,
+		token:   rec.Token,
+		created: unixNano(rec.CreatedAt),
+		done:    unixNano(rec.CompletedAt),
+		expires: s.at(rec.ExpiresAt),
+		hash:    k.hash(),
+	}
+	e.setMeta(rec.Attempt, flags)
+	owed := sh.settle(e, s.at(now))
+	sh.mu.Unlock()
+	if owed {
+		s.evictElsewhere(sh, now)
+	}
 	return true, nil
 }

@@ -9,10 +9,7 @@ type Stats struct {
 	// lease expired that no Acquire has taken over or swept yet.
 	InFlight int
 	// Capacity is the bound of Len, and separately of InFlight, as
-	// configured. A store cut into shards bounds each shard by its share
-	// (Capacity divided by the shards, rounded up), so Len may reach a
-	// little more, and Acquire fails once the key's shard has its share of
-	// claims processing.
+	// configured: for the whole store, however it is cut into shards.
 	Capacity int
 	// Evictions counts completed records evicted for room before their
 	// retention ended: each one is a key whose duplicate would run the
@@ -23,7 +20,7 @@ type Stats struct {
 
 // Stats returns the store's current Stats.
 func (s *Store) Stats() Stats {
-	st := Stats{Capacity: s.capacity}
+	st := Stats{Capacity: int(s.capacity)}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
