@@ -1,8 +1,10 @@
 package memcore
 
 import (
+	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,4 +157,85 @@ func TestClaimsBoundIsExact(t *testing.T) {
 	clk.Advance(time.Minute)
 	require.NoError(t, acquire("k:more-1"), "expired claims of the shard are swept")
 	require.LessOrEqual(t, s.Stats().InFlight, capacity-shardMin/2, "the swept shard's claims are gone")
+}
+
+// TestCountsFollowRecords: whatever adds or removes a record (claims and
+// their takeovers, completions, releases, retries, expiries, sweeps,
+// deletions, remembered copies, evictions), the store-wide counts that
+// Capacity is checked against stay the numbers of records held.
+func TestCountsFollowRecords(t *testing.T) {
+	t.Parallel()
+	for _, capacity := range []int{5, 2 * shardMin} {
+		t.Run(strconv.Itoa(capacity), func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewFake(time.Unix(1e9, 0))
+			s, err := New(&Options{Capacity: capacity, Clock: clk})
+			require.NoError(t, err)
+			ctx := t.Context()
+			rng := rand.New(rand.NewPCG(3, 4))
+			tokens := map[string]store.Token{}
+			for step := range 20_000 {
+				key := "k:" + strconv.Itoa(rng.IntN(capacity+5))
+				switch op := rng.IntN(9); op {
+				case 0, 1:
+					c, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: time.Second})
+					if err == nil && c.Acquired {
+						tokens[key] = c.Token
+					}
+				case 2:
+					_ = s.Complete(ctx, store.CompleteRequest{Key: key, Token: tokens[key], Result: []byte("r"), Retention: 3 * time.Second})
+				case 3:
+					_ = s.Release(ctx, store.ReleaseRequest{Key: key, Token: tokens[key], Error: "e", Retention: 3 * time.Second})
+				case 4:
+					_ = s.Delete(ctx, key)
+				case 5:
+					_, _, _ = s.DeleteIf(ctx, store.DeleteRequest{Key: key, States: []store.State{store.StateCompleted, store.StateFailed, store.StateProcessing}})
+				case 6:
+					_, _ = s.Remember(store.Record{Key: key, State: store.StateCompleted, ExpiresAt: clk.Now().Add(2 * time.Second)})
+				case 7:
+					_ = s.Extend(ctx, store.ExtendRequest{Key: key, Token: tokens[key], Lease: time.Second})
+				case 8:
+					clk.Advance(time.Duration(rng.IntN(500)) * time.Millisecond)
+				}
+				st := s.Stats()
+				require.Equal(t, int64(st.Len), s.settled.Load(), "step %d: settled records", step)
+				require.Equal(t, int64(st.InFlight), s.claims.Load(), "step %d: claims", step)
+				require.LessOrEqual(t, st.Len, capacity, "step %d", step)
+				require.LessOrEqual(t, st.InFlight, capacity, "step %d", step)
+			}
+		})
+	}
+}
+
+// TestCapacityUnderConcurrency: records settled from many goroutines at
+// once, into every shard, leave exactly Capacity kept and every other one
+// evicted and counted.
+func TestCapacityUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	const capacity, workers, each = 2 * shardMin, 8, 2000
+	s, err := New(&Options{Capacity: capacity, Clock: clock.NewFake(time.Unix(1e9, 0))})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				key := "k:" + strconv.Itoa(w) + "-" + strconv.Itoa(i)
+				c, err := s.Acquire(t.Context(), store.AcquireRequest{Key: key, Lease: time.Minute})
+				if err != nil || !c.Acquired {
+					t.Errorf("Acquire(%q): %v, acquired %v", key, err, c.Acquired)
+					return
+				}
+				if err := s.Complete(t.Context(), store.CompleteRequest{Key: key, Token: c.Token, Retention: time.Hour}); err != nil {
+					t.Errorf("Complete(%q): %v", key, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := s.Stats()
+	require.Equal(t, capacity, st.Len)
+	require.Equal(t, uint64(workers*each-capacity), st.Evictions)
+	require.Equal(t, int64(capacity), s.settled.Load())
+	require.Zero(t, s.claims.Load())
 }

@@ -1,6 +1,7 @@
 package memcore
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -188,4 +190,22 @@ func TestPack(t *testing.T) {
 	data, packed := pack(key, "", "", nil)
 	require.False(t, packed)
 	require.Same(t, unsafeData(key), unsafeData(data), "a bare key is kept, not copied")
+}
+
+// TestLongestRetention: a retention too long to count in nanoseconds from
+// the store's epoch keeps the record for good; it does not wrap round into
+// the past.
+func TestLongestRetention(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	s, err := New(&Options{Clock: clk})
+	require.NoError(t, err)
+	clk.Advance(time.Hour) // now is past the epoch: now + retention overflows
+	c, err := s.Acquire(t.Context(), store.AcquireRequest{Key: "ns:k", Lease: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, s.Complete(t.Context(), store.CompleteRequest{Key: "ns:k", Token: c.Token, Retention: math.MaxInt64}))
+	clk.Advance(100 * 365 * 24 * time.Hour)
+	rec := s.Peek("ns:", "k")
+	require.NotNil(t, rec)
+	require.True(t, rec.ExpiresAt.After(clk.Now()))
 }
