@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dedup-go/dedup/store"
@@ -91,6 +92,41 @@ func BenchmarkAcquireComplete(b *testing.B) {
 			mu.Lock()
 			m[key] = append([]byte(nil), result...)
 			mu.Unlock()
+		}
+	})
+}
+
+// BenchmarkAcquireCompleteParallel is BenchmarkAcquireComplete from
+// GOMAXPROCS goroutines at once, each with keys of its own: what the
+// shards' mutexes and the store-wide counts of Capacity cost when every
+// core settles records.
+func BenchmarkAcquireCompleteParallel(b *testing.B) {
+	s, _ := setup(b, 0)
+	result := []byte(`{"ok":true}`)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		prefix := "billing:" + strconv.FormatInt(next.Add(1), 10) + "-"
+		keys := make([]string, 1<<16)
+		for i := range keys {
+			keys[i] = prefix + strconv.Itoa(i)
+		}
+		i := 0
+		for pb.Next() {
+			key := keys[i%len(keys)]
+			i++
+			c, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: lease})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if !c.Acquired {
+				continue
+			}
+			if err := s.Complete(ctx, store.CompleteRequest{Key: key, Token: c.Token, Result: result, Retention: retention}); err != nil {
+				b.Error(err)
+				return
+			}
 		}
 	})
 }
