@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -64,7 +63,11 @@ type committer struct {
 	leading bool          // a commit is on its way
 	ended   chan struct{} // closed when the commit on its way ends
 
-	gone     error // set when the reader was found closed: no commit can succeed; only the commit on its way reads and writes it
+	// What only the commit on its way touches.
+	gone     error           // set when the reader was found closed: no commit can succeed
+	msgs     []kafka.Message // the watermarks a commit takes, reused by the next
+	from     []*partition    // their partitions
+	moves    []uint64        // their move numbers
 	dead     context.Context
 	kill     context.CancelCauseFunc // ends commits waiting on a reader that is gone
 	quit     chan struct{}
@@ -183,11 +186,14 @@ func (cm *committer) commit(ctx context.Context) error {
 		return cm.gone
 	}
 	cm.mu.Lock()
-	parts := slices.Clone(cm.parts)
+	parts := cm.parts // only ever appended to: the elements seen stay as they are
 	cm.mu.Unlock()
-	var msgs []kafka.Message
-	var from []*partition
-	var moves []uint64
+	msgs, from, moves := cm.msgs[:0], cm.from[:0], cm.moves[:0]
+	defer func() {
+		clear(msgs)
+		clear(from)
+		cm.msgs, cm.from, cm.moves = msgs[:0], from[:0], moves[:0]
+	}()
 	for _, p := range parts {
 		p.mu.Lock()
 		if p.marked {

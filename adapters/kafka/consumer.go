@@ -385,6 +385,11 @@ func (c *Consumer[T, R]) fetch(workCtx, fetchCtx context.Context) {
 		}
 		c.stats.delivered.Add(1)
 		p := c.partition(workCtx, m)
+		select { // a select of one case and a default is a plain send: no select of two
+		case p.queue <- m:
+			continue
+		default:
+		}
 		select {
 		case p.queue <- m:
 		case <-fetchCtx.Done():

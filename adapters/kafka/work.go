@@ -65,10 +65,14 @@ func (c *Consumer[T, R]) work(ctx context.Context, p *partition) {
 // messages that were not started are left uncommitted, for the next owner.
 func (c *Consumer[T, R]) nextBatch(p *partition, batch []kafka.Message) []kafka.Message {
 	var first kafka.Message
-	select {
+	select { // at once when the queue has a message: no select of two
 	case first = <-p.queue:
-	case <-c.stopping:
-		return nil
+	default:
+		select {
+		case first = <-p.queue:
+		case <-c.stopping:
+			return nil
+		}
 	}
 	batch = append(batch, first)
 fill:
@@ -221,10 +225,14 @@ func sinceOrZero(t time.Time) time.Duration {
 // acquire takes a handling slot, and reports false when the consumer stops
 // first.
 func (c *Consumer[T, R]) acquire() bool {
-	select {
+	select { // at once when a slot is free: no select of two
 	case c.sem <- struct{}{}:
-	case <-c.stopping:
-		return false
+	default:
+		select {
+		case c.sem <- struct{}{}:
+		case <-c.stopping:
+			return false
+		}
 	}
 	if c.stoppingNow() {
 		<-c.sem
