@@ -33,7 +33,8 @@ type Options struct {
 }
 
 // Store is a store.Store held in process memory. It is safe for concurrent
-// use; every method on a key takes the mutex of the key's shard once.
+// use; every method on a key takes the mutex of the key's shard once (and
+// another shard's after it, rarely: see evictElsewhere), never two at once.
 //
 // A store of Capacity 2*shardMin (8,192) or more is cut into shards (up to
 // maxShards, a power of two) by a hash of the key's id, each with its own
