@@ -9,142 +9,289 @@ import (
 	"github.com/dedup-go/dedup/outbox"
 )
 
-// maxCalls bounds the Publish calls a round has in flight at once.
+// maxCalls bounds the Publish calls a relay has in flight at once.
 const maxCalls = 16
 
-// published is what a round's publishing left: the marks, and the
-// messages not acknowledged (refused, unanswered, or held back behind an
-// earlier message of their key that was), with the last error.
-type published struct {
-	marks   *marks
-	failed  int
-	lastErr error
+// minWindow is the fewest messages a relay keeps in flight, awaiting
+// their acknowledgement, when it has them (at least BatchSize): past
+// about a thousand, JetStream and RabbitMQ go no faster.
+const minWindow = 1024
+
+// keyQueue is the state of one ordering key in a pump.
+type keyQueue struct {
+	queue   []*pending // read, waiting behind the key's message out
+	out     bool       // a message of the key is ready or in a call
+	blocked bool       // a message of the key failed: the rest waits for a later pump
 }
 
-// publishBatch publishes batch, a prefix of the unsent messages of each
-// bucket in seq order, keeping each ordering key's order: a message is
-// handed to the publisher only once its key's previous message in the
-// batch was acknowledged, so no call holds two messages of one key.
-// Within that, it keeps the publisher busy: up to maxCalls calls at once,
-// of up to a batch of messages in all, and a key's next message goes out
-// as soon as the call that carried its predecessor returns, not when a
-// whole wave of keys is acknowledged.
-//
-// A message refused for good (outbox.ErrPermanent) is set aside as dead,
-// and its key's next message goes on (unless RelayOptions.HoldRefused).
-// Any other failure holds back the later messages of its key until a
-// later round. A call that acknowledged nothing and failed as a whole, or
-// at its deadline, stops the round from starting more (the broker is
-// down or silent): the rest waits for a later round, after a backoff.
-func (r *Relay) publishBatch(ctx context.Context, batch []pending) published {
-	next := make([]int, len(batch)) // the next message of the same key, or -1
-	last := map[string]int{}
-	ready := make([]int, 0, len(batch))
-	for i, p := range batch {
-		next[i] = -1
-		k := p.msg.OrderingKey
-		if k == "" {
-			ready = append(ready, i)
-			continue
-		}
-		if j, ok := last[k]; ok {
-			next[j] = i
-		} else {
-			ready = append(ready, i)
-		}
-		last[k] = i
-	}
-	behind := func(i int) int { // the messages of i's key after it
-		n := 0
-		for j := next[i]; j >= 0; j = next[j] {
-			n++
-		}
-		return n
-	}
+// callResult is the outcome of one Publish call.
+type callResult struct {
+	msgs     []*pending
+	err      error
+	deadline bool // the call's context ended before it returned
+}
 
-	type result struct {
-		idx      []int
-		err      error
-		deadline bool // the call's context ended before it returned
+// fetchResult is the outcome of one mark and fetch.
+type fetchResult struct {
+	batch []*pending
+	marks *marks // what the fetch's transaction marked
+	asked int
+	err   error
+}
+
+// pump publishes the unsent messages of the buckets the relay holds,
+// keeping each ordering key's order, and keeps the publisher busy: it
+// reads a batch, hands each key's first message to the publisher, a
+// key's next one as soon as the call that carried its predecessor
+// returned acknowledged, and reads the next batch while the tail of this
+// one is still being published, marking what was acknowledged so far in
+// the same transaction. It returns once there is nothing more to read
+// (a fetch found less than a batch), after a failure (its messages and
+// those behind them wait for a later pump, after a backoff), at until (the
+// relay's next renewal of its leases) or at Stop; with what is left to
+// mark, and how many messages it read.
+//
+// A message goes out only once every earlier message of its ordering key
+// was acknowledged (or refused for good): no call holds two messages of
+// one key. A message the broker refused for good (outbox.ErrPermanent) is
+// set aside as dead and its key goes on, unless RelayOptions.HoldRefused.
+// Any other failure holds back the later messages of its key. A call that
+// acknowledged nothing and failed as a whole, or at its deadline, stops
+// the pump from starting more: the broker is down or silent.
+//
+// A fetch reads the first unsent messages by seq of the buckets held,
+// leaving out those the pump read and has not settled yet (in a call,
+// waiting behind their key's, or failed): what it reads of a key comes
+// after what the pump holds of it. The marks go in the fetch's
+// transaction, so the fetch never reads what was just marked, and a mark
+// that fails leaves its messages unsent, to be published again (the
+// copies a crash leaves).
+func (r *Relay) pump(ctx context.Context, carry *marks, until time.Time) (read int, left *marks, rerr *roundError) {
+	p := &pumpState{
+		r: r, keys: map[string]*keyQueue{}, held: map[int64]bool{}, marks: carry,
+		window: max(r.cfg.batch, minWindow), chunk: max(1, (max(r.cfg.batch, minWindow)+maxCalls-1)/maxCalls),
+		results: make(chan callResult, maxCalls), fetched: make(chan fetchResult, 1),
 	}
-	window := len(batch)
-	chunk := max(1, (window+maxCalls-1)/maxCalls)
-	results := make(chan result, maxCalls)
-	var (
-		out      = published{marks: &marks{}}
-		calls    int
-		inFlight int
-		stopped  bool
-	)
+	if p.marks == nil {
+		p.marks = &marks{}
+	}
+	deadline := time.NewTimer(time.Until(until))
+	defer deadline.Stop()
+	quit, done, timeUp := r.quit, ctx.Done(), deadline.C
 	for {
-		for !stopped && len(ready) > 0 && calls < maxCalls && inFlight < window {
-			n := min(len(ready), chunk, window-inFlight)
-			idx := ready[:n:n]
-			ready = ready[n:]
-			calls++
-			inFlight += n
-			call := make([]outbox.Message, n)
-			for j, i := range idx {
-				call[j] = batch[i].msg
-			}
-			go func() {
-				deadline, err := r.publish(ctx, call)
-				results <- result{idx: idx, err: err, deadline: deadline}
-			}()
+		p.dispatch(ctx)
+		if !p.fetching && !p.exhausted && !p.stopped && p.failed == 0 && p.outstanding() <= p.window/2 {
+			p.fetch(ctx)
 		}
-		if calls == 0 {
+		if p.calls == 0 && !p.fetching && (len(p.ready) == 0 || p.stopped) {
 			break
 		}
-		res := <-results
-		calls--
-		inFlight -= len(res.idx)
-		acked := outbox.Acknowledged(res.err, len(res.idx))
-		var be *outbox.BatchError
-		perMessage := errors.As(res.err, &be) && len(be.Errs) == len(res.idx)
-		any := false
-		for j, i := range res.idx {
-			if acked[j] {
-				any = true
-				out.marks.acked = append(out.marks.acked, batch[i].seq)
-				out.marks.oldest = max(out.marks.oldest, batch[i].age+time.Since(batch[i].read))
-				if next[i] >= 0 {
-					ready = append(ready, next[i])
-				}
-				continue
-			}
-			err := res.err
-			if perMessage {
-				err = be.Errs[j]
-			}
-			if err == nil {
-				err = errors.New("pgoutbox: the publisher acknowledged the message neither way")
-			}
-			if errors.Is(err, outbox.ErrPermanent) && !r.cfg.holdRefused {
-				any = true
-				m := out.marks
-				m.dead = append(m.dead, batch[i].seq)
-				m.deadIDs = append(m.deadIDs, batch[i].msg.ID)
-				m.deadErrs = append(m.deadErrs, err.Error())
-				m.errs = append(m.errs, fmt.Errorf("message %s: %w", batch[i].msg.ID, err))
-				if next[i] >= 0 {
-					ready = append(ready, next[i])
-				}
-				continue
-			}
-			out.failed += 1 + behind(i)
-			out.lastErr = err
-		}
-		if !any && (res.deadline || !perMessage) || ctx.Err() != nil {
-			stopped = true
+		select {
+		case res := <-p.results:
+			p.settle(ctx, res)
+		case f := <-p.fetched:
+			p.take(ctx, f)
+		case <-quit:
+			p.stopped, quit = true, nil
+		case <-timeUp:
+			p.stopped, timeUp = true, nil
+		case <-done:
+			p.stopped, done = true, nil
 		}
 	}
-	for _, i := range ready {
-		out.failed += 1 + behind(i)
+	// What was read and not handed over waits for a later pump: after a
+	// failure, it counts as failed (held back behind a failed message, or
+	// not tried with the broker down).
+	if p.failed > 0 || p.down {
+		p.failed += p.queued
 	}
-	if stopped && out.lastErr == nil {
-		out.lastErr = ctx.Err()
+	if p.failed > 0 {
+		r.stats.failed.Add(uint64(p.failed))
+		err := p.lastErr
+		if err == nil {
+			err = ctx.Err()
+		}
+		if rerr == nil {
+			rerr = &roundError{op: "publish", err: err, messages: p.failed}
+		}
 	}
-	return out
+	if p.fetchErr != nil {
+		rerr = p.fetchErr
+	}
+	return p.read, p.marks, rerr
+}
+
+// pumpState is a pump's state, owned by its goroutine.
+type pumpState struct {
+	r     *Relay
+	keys  map[string]*keyQueue
+	ready []*pending     // messages that may be handed over now
+	held  map[int64]bool // seqs read and not settled: left out of the next fetch
+	marks *marks         // acknowledged or dead, to mark with the next fetch
+
+	window, chunk   int
+	calls, inFlight int
+	queued          int // read, not handed over yet
+	read            int
+	results         chan callResult
+	fetched         chan fetchResult
+	fetching        bool
+	exhausted       bool // a fetch read less than a batch
+	stopped         bool // no more fetches or calls: a stop, the deadline, the broker down
+	down            bool // a call acknowledged nothing: the broker down or silent
+	failed          int
+	lastErr         error
+	fetchErr        *roundError
+}
+
+// outstanding is how many messages the pump holds that are not settled.
+func (p *pumpState) outstanding() int { return p.queued + p.inFlight }
+
+// dispatch hands ready messages to the publisher, in calls of up to a
+// chunk, while calls and the window allow.
+func (p *pumpState) dispatch(ctx context.Context) {
+	for !p.stopped && len(p.ready) > 0 && p.calls < maxCalls && p.inFlight < p.window {
+		n := min(len(p.ready), p.chunk, p.window-p.inFlight)
+		call := p.ready[:n:n]
+		p.ready = p.ready[n:]
+		p.calls++
+		p.inFlight += n
+		p.queued -= n
+		msgs := make([]outbox.Message, n)
+		for i, m := range call {
+			msgs[i] = m.msg
+		}
+		go func() {
+			deadline, err := p.r.publish(ctx, msgs)
+			p.results <- callResult{msgs: call, err: err, deadline: deadline}
+		}()
+	}
+}
+
+// settle takes a call's outcome: acknowledged and dead messages to mark,
+// their keys' next messages ready; a failed message's key blocked.
+func (p *pumpState) settle(ctx context.Context, res callResult) {
+	p.calls--
+	p.inFlight -= len(res.msgs)
+	acked := outbox.Acknowledged(res.err, len(res.msgs))
+	var be *outbox.BatchError
+	perMessage := errors.As(res.err, &be) && len(be.Errs) == len(res.msgs)
+	progress := false
+	for i, m := range res.msgs {
+		delete(p.held, m.seq)
+		k := p.keys[m.msg.OrderingKey]
+		if k != nil {
+			k.out = false
+		}
+		if p.marks.start.IsZero() || m.read.Before(p.marks.start) {
+			p.marks.start = m.read
+		}
+		if acked[i] {
+			progress = true
+			p.marks.acked = append(p.marks.acked, m.seq)
+			p.marks.oldest = max(p.marks.oldest, m.age+time.Since(m.read))
+			p.next(k)
+			continue
+		}
+		err := res.err
+		if perMessage {
+			err = be.Errs[i]
+		}
+		if err == nil {
+			err = errors.New("pgoutbox: the publisher acknowledged the message neither way")
+		}
+		if errors.Is(err, outbox.ErrPermanent) && !p.r.cfg.holdRefused {
+			progress = true
+			p.marks.dead = append(p.marks.dead, m.seq)
+			p.marks.deadIDs = append(p.marks.deadIDs, m.msg.ID)
+			p.marks.deadErrs = append(p.marks.deadErrs, err.Error())
+			p.marks.errs = append(p.marks.errs, fmt.Errorf("message %s: %w", m.msg.ID, err))
+			p.next(k)
+			continue
+		}
+		p.failed++
+		p.lastErr = err
+		if k != nil {
+			k.blocked = true
+		}
+	}
+	if !progress && (res.deadline || !perMessage) {
+		p.stopped, p.down = true, true
+	}
+}
+
+// next makes k's next message ready, if k is not blocked.
+func (p *pumpState) next(k *keyQueue) {
+	if k == nil || k.blocked || len(k.queue) == 0 {
+		return
+	}
+	p.ready = append(p.ready, k.queue[0])
+	k.queue = k.queue[1:]
+	k.out = true
+}
+
+// fetch marks what was settled and reads the next batch, leaving out
+// what the pump holds, in a goroutine.
+func (p *pumpState) fetch(ctx context.Context) {
+	p.fetching = true
+	m := p.marks
+	p.marks = &marks{}
+	exclude := make(map[int64]bool, len(p.held))
+	for s := range p.held {
+		exclude[s] = true
+	}
+	go func() {
+		batch, err := p.r.markAndFetch(ctx, m, p.r.cfg.batch+len(exclude), exclude)
+		p.fetched <- fetchResult{batch: batch, marks: m, asked: p.r.cfg.batch, err: err}
+	}()
+}
+
+// take takes a fetch's outcome: the marks reported, the batch queued
+// behind what the pump holds of each key.
+func (p *pumpState) take(ctx context.Context, f fetchResult) {
+	p.fetching = false
+	if f.err != nil {
+		if f.marks.empty() {
+			p.fetchErr = &roundError{op: "fetch", err: f.err}
+		} else {
+			// The marks were in the failed transaction: their messages
+			// are published again.
+			p.fetchErr = &roundError{op: "mark", err: f.err, messages: f.marks.count()}
+		}
+		p.stopped = true
+		return
+	}
+	p.r.marked(ctx, f.marks)
+	if len(f.batch) < f.asked {
+		p.exhausted = true
+	}
+	p.read += len(f.batch)
+	for _, m := range f.batch {
+		key := m.msg.OrderingKey
+		p.held[m.seq] = true
+		p.queued++
+		if key == "" {
+			p.ready = append(p.ready, m)
+			continue
+		}
+		k := p.keys[key]
+		if k == nil {
+			k = &keyQueue{}
+			p.keys[key] = k
+		}
+		if k.blocked {
+			// Behind a failed message: it waits for a later pump.
+			delete(p.held, m.seq)
+			p.queued--
+			continue
+		}
+		if !k.out {
+			p.ready = append(p.ready, m)
+			k.out = true
+			continue
+		}
+		k.queue = append(k.queue, m)
+	}
 }
 
 // publish calls the publisher, bounded by PublishTimeout, recovering a

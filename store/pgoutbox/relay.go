@@ -38,10 +38,9 @@ type Relay struct {
 	stopped   chan struct{}
 	err       error
 
-	held     atomic.Pointer[[]bool] // the buckets held, read by the listener
-	wake     chan struct{}
-	stats    counters
-	inflight *marking // the mark whose commit is awaited; the run loop's
+	held  atomic.Pointer[[]bool] // the buckets held, read by the listener
+	wake  chan struct{}
+	stats counters
 }
 
 // NewRelay returns a relay of o's messages that publishes through pub;

@@ -64,14 +64,19 @@ func (r *Relay) run(ctx context.Context) {
 		}
 		more := false
 		if !now.Before(retryAt) && r.holdsAny() {
-			n, left, rerr := r.round(ctx, carry)
+			until := nextLease
+			if nextCleanup.Before(until) {
+				until = nextCleanup
+			}
+			n, left, rerr := r.pump(ctx, carry, until)
 			carry = left
 			if rerr != nil {
 				fail(rerr)
 			} else {
 				failures = 0
-				// The next round marks this one's messages and reads on;
-				// the relay waits once a round finds nothing.
+				// The next pump marks this one's messages with its first
+				// fetch and reads on; the relay waits once a pump finds
+				// nothing.
 				more = n > 0
 			}
 		}
