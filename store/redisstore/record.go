@@ -14,49 +14,60 @@ import (
 // strings:
 //
 //	offset  size  field
-//	0       1     state: 'p' processing, 'c' completed, 'f' failed
+//	0       1     state: 'p' processing, 'c' completed, 'f' failed; 'q'
+//	              and 'C', processing and completed in the short form of
+//	              a first attempt with no fingerprint and no error
 //	1       16    the token of the last claim (raw bytes); a settled record
 //	              keeps the token that completed or released it
-//	17      8     a time in ms since the epoch (see below): the lease
+//	17      6     a time in ms since the epoch (see below): the lease
 //	              deadline while processing; once completed or failed, the
 //	              last millisecond of the record's life, ExpiresAt - 1 ms,
 //	              which is its key's Redis expiry
-//	25      8     when the key's first claim was made, in ms, on the clock
+//	23      6     when the key's first claim was made, in ms, on the clock
 //	              of the process that made it (the clock of leases); kept
 //	              by every takeover and retry
-//	33      ...   "<done>,<attempt>,<len(fingerprint)>,<len(last error)>,"
-//	              in decimal, then the fingerprint, the last error, and (in
-//	              a completed record) the result, which runs to the end.
-//	              done is empty while processing; once settled it is when
-//	              the record completed or failed, by the server's clock, in
-//	              ms after its creation (negative when the creating
-//	              process's clock ran ahead of the server's)
+//	29      ...   'q': nothing more: a 'q' record is 29 bytes.
+//	              'C': done in 3 bytes (below), then the result, which
+//	              runs to the end.
+//	              'p', 'c', 'f': "<done>,<attempt>,<len(fingerprint)>,
+//	              <len(last error)>," in decimal, then the fingerprint,
+//	              the last error, and (in a completed record) the result,
+//	              which runs to the end; done is empty while processing.
 //
-// A time is 8 digits of base 64 in the alphabet of the 64 bytes from '0'
-// (48) to 'o' (111), most significant first: 48 bits of ms, until the year
-// 10889. Each digit is its byte minus 48, so Lua decodes a time with one
-// string.byte and encodes the server's clock with one string.char and no
-// table; the scripts compare times as numbers, never as strings (Lua
-// compares strings by the server's locale, strcoll, not by bytes).
+// done is when the record completed or failed, by the server's clock, in
+// ms after its creation (negative when the creating process's clock ran
+// ahead of the server's). The short form keeps it in 3 bytes, big-endian,
+// plus 2^23, so from -2^23 to 2^23 - 1 ms (2 h 19 min either way); a
+// first attempt that completes further from its creation takes the long
+// form.
 //
-// Layout version 3 (":v3:", see layout) added the creation and done times
-// to version 2's, whose times were 13 decimal digits: 8 digits of base 64
-// make room for the creation time, so that a completed record with no
-// fingerprint and an empty result takes 41 to 44 bytes (done under 10s),
-// where version 2's took 36, and stays within the 44 bytes that Redis
-// keeps in one allocation with its object (embstr): MEMORY USAGE is the
-// same for both (TestRecordSize). done is an offset from the creation
-// time, not a third time of 8 digits, so that it costs 3 to 5 bytes for a
-// handler under 10s, and the record's key is the last millisecond, so that
-// ExpiresAt stays exact without a number parsed. Completing a record is
-// 'c' + token + its last millisecond + the creation time + done + the
-// record from offset 33 on + the result: the attempt count, the
-// fingerprint and the last error are carried over uncut.
+// A time is 6 bytes, big-endian: 48 bits of ms, until the year 10889.
+// The scripts decode one with one string.byte and encode the server's
+// clock with one string.char and no table, and compare times as numbers,
+// never as strings (Lua compares strings by the server's locale, strcoll,
+// not by bytes).
+//
+// What a record costs Redis is what decides the layout: a string of up to
+// 44 bytes is kept in one allocation with its object (embstr), and Redis's
+// allocator rounds every allocation up to a multiple of 16 bytes (at these
+// sizes), so a byte more can cost 16. The short form is what almost every
+// message leaves behind (a first attempt that completed, with no
+// fingerprint): 32 bytes before its result, where version 2's record, with
+// no creation or completion time, took 36, and a first draft of this
+// version's (times of 8 digits of base 64, and ",1,0,0,") 43 or 44; so a
+// result of up to 12 bytes stays an embstr, and MEMORY USAGE is 16 bytes
+// less than both for most results (TestRecordSize). Completing a record
+// is state + token + its last millisecond + the creation time + done +
+// (in the long form) the record from offset 29 on + the result: the
+// attempt count, the fingerprint and the last error are carried over
+// uncut.
 const (
-	headerLen = 33 // state, token, time, creation
+	headerLen = 29 // state, token, time, creation
 	timeAt    = 17 // the offset of the time
-	createdAt = 25 // the offset of the creation time
-	timeLen   = 8
+	createdAt = 23 // the offset of the creation time
+	timeLen   = 6
+	doneLen   = 3       // done in the short form
+	doneBias  = 1 << 23 // added to done in the short form
 )
 
 // layout is put between Options.Prefix and the receiver's key: the version
@@ -76,8 +87,15 @@ func packProcessing(token store.Token, deadline, created int64, fp string) strin
 	return string(appendProcessing(buf[:0], token, deadline, created, fp))
 }
 
-// appendProcessing appends the record packProcessing returns to b.
+// appendProcessing appends the record packProcessing returns to b: the
+// short form without a fingerprint.
 func appendProcessing(b []byte, token store.Token, deadline, created int64, fp string) []byte {
+	if fp == "" {
+		b = append(b, 'q')
+		b = append(b, token[:]...)
+		b = appendTime(b, deadline)
+		return appendTime(b, created)
+	}
 	b = append(b, 'p')
 	b = append(b, token[:]...)
 	b = appendTime(b, deadline)
@@ -88,35 +106,26 @@ func appendProcessing(b []byte, token store.Token, deadline, created int64, fp s
 	return append(b, fp...)
 }
 
-// appendTime appends ms in timeLen digits of base 64: a clock set before
-// 1970 counts as 1970, one after the year 10889 wraps.
+// appendTime appends ms in timeLen bytes: a clock set before 1970 counts
+// as 1970, one after the year 10889 wraps.
 func appendTime(b []byte, ms int64) []byte {
 	ms = max(ms, 0)
-	var d [timeLen]byte
-	for i := timeLen - 1; i >= 0; i-- {
-		d[i] = byte('0' + ms%64)
-		ms /= 64
-	}
-	return append(b, d[:]...)
+	return append(b, byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms))
 }
 
 // timeString is ms as a record holds it.
-func timeString(ms int64) string { return string(appendTime(nil, ms)) }
+func timeString(ms int64) string {
+	var buf [timeLen]byte
+	return string(appendTime(buf[:0], ms))
+}
 
-// parseTime reads a time of timeLen digits of base 64.
-func parseTime(s string) (int64, bool) {
-	if len(s) != timeLen {
-		return 0, false
-	}
+// parseTime reads a time of timeLen bytes.
+func parseTime(s string) int64 {
 	var ms int64
 	for i := range timeLen {
-		c := s[i]
-		if c < '0' || c > 'o' {
-			return 0, false
-		}
-		ms = ms*64 + int64(c-'0')
+		ms = ms<<8 | int64(s[i])
 	}
-	return ms, true
+	return ms
 }
 
 // errNotRecord is the cause of an error for a value this package did not
@@ -128,22 +137,54 @@ func unpack(key, v string) (store.Record, error) {
 	if len(v) < headerLen {
 		return store.Record{}, errNotRecord
 	}
-	state := stateOf(v[0])
-	at, ok1 := parseTime(v[timeAt : timeAt+timeLen])
-	created, ok2 := parseTime(v[createdAt : createdAt+timeLen])
-	if state == 0 || !ok1 || !ok2 {
-		return store.Record{}, errNotRecord
-	}
-	rest := v[headerLen:]
-	j := strings.IndexByte(rest, ',')
-	if j < 0 || (j == 0) != (state == store.StateProcessing) {
-		return store.Record{}, errNotRecord
-	}
+	at, created := parseTime(v[timeAt:timeAt+timeLen]), parseTime(v[createdAt:createdAt+timeLen])
+	rec := store.Record{Key: key, State: stateOf(v[0]), Attempt: 1, CreatedAt: time.UnixMilli(created)}
+	copy(rec.Token[:], v[1:timeAt])
 	var done int64
+	switch v[0] {
+	case 'q':
+		if len(v) != headerLen {
+			return store.Record{}, errNotRecord
+		}
+		rec.LeaseUntil = time.UnixMilli(at)
+		return rec, nil
+	case 'C':
+		if len(v) < headerLen+doneLen {
+			return store.Record{}, errNotRecord
+		}
+		d := v[headerLen : headerLen+doneLen]
+		done = int64(d[0])<<16 | int64(d[1])<<8 | int64(d[2]) - doneBias
+		if r := v[headerLen+doneLen:]; r != "" {
+			rec.Result = []byte(r)
+		}
+	case 'p', 'c', 'f':
+		var err error
+		if rec, done, err = unpackLong(rec, v[headerLen:]); err != nil {
+			return store.Record{}, err
+		}
+		if rec.State == store.StateProcessing {
+			rec.LeaseUntil = time.UnixMilli(at)
+			return rec, nil
+		}
+	default:
+		return store.Record{}, errNotRecord
+	}
+	rec.ExpiresAt = time.UnixMilli(at + 1)
+	rec.CompletedAt = time.UnixMilli(created + done)
+	return rec, nil
+}
+
+// unpackLong reads the long form's fields after the header, rest, into
+// rec, and returns done.
+func unpackLong(rec store.Record, rest string) (_ store.Record, done int64, _ error) {
+	j := strings.IndexByte(rest, ',')
+	if j < 0 || (j == 0) != (rec.State == store.StateProcessing) {
+		return rec, 0, errNotRecord
+	}
 	if j > 0 {
 		var err error
 		if done, err = strconv.ParseInt(rest[:j], 10, 64); err != nil {
-			return store.Record{}, errNotRecord
+			return rec, 0, errNotRecord
 		}
 	}
 	rest = rest[j+1:]
@@ -151,46 +192,32 @@ func unpack(key, v string) (store.Record, error) {
 	for i := range n {
 		j := strings.IndexByte(rest, ',')
 		if j < 0 {
-			return store.Record{}, errNotRecord
+			return rec, 0, errNotRecord
 		}
 		x, err := strconv.Atoi(rest[:j])
 		if err != nil || x < 0 {
-			return store.Record{}, errNotRecord
+			return rec, 0, errNotRecord
 		}
 		n[i], rest = x, rest[j+1:]
 	}
 	attempt, fpLen, errLen := n[0], n[1], n[2]
 	if fpLen+errLen > len(rest) {
-		return store.Record{}, errNotRecord
+		return rec, 0, errNotRecord
 	}
-	rec := store.Record{
-		Key:         key,
-		State:       state,
-		Attempt:     attempt,
-		Fingerprint: rest[:fpLen],
-		LastError:   rest[fpLen : fpLen+errLen],
-		CreatedAt:   time.UnixMilli(created),
+	rec.Attempt = attempt
+	rec.Fingerprint = rest[:fpLen]
+	rec.LastError = rest[fpLen : fpLen+errLen]
+	if r := rest[fpLen+errLen:]; r != "" && rec.State == store.StateCompleted {
+		rec.Result = []byte(r)
 	}
-	copy(rec.Token[:], v[1:timeAt])
-	switch state {
-	case store.StateProcessing:
-		rec.LeaseUntil = time.UnixMilli(at)
-		return rec, nil
-	case store.StateCompleted:
-		if r := rest[fpLen+errLen:]; r != "" {
-			rec.Result = []byte(r)
-		}
-	}
-	rec.ExpiresAt = time.UnixMilli(at + 1)
-	rec.CompletedAt = time.UnixMilli(created + done)
-	return rec, nil
+	return rec, done, nil
 }
 
 func stateOf(c byte) store.State {
 	switch c {
-	case 'p':
+	case 'p', 'q':
 		return store.StateProcessing
-	case 'c':
+	case 'c', 'C':
 		return store.StateCompleted
 	case 'f':
 		return store.StateFailed

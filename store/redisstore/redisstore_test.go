@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -128,25 +129,21 @@ func TestExpiryFollowsState(t *testing.T) {
 	})
 }
 
-// rawRecord packs a record as the store does (see record.go), so that a
-// test can write one by hand: this pins the layout, which records written
-// by other versions of the package share. done is empty for a processing
-// record.
+// rawRecord packs a record in the long form as the store does (see
+// record.go), so that a test can write one by hand: this pins the layout,
+// which records written by other versions of the package share. done is
+// empty for a processing record.
 func rawRecord(state byte, token store.Token, at, created int64, done string, attempt int, fp, lastErr, result string) string {
-	return string(state) + string(token[:]) + base64Time(at) + base64Time(created) +
+	return string(state) + string(token[:]) + rawTime(at) + rawTime(created) +
 		fmt.Sprintf("%s,%d,%d,%d,", done, attempt, len(fp), len(lastErr)) + fp + lastErr + result
 }
 
-// base64Time is ms in the 8 digits of base 64 of a record's times, written
+// rawTime is ms in the 6 bytes, big-endian, of a record's times, written
 // out here apart from the package's own encoding.
-func base64Time(ms int64) string {
-	const digits = "0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmno"
-	b := make([]byte, 8)
-	for i := 7; i >= 0; i-- {
-		b[i] = digits[ms%64]
-		ms /= 64
-	}
-	return string(b)
+func rawTime(ms int64) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(ms))
+	return string(b[2:])
 }
 
 // TestOldLayoutNeverMet: a record of the earlier layout (a hash under the

@@ -12,40 +12,49 @@ import (
 // order), so every one is atomic and Cluster-safe without hash tags. They
 // keep to what is cheap in Redis's Lua: fixed offsets, string cuts and
 // joins, the state compared as a byte, and times decoded from and encoded
-// into their 8 digits of base 64 (record.go) by arithmetic on the bytes,
-// never compared as strings (Lua compares strings by the server's locale);
-// the functions and TIME are made once per run, not once per key. Most of what a script costs Redis is the commands it calls
-// (each redis.call about 1µs, a SET more), so the completion of a batch
-// reads its keys with one MGET.
+// into their 6 bytes (record.go) by arithmetic, never compared as strings
+// (Lua compares strings by the server's locale); the functions and TIME
+// are made once per run, not once per key. Most of what a script costs
+// Redis is the commands it calls (each redis.call about 1µs, a SET more),
+// so the completion of a batch reads its keys with one MGET.
+//
+// The states as bytes: 112 'p' and 113 'q' processing, 99 'c' and 67 'C'
+// completed, 102 'f' failed.
 
-// t64Lua and n64Lua are the functions of a record's times (record.go):
-// t64(ms) encodes a time in its 8 digits of base 64, n64(v, i) decodes the
-// one at byte i of v (1-based, as Lua counts). A time fits a Lua number
-// exactly (48 bits of the 53 a double holds).
+// t48Lua and n48Lua are the functions of a record's times (record.go):
+// t48(ms) encodes a time in its 6 bytes, n48(v, i) decodes the one at
+// byte i of v (1-based, as Lua counts). A time fits a Lua number exactly
+// (48 bits of the 53 a double holds). d24Lua's d24(done) encodes the done
+// of the short form, which the caller has checked is within its 3 bytes.
 const (
-	t64Lua = `
-local function t64(n)
-	local h = n % 64
-	n = (n - h) / 64
-	local g = n % 64
-	n = (n - g) / 64
-	local f = n % 64
-	n = (n - f) / 64
-	local e = n % 64
-	n = (n - e) / 64
-	local d = n % 64
-	n = (n - d) / 64
-	local c = n % 64
-	n = (n - c) / 64
-	local b = n % 64
-	n = (n - b) / 64
-	return string.char(n % 64 + 48, b + 48, c + 48, d + 48, e + 48, f + 48, g + 48, h + 48)
+	t48Lua = `
+local function t48(n)
+	local f = n % 256
+	n = (n - f) / 256
+	local e = n % 256
+	n = (n - e) / 256
+	local d = n % 256
+	n = (n - d) / 256
+	local c = n % 256
+	n = (n - c) / 256
+	local b = n % 256
+	n = (n - b) / 256
+	return string.char(n % 256, b, c, d, e, f)
 end
 `
-	n64Lua = `
-local function n64(v, i)
-	local a, b, c, d, e, f, g, h = string.byte(v, i, i + 7)
-	return (((((((a - 48) * 64 + b - 48) * 64 + c - 48) * 64 + d - 48) * 64 + e - 48) * 64 + f - 48) * 64 + g - 48) * 64 + h - 48
+	n48Lua = `
+local function n48(v, i)
+	local a, b, c, d, e, f = string.byte(v, i, i + 5)
+	return ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f
+end
+`
+	d24Lua = `
+local function d24(done)
+	local x = done + 8388608
+	local c = x % 256
+	x = (x - c) / 256
+	local b = x % 256
+	return string.char((x - b) / 256, b, c)
 end
 `
 )
@@ -56,8 +65,8 @@ end
 // while its clock reads the key's expiry and drops it from the next
 // millisecond on, so the record is gone when the server's clock reads its
 // ExpiresAt, exactly, with no reader checking the time. The record keeps
-// that last millisecond, in base 64, and PXAT gets it in decimal.
-const clockLua = t64Lua + n64Lua + `
+// that last millisecond in its 6 bytes, and PXAT gets it in decimal.
+const clockLua = t48Lua + n48Lua + d24Lua + `
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 `
@@ -66,11 +75,11 @@ local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 // the processing record held by token, as a completed record kept for
 // retention, done now. Completing again with the token that completed it
 // changes nothing. It answers 1 when it wrote the record, 2 when token had
-// completed it already, or 0 when token does not hold the key. The state
-// is compared as a byte (112 'p', 99 'c'), which makes no string. A
-// processing record's done is empty, so the record from byte 34 on (',',
-// the attempt, the lengths, the fingerprint and the last error) follows
-// the new done as it is.
+// completed it already, or 0 when token does not hold the key. A record in
+// the short form ('q') completes in the short form ('C') while its done
+// fits 3 bytes; the long form's record from byte 30 on (',', the attempt,
+// the lengths, the fingerprint and the last error; done is empty while
+// processing) follows the new done as it is.
 const completeLua = `
 local function complete(key, token, result, retention)
 	local v = redis.call('GET', key)
@@ -78,12 +87,20 @@ local function complete(key, token, result, retention)
 		return 0
 	end
 	local state = string.byte(v)
-	if state ~= 112 then
-		return state == 99 and 2 or 0
+	if state ~= 113 and state ~= 112 then
+		return (state == 67 or state == 99) and 2 or 0
 	end
 	local last = now + retention - 1
-	redis.call('SET', key, 'c' .. token .. t64(last) .. string.sub(v, 26, 33) .. (now - n64(v, 26)) .. string.sub(v, 34) .. result,
-		'PXAT', tostring(last))
+	local done = now - n48(v, 24)
+	local rec
+	if state == 113 and done >= -8388608 and done < 8388608 then
+		rec = 'C' .. token .. t48(last) .. string.sub(v, 24, 29) .. d24(done) .. result
+	elseif state == 113 then
+		rec = 'c' .. token .. t48(last) .. string.sub(v, 24, 29) .. done .. ',1,0,0,' .. result
+	else
+		rec = 'c' .. token .. t48(last) .. string.sub(v, 24, 29) .. done .. string.sub(v, 30) .. result
+	end
+	redis.call('SET', key, rec, 'PXAT', tostring(last))
 	return 1
 end
 `
@@ -94,13 +111,13 @@ end
 // Redis is mostly the commands the script calls, so it reads every key
 // with one MGET instead of a GET each (a key that MGET found no string at
 // is read again by GET, which answers an absent key and fails on another
-// type, as complete's does), and turns the expiry into text once per
-// distinct retention, not once per key. MGET reads every key before the
-// first is written, so KEYS must not repeat a key: a batch that does runs
-// completeEachScript instead.
+// type, as complete's does), and turns the expiry into bytes and text once
+// per distinct retention, not once per key. MGET reads every key before
+// the first is written, so KEYS must not repeat a key: a batch that does
+// runs completeEachScript instead.
 const completeManyLua = `
 local vals = redis.call('MGET', unpack(KEYS))
-local out, retained, last, last64 = {}, nil, nil, nil
+local out, retained, last, last48 = {}, nil, nil, nil
 for i = 1, #KEYS do
 	local key, j = KEYS[i], i * 3 - 2
 	local token = ARGV[j]
@@ -108,16 +125,24 @@ for i = 1, #KEYS do
 	local answer = 0
 	if v and string.sub(v, 2, 17) == token then
 		local state = string.byte(v)
-		if state == 112 then
+		if state == 113 or state == 112 then
 			if ARGV[j + 2] ~= retained then
 				retained = ARGV[j + 2]
 				last = now + retained - 1
-				last64, last = t64(last), tostring(last)
+				last48, last = t48(last), tostring(last)
 			end
-			redis.call('SET', key, 'c' .. token .. last64 .. string.sub(v, 26, 33) .. (now - n64(v, 26)) .. string.sub(v, 34) .. ARGV[j + 1],
-				'PXAT', last)
+			local done = now - n48(v, 24)
+			local rec
+			if state == 113 and done >= -8388608 and done < 8388608 then
+				rec = 'C' .. token .. last48 .. string.sub(v, 24, 29) .. d24(done) .. ARGV[j + 1]
+			elseif state == 113 then
+				rec = 'c' .. token .. last48 .. string.sub(v, 24, 29) .. done .. ',1,0,0,' .. ARGV[j + 1]
+			else
+				rec = 'c' .. token .. last48 .. string.sub(v, 24, 29) .. done .. string.sub(v, 30) .. ARGV[j + 1]
+			end
+			redis.call('SET', key, rec, 'PXAT', last)
 			answer = 1
-		elseif state == 99 then
+		elseif state == 67 or state == 99 then
 			answer = 2
 		end
 	end
@@ -132,15 +157,22 @@ return out
 const releaseLua = `
 local function release(key, token, message, retention)
 	local v = redis.call('GET', key)
-	if not v or string.sub(v, 1, 17) ~= 'p' .. token then
+	if not v or string.sub(v, 2, 17) ~= token then
 		return 0
 	end
-	local attempt, fpLen, _, at = string.match(v, '^,(%d+),(%d+),(%d+),()', 34)
-	if not at then
+	local state = string.byte(v)
+	local attempt, fpLen, at = '1', 0, 30
+	if state == 112 then
+		local _
+		attempt, fpLen, _, at = string.match(v, '^,(%d+),(%d+),(%d+),()', 30)
+		if not at then
+			return 0
+		end
+	elseif state ~= 113 then
 		return 0
 	end
 	local last = now + retention - 1
-	redis.call('SET', key, 'f' .. token .. t64(last) .. string.sub(v, 26, 33) .. (now - n64(v, 26)) .. ',' ..
+	redis.call('SET', key, 'f' .. token .. t48(last) .. string.sub(v, 24, 29) .. (now - n48(v, 24)) .. ',' ..
 		attempt .. ',' .. fpLen .. ',' .. #message .. ',' .. string.sub(v, at, at + fpLen - 1) .. message,
 		'PXAT', tostring(last))
 	return 1
@@ -154,10 +186,14 @@ end
 const extendLua = `
 local function extend(key, token, deadline, ttl)
 	local v = redis.call('GET', key)
-	if not v or string.sub(v, 1, 17) ~= 'p' .. token then
+	if not v or string.sub(v, 2, 17) ~= token then
 		return 0
 	end
-	redis.call('SET', key, string.sub(v, 1, 17) .. deadline .. string.sub(v, 26), 'PX', ttl)
+	local state = string.byte(v)
+	if state ~= 113 and state ~= 112 then
+		return 0
+	end
+	redis.call('SET', key, string.sub(v, 1, 17) .. deadline .. string.sub(v, 24), 'PX', ttl)
 	return 1
 end
 `
@@ -170,56 +206,77 @@ end
 // fingerprint and the last error, the key living ttl; or, created at
 // created (a time of the record), if the record is gone by now. It answers
 // {1, the new record}, {0, the record holding the key}, or {2, the record}
-// when the fingerprints differ, which wins over a retry or a takeover.
-const acquireLua = n64Lua + `
+// when the fingerprints differ, which wins over a retry or a takeover. A
+// completed record in the short form has no fingerprint to differ.
+const acquireLua = n48Lua + `
 local function acquire(key, token, deadline, fp, ttl, now, created)
 	local v = redis.call('GET', key)
 	local attempt, lastErr = 1, ''
 	if v then
-		local attempts, fpLen, errLen, at = string.match(v, '^%-?%d*,(%d+),(%d+),(%d+),()', 34)
-		if not at then
+		local state = string.byte(v)
+		local attempts, fpLen, errLen, at = 1, 0, 0, 30
+		if state == 113 then
+			if #v ~= 29 then
+				return {0, v}
+			end
+		elseif state == 67 then
 			return {0, v}
+		else
+			attempts, fpLen, errLen, at = string.match(v, '^%-?%d*,(%d+),(%d+),(%d+),()', 30)
+			if not at then
+				return {0, v}
+			end
 		end
 		local stored = string.sub(v, at, at + fpLen - 1)
 		if stored ~= '' and fp ~= '' and stored ~= fp then
 			return {2, v}
 		end
-		local state = string.byte(v)
-		if not (state == 102 or (state == 112 and n64(v, 18) <= tonumber(now))) then
+		if not (state == 102 or ((state == 113 or state == 112) and n48(v, 18) <= tonumber(now))) then
 			return {0, v}
 		end
 		attempt = attempts + 1
 		lastErr = string.sub(v, at + fpLen, at + fpLen + errLen - 1)
-		created = string.sub(v, 26, 33)
+		created = string.sub(v, 24, 29)
 		if stored ~= '' then
 			fp = stored
 		end
 	end
-	local rec = 'p' .. token .. deadline .. created .. ',' .. attempt .. ',' .. #fp .. ',' .. #lastErr .. ',' .. fp .. lastErr
+	local rec
+	if attempt == 1 and fp == '' then
+		rec = 'q' .. token .. deadline .. created
+	else
+		rec = 'p' .. token .. deadline .. created .. ',' .. attempt .. ',' .. #fp .. ',' .. #lastErr .. ',' .. fp .. lastErr
+	end
 	redis.call('SET', key, rec, 'PX', ttl)
 	return {1, rec}
 end
 `
 
 // deleteIfLua: deleteIf(key, states, expired, now) deletes the record of
-// key when its state byte is one of states ('p', 'c', 'f' in any order),
-// or when it is processing, expired is '1' and its lease deadline is at
-// or before now (ms in decimal, the caller's clock, as every lease). It
-// answers {1, the record} when it deleted it, {0, the record} when it
-// kept it, or {} when there is no record. A value of another program is
-// kept and answered, for the caller to refuse.
-const deleteIfLua = n64Lua + `
+// key when its state is one of states ('p', 'c', 'f' in any order, for
+// processing, completed, failed), or when it is processing, expired is
+// '1' and its lease deadline is at or before now (ms in decimal, the
+// caller's clock, as every lease). It answers {1, the record} when it
+// deleted it, {0, the record} when it kept it, or {} when there is no
+// record. A value of another program is kept and answered, for the
+// caller to refuse.
+const deleteIfLua = n48Lua + `
 local function deleteIf(key, states, expired, now)
 	local v = redis.call('GET', key)
 	if not v then
 		return {}
 	end
-	if #v < 40 then
+	if #v < 29 then
 		return {0, v}
 	end
 	local state = string.sub(v, 1, 1)
+	if state == 'q' then
+		state = 'p'
+	elseif state == 'C' then
+		state = 'c'
+	end
 	if string.find(states, state, 1, true) or
-		(expired == '1' and state == 'p' and n64(v, 18) <= tonumber(now)) then
+		(expired == '1' and state == 'p' and n48(v, 18) <= tonumber(now)) then
 		redis.call('DEL', key)
 		return {1, v}
 	end
@@ -237,17 +294,25 @@ end
 const abandonLua = `
 local function abandon(key, token)
 	local v = redis.call('GET', key)
-	if not v or string.sub(v, 1, 17) ~= 'p' .. token then
+	if not v or string.sub(v, 2, 17) ~= token then
 		return 0
 	end
-	local attempt, rest = string.match(v, '^,(%d+)(,.*)$', 34)
+	local state = string.byte(v)
+	if state == 113 then
+		redis.call('DEL', key)
+		return 1
+	end
+	if state ~= 112 then
+		return 0
+	end
+	local attempt, rest = string.match(v, '^,(%d+)(,.*)$', 30)
 	if not attempt then
 		return 0
 	end
 	if attempt == '1' then
 		redis.call('DEL', key)
 	else
-		redis.call('SET', key, string.sub(v, 1, 17) .. '00000000' .. string.sub(v, 26, 33) .. ',' .. (attempt - 1) .. rest, 'KEEPTTL')
+		redis.call('SET', key, string.sub(v, 1, 17) .. '\0\0\0\0\0\0' .. string.sub(v, 24, 29) .. ',' .. (attempt - 1) .. rest, 'KEEPTTL')
 	end
 	return 1
 end
@@ -262,7 +327,11 @@ end
 const confirmLua = `
 local function confirm(key, token)
 	local v = redis.call('GET', key)
-	if not v or string.sub(v, 1, 17) ~= 'c' .. token then
+	if not v or string.sub(v, 2, 17) ~= token then
+		return 0
+	end
+	local state = string.byte(v)
+	if state ~= 67 and state ~= 99 then
 		return 0
 	end
 	redis.call('SET', key, v, 'KEEPTTL')
