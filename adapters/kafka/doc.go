@@ -103,8 +103,10 @@
 // partition, so a commit out of order would skip unfinished messages). The
 // watermarks of all partitions go out in one commit every
 // Options.CommitInterval (1s by default), or after every outcome with
-// CommitEveryOutcome. Failed commits are logged and retried on the next
-// tick; Stop returns the final commit's error. What a crash loses is only
+// CommitEveryOutcome: a partition goes on once its watermark is committed,
+// and the partitions whose watermarks moved while a commit was on its way
+// go out together in the next. Failed commits are logged and retried on
+// the next tick; Stop returns the final commit's error. What a crash loses is only
 // commits: the next owner re-reads from the last one, and the store answers
 // what was done as duplicates.
 //

@@ -73,7 +73,8 @@ type Options struct {
 	// commits: the next owner re-reads those messages, and the store
 	// answers them as duplicates. CommitEveryOutcome commits each
 	// partition's watermark as soon as it moves, before the partition goes
-	// on. Defaults to 1s.
+	// on (the partitions that moved while a commit was on its way share the
+	// next OffsetCommit). Defaults to 1s.
 	CommitInterval time.Duration
 
 	// DeadLetterTopic receives poison messages (undecodable, no id,
