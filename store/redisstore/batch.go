@@ -31,7 +31,7 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 	for i, req := range reqs {
 		if out[i].Err = checkAcquire(req); out[i].Err == nil {
 			acqs[i] = &all[i]
-			s.initAcquire(acqs[i], req, now, false)
+			s.initAcquire(acqs[i], req, now)
 			valid = append(valid, i)
 		}
 	}

@@ -230,20 +230,21 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Cl
 }
 
 // acquisition is one Acquire in the making: the record a SET NX writes for
-// a new key, and what the script needs when the key is taken. A single
-// Acquire allocates it once with everything its command needs (see
-// setNXGet and Store.bound).
+// a new key, and what the script needs when the key is taken.
 type acquisition struct {
 	req      store.AcquireRequest
 	token    store.Token
 	now      int64 // ms, on this process's clock
 	deadline int64 // now + the lease
 	ttl      time.Duration
+	record   string // unset in a batch's, which packs its records itself (packAll)
+}
 
-	// Set for a single Acquire only: a batch packs its records itself
-	// (packAll).
+// oneAcquire is a single Acquire, allocated once with everything its
+// command needs (see setNXGet and Store.bound).
+type oneAcquire struct {
+	acquisition
 	redisKey string // cut with record from one string
-	record   string
 	ttlMS    int64
 	argv     [7]any
 	ctx      bounded
@@ -252,33 +253,31 @@ type acquisition struct {
 // newAcquire prepares req at now. The lease is measured on the caller's
 // clock (see the package documentation); the key lives the lease plus
 // Options.AbandonedTTL on the server's.
-func (s *Store) newAcquire(req store.AcquireRequest, now time.Time) *acquisition {
-	a := new(acquisition)
-	s.initAcquire(a, req, now, true)
+func (s *Store) newAcquire(req store.AcquireRequest, now time.Time) *oneAcquire {
+	a := new(oneAcquire)
+	s.initAcquire(&a.acquisition, req, now)
+	// The Redis key and the record in one string: one allocation.
+	var buf [160]byte
+	b := append(append(append(buf[:0], s.prefix...), layout...), req.Key...)
+	k := len(b)
+	all := string(appendProcessing(b, a.token, a.deadline, a.now, req.Fingerprint))
+	a.redisKey, a.record = all[:k], all[k:]
 	return a
 }
 
-// initAcquire is newAcquire into a, which a batch allocates with the
-// others; a batch packs its records itself (packAll), and leaves redisKey
-// and record unset.
-func (s *Store) initAcquire(a *acquisition, req store.AcquireRequest, now time.Time, single bool) {
+// initAcquire prepares req at now into a, as newAcquire does, but for the
+// record; a batch allocates its acquisitions together and packs their
+// records itself (packAll).
+func (s *Store) initAcquire(a *acquisition, req store.AcquireRequest, now time.Time) {
 	*a = acquisition{req: req, token: store.NewToken(), now: now.UnixMilli()}
 	a.deadline = a.now + ms(req.Lease)
 	a.ttl = time.Duration(ms(req.Lease)+ms(s.abandonedTTL)) * time.Millisecond
-	if single {
-		// The Redis key and the record in one string: one allocation.
-		var buf [160]byte
-		b := append(append(append(buf[:0], s.prefix...), layout...), req.Key...)
-		k := len(b)
-		all := string(appendProcessing(b, a.token, a.deadline, a.now, req.Fingerprint))
-		a.redisKey, a.record = all[:k], all[k:]
-	}
 }
 
 // setNXGet returns the arguments of the SET NX GET that claims a new key,
 // built into a: the strings and the TTL passed by pointer, which go-redis
 // writes as their values and an interface holds with no allocation.
-func (a *acquisition) setNXGet() []any {
+func (a *oneAcquire) setNXGet() []any {
 	a.ttlMS = ms(a.ttl)
 	a.argv = [7]any{"set", &a.redisKey, &a.record, "px", &a.ttlMS, "nx", "get"}
 	return a.argv[:]

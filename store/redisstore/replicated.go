@@ -20,7 +20,7 @@ import (
 // acquireReplicated is Acquire with MinReplicas.
 func (s *Store) acquireReplicated(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
 	out := make([]store.AcquireOutcome, 1)
-	s.acquireWaited(ctx, []*acquisition{s.newAcquire(req, time.Now())}, out)
+	s.acquireWaited(ctx, []*acquisition{&s.newAcquire(req, time.Now()).acquisition}, out)
 	return out[0].Claim, out[0].Err
 }
 
