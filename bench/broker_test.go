@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dedup-go/dedup/store/memstore"
 )
 
 // The broker rows share their message and their naming: every side of
@@ -42,18 +44,21 @@ type tally struct {
 	sum   atomic.Int64
 	first atomic.Int64 // when the first order was handled, in Unix nanoseconds
 	last  atomic.Int64 // when the n-th order was handled, in Unix nanoseconds
-	done  chan struct{}
+	// the process's CPU time when the first and the n-th order were handled
+	cpuFirst, cpuLast atomic.Int64
+	done              chan struct{}
 }
 
 func newTally(n int) *tally { return &tally{n: n, done: make(chan struct{})} }
 
 // add records an order; it closes done at the n-th.
 func (t *tally) add(o order) {
-	if t.first.Load() == 0 {
-		t.first.CompareAndSwap(0, time.Now().UnixNano())
+	if t.first.Load() == 0 && t.first.CompareAndSwap(0, time.Now().UnixNano()) {
+		t.cpuFirst.Store(int64(processCPU()))
 	}
 	t.sum.Add(int64(o.Amount))
 	if t.seen.Add(1) == int64(t.n) {
+		t.cpuLast.Store(int64(processCPU()))
 		t.last.Store(time.Now().UnixNano())
 		close(t.done)
 	}
@@ -70,12 +75,42 @@ func (t *tally) handlingRate() float64 {
 	return float64(t.n) / max(elapsed, time.Nanosecond).Seconds()
 }
 
+// cpuPerOrder is the process's CPU time (user + sys, every thread) per
+// order, in nanoseconds, over the span of handlingRate. Call it after done
+// is closed.
+func (t *tally) cpuPerOrder() float64 {
+	return float64(t.cpuLast.Load()-t.cpuFirst.Load()) / float64(t.n)
+}
+
+// closing is how long ago the last order was handled: called when a
+// side's consume returns, what its stopping and closing took.
+func (t *tally) closing() time.Duration {
+	return time.Since(time.Unix(0, t.last.Load()))
+}
+
+// sample is a side's sample from its tally, once consume returned:
+// the handling rate, CPU per order over the same span, and the time its
+// closing took.
+func (t *tally) sample() sample {
+	return sample{value: t.handlingRate(), cpu: t.cpuPerOrder(), closing: t.closing()}
+}
+
 // check fails tb unless every order was handled exactly once.
 func (t *tally) check(tb testing.TB, side string) {
 	tb.Helper()
 	if got, want := t.sum.Load(), int64(t.n)*int64(t.n-1)/2; got != want || t.seen.Load() != int64(t.n) {
 		tb.Fatalf("%s: handled %d orders summing to %d, want %d summing to %d", side, t.seen.Load(), got, t.n, want)
 	}
+}
+
+// orderStore is the memstore of a dedup side consuming n orders: room for
+// every one of them (Capacity is the number of records kept).
+func orderStore(tb testing.TB, n int) *memstore.Store {
+	st, err := memstore.New(&memstore.Options{Capacity: n + 1000})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st
 }
 
 // decode is the handler's work on every side: the body into an order.

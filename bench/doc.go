@@ -17,11 +17,16 @@
 // and Kafka (kfake, in process) are started by their rows. The broker rows
 // consume fresh messages, published before the clock starts, from a queue,
 // stream or topic of each run's own, and fail unless every message was
-// handled once. The Kafka rows time each side
-// from the first message handled to the last: joining the consumer group
-// before, the last commit and closing the consumer after, are outside the
-// clock; each cadence of commits is its own row, with a bare reader
-// committing at the same cadence as its baseline.
+// handled once. Every broker row times each side from the first message
+// handled to the last: connecting, subscribing or joining the consumer
+// group before, and the last commit, stopping the consumer and closing
+// its connections after, are outside the clock (the verbose output logs
+// how long each side's closing took). Each cadence of Kafka commits is its
+// own row, with a bare reader committing at the same cadence as its
+// baseline and the same reader calling the receiver's Handle as the floor
+// of the dedupkafka Consumer; the Kafka rows add under each side the
+// process's CPU time per message (user + sys, kfake's included) over the
+// same span.
 //
 // A row's ratio is to its first line, its baseline; a line "A over B" is
 // the median of the per-round ratios of side A to side B of the same row,

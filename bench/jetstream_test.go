@@ -15,7 +15,6 @@ import (
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
-	"github.com/dedup-go/dedup/store/memstore"
 )
 
 // startNATS starts an embedded nats-server with JetStream (the current
@@ -49,9 +48,11 @@ func startNATS(tb testing.TB) jetstream.JetStream {
 }
 
 // jetStreamRun publishes n orders to a memory stream of their own, runs
-// consume on its durable consumer and deletes the stream. The clock runs
-// from the start of consuming until every order is handled and the
-// consumer stopped (its Acks sent).
+// consume on its durable consumer, checks that every order was handled
+// once and every Ack reached the server, and deletes the stream. The rate
+// is the tally's, from the first order handled to the last: starting to
+// pull before, and stopping the consumer after (draining its workers), are
+// outside the clock.
 func jetStreamRun(tb testing.TB, js jetstream.JetStream, n int, side string, consume func(cons jetstream.Consumer, t *tally)) sample {
 	ctx := context.Background()
 	name := uniqueName("js")
@@ -78,7 +79,8 @@ func jetStreamRun(tb testing.TB, js jetstream.JetStream, n int, side string, con
 	}
 	testenv.Recv(tb, js.PublishAsyncComplete(), "the orders published")
 	t := newTally(n)
-	s := rate(n, func() { consume(cons, t) })
+	consume(cons, t)
+	s := t.sample()
 	t.check(tb, side)
 	// Every Ack reached the server: the sides settle the same way.
 	deadline := time.Now().Add(testenv.WaitTimeout)
@@ -129,11 +131,7 @@ func bareJetStream(tb testing.TB, cons jetstream.Consumer, t *tally) {
 // dedupJetStream is the adapter's Consumer over memstore, with the same
 // concurrency, prefetch and ack mode (its defaults).
 func dedupJetStream(tb testing.TB, js jetstream.JetStream, cons jetstream.Consumer, t *tally) {
-	st, err := memstore.New(&memstore.Options{Capacity: t.n + 1000})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	rcv, err := dedup.NewReceiver(st, idstrategy.BodyField("id", func(o order) string { return o.ID }),
+	rcv, err := dedup.NewReceiver(orderStore(tb, t.n), idstrategy.BodyField("id", func(o order) string { return o.ID }),
 		func(_ context.Context, m *dedup.Message[order]) (struct{}, error) {
 			t.add(m.Body)
 			return struct{}{}, nil

@@ -16,7 +16,6 @@ import (
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
-	"github.com/dedup-go/dedup/store/memstore"
 )
 
 // kafkaPartitions is the partition count of every topic: the parallelism
@@ -64,7 +63,9 @@ func kafkaReaderConfig(brokers []string, topic string) kafka.ReaderConfig {
 // group committed every partition to its end, and deletes the topic. The
 // rate is the tally's, from the first order handled to the last: joining
 // the group before (a second or more on kfake, not the same for kafka-go
-// and sarama), the last commit and closing after, are outside the clock.
+// and sarama), the last commit and closing after, are outside the clock;
+// so is the CPU per order, the whole process's (kfake's included) over
+// the same span.
 func kafkaRun(tb testing.TB, brokers []string, n int, side string, consume func(topic string, t *tally)) sample {
 	ctx := context.Background()
 	client := kafkaClient(tb, brokers)
@@ -90,9 +91,10 @@ func kafkaRun(tb testing.TB, brokers []string, n int, side string, consume func(
 	produceKafka(tb, brokers, msgs)
 	t := newTally(n)
 	consume(topic, t)
+	s := t.sample()
 	t.check(tb, side)
 	committedToEnd(tb, client, topic, side)
-	return sample{value: t.handlingRate()}
+	return s
 }
 
 // produceKafka writes msgs, each to its partition. A writer of its own:
@@ -145,8 +147,11 @@ func committedToEnd(tb testing.TB, client *kafka.Client, topic, side string) {
 // message of each partition itself, synchronously, every commitEvery
 // messages and at the end. With an interval it hands every message to
 // CommitMessages, and the reader commits what it was handed every interval
-// (kafka-go's CommitInterval) and when it closes.
-func bareKafka(tb testing.TB, brokers []string, topic string, commitEvery int, interval time.Duration, t *tally) {
+// (kafka-go's CommitInterval) and when it closes. With receive, the loop
+// hands each order to a Receiver over memstore (Handle), whose handler
+// counts it: the same loop with dedup's receiver in it and no adapter, the
+// floor the dedupkafka Consumer can reach.
+func bareKafka(tb testing.TB, brokers []string, topic string, commitEvery int, interval time.Duration, receive bool, t *tally) {
 	cfg := kafkaReaderConfig(brokers, topic)
 	cfg.CommitInterval = interval
 	r := kafka.NewReader(cfg)
@@ -157,6 +162,21 @@ func bareKafka(tb testing.TB, brokers []string, topic string, commitEvery int, i
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
 	defer cancel()
+	handle := func(o order) error { t.add(o); return nil }
+	if receive {
+		rcv, err := dedup.NewReceiver(orderStore(tb, t.n), func(o order) (string, error) { return o.ID, nil },
+			func(_ context.Context, o order) (struct{}, error) {
+				t.add(o)
+				return struct{}{}, nil
+			}, &dedup.Config{Retention: 7 * 24 * time.Hour})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		handle = func(o order) error {
+			_, err := rcv.Handle(ctx, o)
+			return err
+		}
+	}
 	last := map[int]kafka.Message{}
 	for i := range t.n {
 		m, err := r.FetchMessage(ctx)
@@ -167,7 +187,9 @@ func bareKafka(tb testing.TB, brokers []string, topic string, commitEvery int, i
 		if err != nil {
 			tb.Fatal(err)
 		}
-		t.add(o)
+		if err := handle(o); err != nil {
+			tb.Fatal(err)
+		}
 		if interval > 0 {
 			if err := r.CommitMessages(ctx, m); err != nil {
 				tb.Fatal(err)
@@ -191,13 +213,7 @@ func bareKafka(tb testing.TB, brokers []string, topic string, commitEvery int, i
 // dedupKafka is the adapter's Consumer over memstore with opts; Stop
 // commits what is settled.
 func dedupKafka(tb testing.TB, brokers []string, topic string, opts *dedupkafka.Options, t *tally) {
-	// Twice the orders: memstore splits Capacity among its shards, and a
-	// Capacity just over n still evicts a few records (issue 27).
-	st, err := memstore.New(&memstore.Options{Capacity: 2 * t.n})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	rcv, err := dedup.NewReceiver(st, idstrategy.BodyField("id", func(o order) string { return o.ID }),
+	rcv, err := dedup.NewReceiver(orderStore(tb, t.n), idstrategy.BodyField("id", func(o order) string { return o.ID }),
 		func(_ context.Context, m *dedup.Message[order]) (struct{}, error) {
 			t.add(m.Body)
 			return struct{}{}, nil
@@ -265,31 +281,38 @@ func init() {
 	}
 	register(row{
 		name: fmt.Sprintf("Kafka consumer (kfake, %d partitions), commit after every message, memstore, trivial handler", kafkaPartitions),
-		unit: "msgs/s", n: 40000,
+		unit: "msgs/s", n: 40000, cpu: true,
 		aim: "dedup >= 0.90x bare",
 		setup: func(tb testing.TB) []side {
 			brokers := startKafka(tb)
 			return []side{
 				{name: "bare kafka-go reader, synchronous commit after every message", run: run(brokers, "bare/1", func(tb testing.TB, topic string, t *tally) {
-					bareKafka(tb, brokers, topic, 1, 0, t)
+					bareKafka(tb, brokers, topic, 1, 0, false, t)
+				})},
+				{name: "bare kafka-go reader calling Receiver.Handle over memstore, same commits", run: run(brokers, "bare+handle/1", func(tb testing.TB, topic string, t *tally) {
+					bareKafka(tb, brokers, topic, 1, 0, true, t)
 				})},
 				{name: "dedupkafka Consumer, memstore, CommitEveryOutcome", run: run(brokers, "dedup/every", func(tb testing.TB, topic string, t *tally) {
 					dedupKafka(tb, brokers, topic, &dedupkafka.Options{DropPoison: true, CommitInterval: dedupkafka.CommitEveryOutcome}, t)
 				})},
 			}
 		},
+		versus: []versus{{name: "dedupkafka over bare + Handle, paired", a: 2, b: 1}},
 	}, row{
 		name: fmt.Sprintf("Kafka consumer (kfake, %d partitions), commit every %v, memstore, trivial handler", kafkaPartitions, kafkaInterval),
-		unit: "msgs/s", n: 300_000, // the fastest side's run holds about 7 commit intervals
+		unit: "msgs/s", n: 300_000, cpu: true, // the fastest side's run holds about 7 commit intervals
 		aim: "none set",
 		setup: func(tb testing.TB) []side {
 			brokers := startKafka(tb)
 			return []side{
 				{name: fmt.Sprintf("bare kafka-go reader, CommitInterval %v (kafka-go's own)", kafkaInterval), run: run(brokers, "bare/interval", func(tb testing.TB, topic string, t *tally) {
-					bareKafka(tb, brokers, topic, 0, kafkaInterval, t)
+					bareKafka(tb, brokers, topic, 0, kafkaInterval, false, t)
 				})},
 				{name: "bare kafka-go reader, synchronous commit every 100 messages", run: run(brokers, "bare/100", func(tb testing.TB, topic string, t *tally) {
-					bareKafka(tb, brokers, topic, 100, 0, t)
+					bareKafka(tb, brokers, topic, 100, 0, false, t)
+				})},
+				{name: fmt.Sprintf("bare kafka-go reader calling Receiver.Handle over memstore, CommitInterval %v", kafkaInterval), run: run(brokers, "bare+handle/interval", func(tb testing.TB, topic string, t *tally) {
+					bareKafka(tb, brokers, topic, 0, kafkaInterval, true, t)
 				})},
 				{name: fmt.Sprintf("dedupkafka Consumer, memstore, CommitInterval %v (default 1s)", kafkaInterval), run: run(brokers, "dedup/interval", func(tb testing.TB, topic string, t *tally) {
 					dedupKafka(tb, brokers, topic, &dedupkafka.Options{DropPoison: true, CommitInterval: kafkaInterval}, t)
@@ -299,6 +322,9 @@ func init() {
 				})},
 			}
 		},
-		versus: []versus{{name: "dedupkafka Consumer over Watermill, paired", a: 2, b: 3}},
+		versus: []versus{
+			{name: "dedupkafka over bare + Handle, paired", a: 3, b: 2},
+			{name: "dedupkafka Consumer over Watermill, paired", a: 3, b: 4},
+		},
 	})
 }

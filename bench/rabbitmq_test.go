@@ -17,7 +17,6 @@ import (
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
-	"github.com/dedup-go/dedup/store/memstore"
 )
 
 // Every RabbitMQ side has 8 workers and 64 unacknowledged deliveries in
@@ -29,9 +28,11 @@ const (
 
 // amqpRun declares a queue of its own (the adapter's topology: a classic
 // durable queue with its dead-letter exchange and queue), publishes n
-// transient orders to it with confirms, runs consume on it and deletes
-// it. The clock runs from connecting until every order is handled and
-// acknowledged and the consumer closed: each side opens one connection.
+// transient orders to it with confirms, runs consume on it, checks that
+// every order was handled once and the queue is empty, and deletes it.
+// The rate is the tally's, from the first order handled to the last:
+// connecting and subscribing before (each side opens one connection), and
+// cancelling the subscription and closing after, are outside the clock.
 func amqpRun(tb testing.TB, url string, n int, side string, consume func(queue string, t *tally)) sample {
 	ctx := context.Background()
 	conn, err := amqp.Dial(url)
@@ -59,7 +60,8 @@ func amqpRun(tb testing.TB, url string, n int, side string, consume func(queue s
 	}()
 	publishAMQP(tb, ch, top.Queue, n)
 	t := newTally(n)
-	s := rate(n, func() { consume(top.Queue, t) })
+	consume(top.Queue, t)
+	s := t.sample()
 	t.check(tb, side)
 	q, err := ch.QueueDeclarePassive(top.Queue, true, false, false, false, nil)
 	if err != nil {
@@ -142,11 +144,7 @@ func bareAMQP(tb testing.TB, url, queue string, t *tally) {
 // dedupAMQP is the adapter's Consumer over memstore, with the same workers
 // and prefetch.
 func dedupAMQP(tb testing.TB, url, queue string, t *tally) {
-	st, err := memstore.New(&memstore.Options{Capacity: t.n + 1000})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	rcv, err := dedup.NewReceiver(st, idstrategy.BodyField("id", func(o order) string { return o.ID }),
+	rcv, err := dedup.NewReceiver(orderStore(tb, t.n), idstrategy.BodyField("id", func(o order) string { return o.ID }),
 		func(_ context.Context, m *dedup.Message[order]) (struct{}, error) {
 			t.add(m.Body)
 			return struct{}{}, nil
@@ -197,6 +195,11 @@ func watermillAMQP(tb testing.TB, url, queue string, t *tally) {
 	}
 	defer func() { _ = sub.Close() }()
 	runWatermill(tb, queue, sub, amqpWorkers, t)
+	// Closing the subscriber closes its connection, after the clock (which
+	// stopped at the last order handled), as the other sides close theirs.
+	if err := sub.Close(); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // runWatermill runs a router with handlers subscriptions of topic on sub,

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -25,6 +26,11 @@ type row struct {
 	n int
 	// allocs shows allocations per operation (in-process rows).
 	allocs bool
+	// cpu adds under each side a line of the process's CPU time per
+	// operation (user + sys, from getrusage), which the side's run returns
+	// as sample.cpu: what stays stable on a shared machine whose other load
+	// makes the wall-clock figures noisy. A versus line gets one too.
+	cpu bool
 	// aim is what the row should show, from the speed issue.
 	aim string
 	// setup makes the sides; its cleanups run when the row is done.
@@ -53,6 +59,13 @@ type side struct {
 type sample struct {
 	value  float64
 	allocs float64
+	// cpu is the process's CPU time (user + sys) per operation, in
+	// nanoseconds, over the same span as value; rows with cpu set only.
+	cpu float64
+	// closing is how long the side took, after its last message was
+	// handled, to stop its consumer and close its connections: outside
+	// value's clock, logged per round (broker rows only).
+	closing time.Duration
 }
 
 // rows are registered by the files of this package, one per subject.
@@ -61,9 +74,12 @@ var rows []row
 func register(r ...row) { rows = append(rows, r...) }
 
 type result struct {
-	values []float64 // one per round
-	ratios []float64 // one per round: value over the baseline's of that round
-	allocs []float64
+	values    []float64 // one per round
+	ratios    []float64 // one per round: value over the baseline's of that round
+	allocs    []float64
+	cpus      []float64 // one per round, ns per operation (rows with cpu set)
+	cpuRatios []float64 // one per round: cpu over the baseline's of that round
+	closings  []time.Duration
 }
 
 // BenchmarkTable runs every selected row in interleaved rounds and prints
@@ -108,14 +124,35 @@ func BenchmarkTable(b *testing.B) {
 					format(median(res.values)), r.unit, format(slices.Min(res.values)), format(slices.Max(res.values)),
 					ratio, allocs, aim)
 				b.Logf("%s: %s per round: %s", s.name, r.unit, formatAll(res.values))
+				if r.cpu {
+					cpuRatio := "baseline"
+					if i > 0 {
+						cpuRatio = fmt.Sprintf("%.2f", median(res.cpuRatios))
+					}
+					us := func(ns float64) string { return format(ns / 1e3) }
+					fmt.Fprintf(&out, "|  | ↳ CPU per message (process, user + sys) | %s µs | %s-%s | %s |  |  |\n",
+						us(median(res.cpus)), us(slices.Min(res.cpus)), us(slices.Max(res.cpus)), cpuRatio)
+					b.Logf("%s: CPU µs per message per round: %s", s.name, formatAll(scaled(res.cpus, 1e-3)))
+				}
+				if slices.ContainsFunc(res.closings, func(d time.Duration) bool { return d > 0 }) {
+					b.Logf("%s: closing after the last message (outside the clock), ms per round: %s", s.name, formatAll(millis(res.closings)))
+				}
 			}
 			for _, v := range r.versus {
 				ratios := make([]float64, rounds)
+				cpuRatios := make([]float64, rounds)
 				for k := range ratios {
 					ratios[k] = results[v.a].values[k] / results[v.b].values[k]
+					if r.cpu {
+						cpuRatios[k] = results[v.a].cpus[k] / results[v.b].cpus[k]
+					}
 				}
 				fmt.Fprintf(&out, "|  | %s |  |  | %.2f |  |  |\n", v.name, median(ratios))
 				b.Logf("%s per round: %s", v.name, formatAll(ratios))
+				if r.cpu {
+					fmt.Fprintf(&out, "|  | ↳ CPU per message, %s |  |  | %.2f |  |  |\n", v.name, median(cpuRatios))
+					b.Logf("%s, CPU per message, per round: %s", v.name, formatAll(cpuRatios))
+				}
 			}
 		})
 	}
@@ -139,16 +176,21 @@ func measure(tb testing.TB, r row, sides []side, rounds int) []result {
 	}
 	for round := range rounds {
 		values := make([]float64, len(sides))
+		cpus := make([]float64, len(sides))
 		for k := range sides {
 			i := (round + k) % len(sides)
 			runtime.GC()
 			s := sides[i].run(tb, r.n)
 			values[i] = s.value
+			cpus[i] = s.cpu
 			results[i].allocs = append(results[i].allocs, s.allocs)
+			results[i].closings = append(results[i].closings, s.closing)
 		}
 		for i := range sides {
 			results[i].values = append(results[i].values, values[i])
 			results[i].ratios = append(results[i].ratios, values[i]/values[0])
+			results[i].cpus = append(results[i].cpus, cpus[i])
+			results[i].cpuRatios = append(results[i].cpuRatios, cpus[i]/cpus[0])
 		}
 	}
 	return results
@@ -182,6 +224,34 @@ func rate(n int, work func()) sample {
 		value:  float64(n) / elapsed.Seconds(),
 		allocs: float64(after.Mallocs-before.Mallocs) / float64(n),
 	}
+}
+
+// processCPU is the user and system CPU time the whole process has used,
+// all its threads (an in-process broker's included).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// scaled returns v with every value multiplied by f.
+func scaled(v []float64, f float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = x * f
+	}
+	return out
+}
+
+// millis returns d in milliseconds.
+func millis(d []time.Duration) []float64 {
+	out := make([]float64, len(d))
+	for i, x := range d {
+		out[i] = float64(x.Microseconds()) / 1e3
+	}
+	return out
 }
 
 // formatAll formats every value of v, in order.
