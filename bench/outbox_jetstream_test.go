@@ -114,6 +114,11 @@ func init() {
 					})
 				}},
 				relay(64, 256), relay(64, 1024), relay(64, 4096), relay(8, 4096),
+				{name: "pgoutbox relay, Buckets 64, BatchSize 4096, every message a key of its own (no order to keep)", run: func(tb testing.TB, n int) sample {
+					return jetStreamOutboxRun(tb, js, n, func(subject string) sample {
+						return relayRun(tb, pool, pub, 64, pgoutbox.RelayOptions{BatchSize: 4096}, ownKeys(evs[:n]), subject)
+					})
+				}},
 			}
 		},
 	})

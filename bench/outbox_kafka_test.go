@@ -156,6 +156,20 @@ func init() {
 					return kafkaOutboxRun(tb, brokers, n, func(topic string) sample { return bareKafkaAsync(tb, brokers, topic, evs[:n]) })
 				}},
 				relay(64, 256), relay(64, 1024), relay(64, 4096), relay(8, 4096),
+				{name: "pgoutbox relay, Buckets 64, BatchSize 4096, every message a key of its own (no order to keep)", run: func(tb testing.TB, n int) sample {
+					return kafkaOutboxRun(tb, brokers, n, func(topic string) sample {
+						w, done := outboxKafkaWriter(brokers, false, nil)
+						defer done()
+						pub, err := dedupkafka.NewOutboxPublisher(w)
+						if err != nil {
+							tb.Fatal(err)
+						}
+						return relayRun(tb, pool, pub, 64, pgoutbox.RelayOptions{BatchSize: 4096}, ownKeys(evs[:n]), topic)
+					})
+				}},
+				{name: "pgoutbox relay, Buckets 64, BatchSize 4096, a publisher that acknowledges at once (the relay's ceiling)", run: func(tb testing.TB, n int) sample {
+					return relayRun(tb, pool, ackAtOnce{}, 64, pgoutbox.RelayOptions{BatchSize: 4096}, evs[:n], "unsent.nowhere")
+				}},
 			}
 		},
 	})

@@ -38,9 +38,9 @@ import (
 // Sizes of the outbox rows' messages.
 const (
 	// outboxKeys is how many ordering keys (customers) the messages
-	// spread over, drawn at random: within a relay's batch some keys come
-	// more than once, and the relay publishes their later messages in a
-	// later wave (the package documentation of pgoutbox, "Order").
+	// spread over, drawn at random: about 20 messages per key, which a
+	// relay publishes one after the other, each once the previous one was
+	// acknowledged (the package documentation of pgoutbox, "Order").
 	outboxKeys = 1000
 	// outboxBodySize is each message's body, in bytes.
 	outboxBodySize = 200
@@ -84,6 +84,17 @@ func outboxEvents(n int) []outboxEvent {
 		}
 	}
 	return evs
+}
+
+// ownKeys returns evs with every message an ordering key of its own:
+// nothing to keep in order, what a relay does without the order per key.
+func ownKeys(evs []outboxEvent) []outboxEvent {
+	out := make([]outboxEvent, len(evs))
+	for i, e := range evs {
+		e.key = "order-" + strconv.Itoa(i)
+		out[i] = e
+	}
+	return out
 }
 
 // outboxClaim is the key of the claim of the j-th handler transaction.
@@ -140,6 +151,13 @@ func fillOutbox(tb testing.TB, pool *pgxpool.Pool, ob *pgoutbox.Outbox, evs []ou
 		tb.Fatal(err)
 	}
 }
+
+// ackAtOnce is a publisher that acknowledges every message at once,
+// sending nothing: a relay through it measures the relay's own ceiling,
+// what PostgreSQL and the relay's pipeline allow.
+type ackAtOnce struct{}
+
+func (ackAtOnce) Publish(context.Context, []outbox.Message) error { return nil }
 
 // relayRun commits evs to an outbox of the run's own, addressed to dest,
 // then starts a relay publishing through pub with opts, and returns the

@@ -12,10 +12,11 @@ import (
 // maxCalls bounds the Publish calls a relay has in flight at once.
 const maxCalls = 16
 
-// minWindow is the fewest messages a relay keeps in flight, awaiting
-// their acknowledgement, when it has them (at least BatchSize): past
-// about a thousand, JetStream and RabbitMQ go no faster.
-const minWindow = 1024
+// window is how many messages a relay keeps in flight at most, awaiting
+// their acknowledgement: past about a thousand, JetStream and RabbitMQ
+// go no faster, and JetStream's client stalls past 4,000 by default
+// (jetstream.WithPublishAsyncMaxPending).
+const window = 1024
 
 // keyQueue is the state of one ordering key in a pump.
 type keyQueue struct {
@@ -69,7 +70,7 @@ type fetchResult struct {
 func (r *Relay) pump(ctx context.Context, carry *marks, until time.Time) (read int, left *marks, rerr *roundError) {
 	p := &pumpState{
 		r: r, keys: map[string]*keyQueue{}, held: map[int64]bool{}, marks: carry,
-		window: max(r.cfg.batch, minWindow), chunk: max(1, (max(r.cfg.batch, minWindow)+maxCalls-1)/maxCalls),
+		window: window, chunk: window / maxCalls,
 		results: make(chan callResult, maxCalls), fetched: make(chan fetchResult, 1),
 	}
 	if p.marks == nil {
