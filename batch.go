@@ -217,7 +217,8 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 	if len(done) == 0 {
 		return
 	}
-	cctx, cancel := context.WithTimeout(detached(ctx), r.cfg.StoreTimeout)
+	dctx := detached(ctx)
+	cctx, cancel := context.WithTimeout(dctx, r.cfg.StoreTimeout)
 	errs := r.batcher.CompleteBatch(cctx, done)
 	cancel()
 	for n, k := range doneAt {
@@ -229,7 +230,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 			err = &store.OpError{Op: "complete", Key: done[n].Key, Err: fmt.Errorf("CompleteBatch returned %d errors for %d requests", len(errs), len(done))}
 		}
 		if err != nil && !errors.Is(err, ErrLeaseLost) {
-			err = r.completeHeld(ctx, done[n], hb, hbIndex[k], nil, &out[i].Result)
+			err = r.completeHeld(dctx, done[n], hb, hbIndex[k], nil, &out[i].Result)
 		}
 		hb.finish(hbIndex[k])
 		r.completed(ctx, &out[i].Result, encErrs[n], err)

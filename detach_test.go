@@ -13,6 +13,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/memstore"
 )
 
 // slowCompleteStore holds every Complete until proceed is closed, after
@@ -192,4 +193,52 @@ func TestStoreTimeoutOnlyForStoresThatWait(t *testing.T) {
 		require.Equal(t, dedup.StatusProcessed, res.Status)
 		require.Equal(t, tc.wantDeadline, st.deadline.Load(), "%+v", tc)
 	}
+}
+
+// completeCtxStore records what the context of each Complete carries.
+type completeCtxStore struct {
+	*memstore.Store // keeps InProcess: the receiver sets no timeout
+	value           atomic.Value
+	errs            atomic.Int64 // Completes whose context had ended
+	cancellable     atomic.Int64 // Completes whose context could end
+}
+
+type valueKey struct{}
+
+func (s *completeCtxStore) Complete(ctx context.Context, req store.CompleteRequest) error {
+	s.value.Store(ctx.Value(valueKey{}))
+	if ctx.Err() != nil {
+		s.errs.Add(1)
+	}
+	if ctx.Done() != nil {
+		s.cancellable.Add(1)
+	}
+	return s.Store.Complete(ctx, req)
+}
+
+// TestCompletionKeepsCallerValuesNotItsCancellation: a store that bounds
+// its own calls completes under the caller's values (a trace, a tenant),
+// never under its cancellation, even when the caller's context ended while
+// the handler ran.
+func TestCompletionKeepsCallerValuesNotItsCancellation(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	st := &completeCtxStore{Store: newMemstore(t, clk)}
+	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), valueKey{}, "tenant-7"))
+	rcv := newReceiver(t, st, func(context.Context, order) (string, error) {
+		cancel() // a shutdown while the handler works
+		return "charged", nil
+	}, &dedup.Config{Clock: clk, Lease: testLease})
+
+	res, err := rcv.Handle(ctx, order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.NoError(t, res.Problem, "the success is recorded")
+	require.Equal(t, "tenant-7", st.value.Load(), "the caller's values reach the store")
+	require.Zero(t, st.errs.Load(), "the caller's cancellation does not")
+	require.Zero(t, st.cancellable.Load())
+
+	dup, err := rcv.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatusDuplicate, dup.Status)
 }

@@ -143,3 +143,33 @@ func (c *handlerContext) lose() {
 	}
 	c.made().cancel(ErrLeaseLost)
 }
+
+// callerDetached returns the caller's context without its cancellation,
+// as context.WithoutCancel would, but without an allocation: a view of c,
+// which is never recycled, for the completion of its delivery. A caller's
+// context that can never be cancelled is returned as it is.
+func (c *handlerContext) callerDetached() context.Context {
+	if c.parent.Done() == nil {
+		return c.parent
+	}
+	return (*callerValues)(c)
+}
+
+// callerValues is a handler's context seen as its caller's, without the
+// caller's deadline and cancellation: its values only.
+type callerValues handlerContext
+
+// Deadline reports none.
+func (c *callerValues) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done returns nil: the context is never cancelled.
+func (c *callerValues) Done() <-chan struct{} { return nil }
+
+// Err returns nil.
+func (c *callerValues) Err() error { return nil }
+
+// Value asks the caller's context.
+func (c *callerValues) Value(key any) any { return c.parent.Value(key) }
+
+// String names the context as context.WithoutCancel's.
+func (c *callerValues) String() string { return fmt.Sprint(c.parent) + ".WithoutCancel" }

@@ -532,7 +532,7 @@ func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, token s
 	var storeErr error
 	if !hctx.held.Completed() {
 		t := tm.start()
-		storeErr = r.completeHeld(ctx, store.CompleteRequest{Key: key, Token: token, Result: data, Retention: r.cfg.Retention}, hb, idx, call, &res)
+		storeErr = r.completeHeld(hctx.callerDetached(), store.CompleteRequest{Key: key, Token: token, Result: data, Retention: r.cfg.Retention}, hb, idx, call, &res)
 		tm.addComplete(t)
 	}
 	r.completed(ctx, &res, encErr, storeErr)
@@ -545,11 +545,12 @@ func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, token s
 // can. Before the first retry, res is published to call (when not nil), so
 // that in-process duplicates are answered with the result held. It gives
 // up when the lease is lost or ends unconfirmed, and returns the last
-// error.
-func (r *Receiver[M, R]) completeHeld(ctx context.Context, req store.CompleteRequest, hb *heartbeat, idx int, call *flightCall[R], res *Result[R]) error {
+// error. dctx is the caller's context without its cancellation (a shutdown
+// must not lose a success whose redelivery would repeat the effect).
+func (r *Receiver[M, R]) completeHeld(dctx context.Context, req store.CompleteRequest, hb *heartbeat, idx int, call *flightCall[R], res *Result[R]) error {
 	var delay time.Duration
 	for retry := 0; ; retry++ {
-		err := r.complete(ctx, req)
+		err := r.complete(dctx, req)
 		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidConfig) {
 			return err
 		}
@@ -562,7 +563,7 @@ func (r *Receiver[M, R]) completeHeld(ctx context.Context, req store.CompleteReq
 			if call != nil {
 				r.flight.publish(call, *res, nil)
 			}
-			r.cfg.Logger.WarnContext(ctx, "dedup: completion failed; retrying while the lease holds",
+			r.cfg.Logger.WarnContext(dctx, "dedup: completion failed; retrying while the lease holds",
 				slog.String("key", req.Key), slog.Any("error", err))
 		}
 		sleep(r.cfg.Clock, min(delay, end.Sub(r.cfg.Clock.Now())))
@@ -580,14 +581,13 @@ func sleep(clk clock.Clock, d time.Duration) {
 	<-wake
 }
 
-// complete records a success. It runs detached from the caller's
-// cancellation (a shutdown must not lose a success whose redelivery would
-// repeat the effect), bounded by StoreTimeout.
-func (r *Receiver[M, R]) complete(ctx context.Context, req store.CompleteRequest) error {
+// complete records a success under dctx, which the caller's cancellation
+// does not reach, bounded by StoreTimeout.
+func (r *Receiver[M, R]) complete(dctx context.Context, req store.CompleteRequest) error {
 	if r.selfBounded {
-		return r.store.Complete(detached(ctx), req)
+		return r.store.Complete(dctx, req)
 	}
-	cctx, cancel := context.WithTimeout(detached(ctx), r.cfg.StoreTimeout)
+	cctx, cancel := context.WithTimeout(dctx, r.cfg.StoreTimeout)
 	defer cancel()
 	return r.store.Complete(cctx, req)
 }
