@@ -2,6 +2,7 @@ package pgoutbox_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -132,4 +133,51 @@ func TestRelayMarkHeldPastLease(t *testing.T) {
 	require.Equal(t, uint64(len(byA)), a.Stats().Published, "its held mark committed")
 	copies := check.copies()
 	require.Subset(t, byA, copies, "copies of what the first relay published only")
+}
+
+// TestRelayRenewsWhileBusy: a relay publishing a backlog that takes
+// longer than its lease stops reading at each renewal, renews, and reads
+// on: its lease never runs out while it is busy, and it publishes every
+// message once.
+func TestRelayRenewsWhileBusy(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 8)
+	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1})
+	w := writer{db: db, ob: ob}
+	order := map[string][]string{}
+	for n := range 100 {
+		var msgs []pgoutbox.Message
+		for _, k := range keysN(5) {
+			msgs = append(msgs, pgoutbox.Message{Name: k, Destination: "orders.events", OrderingKey: k, Body: []byte(k)})
+		}
+		ids, err := w.write(t.Context(), fmt.Sprintf("order:%d", n), msgs...)
+		require.NoError(t, err)
+		for i, k := range keysN(5) {
+			order[k] = append(order[k], ids[i])
+		}
+	}
+	// Each key's 100 messages one after the other, 10ms each: a second
+	// at least, against a lease of 600ms.
+	pub := newCheckingPublisher(order, 0, nil)
+	slow := publisherFunc(func(ctx context.Context, msgs []outbox.Message) error {
+		time.Sleep(10 * time.Millisecond)
+		return pub.Publish(ctx, msgs)
+	})
+	ev := &events{}
+	r := newRelay(t, ob, slow, &pgoutbox.RelayOptions{BatchSize: 32, Lease: 600 * time.Millisecond, Observer: ev})
+	start(t, r)
+	leases := db.table("dedup_outbox_leases")
+	lapsed := 0
+	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool {
+		if db.count(t, "SELECT count(*) FROM "+leases+" WHERE owner IS NOT NULL AND lease_until < clock_timestamp()") > 0 {
+			lapsed++
+		}
+		return db.unsent(t) == 0
+	})
+	pub.check(t)
+	require.Zero(t, lapsed, "polls that found the busy relay's lease run out")
+	require.Empty(t, pub.copies())
+	for _, e := range ev.of(outbox.EventLeases, "") {
+		require.Empty(t, e.Lost)
+	}
 }

@@ -196,3 +196,33 @@ func TestWriterSentID(t *testing.T) {
 	defer pub.mu.Unlock()
 	require.Equal(t, 1, pub.published[ids[0]])
 }
+
+// TestFetchNeedsLiveLease: a relay reads the messages of the buckets it
+// names only while it holds a live lease: one whose lease ran out (paused,
+// its renewals failing) reads nothing, even of buckets it names, as
+// another relay may be publishing them.
+func TestFetchNeedsLiveLease(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1})
+	_, err := writer{db: db, ob: ob}.write(t.Context(), "order:1", pgoutbox.Message{Destination: "orders.events", OrderingKey: "k", Body: []byte("x")})
+	require.NoError(t, err)
+	const relay, other = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
+	leases := db.table("dedup_outbox_leases")
+	read := func() int {
+		rows, err := db.pool.Query(t.Context(), pgoutbox.FetchSQL(ob), []int32{0}, 10, relay)
+		require.NoError(t, err)
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		require.NoError(t, rows.Err())
+		return n
+	}
+	db.exec(t, "UPDATE "+leases+" SET owner = $1, lease_until = clock_timestamp() + interval '1 hour'", relay)
+	require.Equal(t, 1, read(), "a live lease")
+	db.exec(t, "UPDATE "+leases+" SET lease_until = clock_timestamp() - interval '1 second'")
+	require.Zero(t, read(), "a lease that ran out")
+	db.exec(t, "UPDATE "+leases+" SET owner = $1, lease_until = clock_timestamp() + interval '1 hour'", other)
+	require.Zero(t, read(), "a lease another relay took")
+}
