@@ -25,7 +25,7 @@
 //	pub, err := dedupnats.NewOutboxPublisher(js, nil)
 //	relay, err := pgoutbox.NewRelay(ob, pub, nil)
 //	err = relay.Start(context.Background())
-//	defer relay.Stop(stopCtx) // finishes its round, gives its buckets back
+//	defer relay.Stop(stopCtx) // marks what was acknowledged, gives its buckets back
 //
 // # A module of its own
 //
@@ -42,17 +42,26 @@
 //
 // # The tables
 //
-// The outbox table holds one row per message (see SchemaSQL): its id
-// (unique), the claim's key and the message's name, destination, ordering
-// key, body and headers, the bucket its ordering key hashes into, when it
-// was written and when it was sent. Beside it, Table_leases holds one row
-// per bucket (the relay that holds it, and until when) and Table_relays
-// one per running relay. New with Options.Migrate creates them.
+// The outbox table holds one row per message still to send (see
+// SchemaSQL): its id (unique), the claim's key and the message's name,
+// destination, ordering key, body and headers, the bucket its ordering
+// key hashes into, and when it was written. Marking a message sent
+// deletes its row. Beside it, Table_ids keeps the id of every message
+// written, for RelayOptions.Retention after it was written and at least
+// until it was sent, so that a handler that runs again does not write a
+// sent message again; Table_dead holds the messages the broker refused
+// for good, with their error; Table_leases holds one row per bucket (the
+// relay that holds it, and until when) and Table_relays one per running
+// relay. New with Options.Migrate creates them, and upgrades the tables
+// of an earlier version in place (the ids of its messages copied, its
+// sent rows kept until the retention, skipped by the relays).
 //
 // # Writing
 //
-// Writer.Add inserts a message in the handler's transaction: it is sent
-// once the transaction commits, and never if it rolls back. Its id is
+// Writer.Add inserts a message in the handler's transaction, after
+// claiming its id in Table_ids (a message whose id is there is not written
+// again): it is sent once the transaction commits, and never if it rolls
+// back. Its id is
 // outbox.MessageID(claim key, name), the name being Message.Name or the
 // message's position among the writer's ("1", "2", ...), so a handler
 // that runs again after a rollback or a crash writes the same ids. What
@@ -95,18 +104,32 @@
 // the one relay that holds its lease. Taking rows with FOR UPDATE SKIP
 // LOCKED alone would not: a relay that locked a key's first messages
 // would be skipped by the next, which takes the key's later messages and
-// may publish them first. Within a round, a relay publishes its batch in
-// waves, at most one message per key in a wave (the publisher may have a
-// whole wave in flight at once), and a message the broker did not
-// acknowledge holds back the later messages of its key until a later
-// round, while other keys go on.
+// may publish them first.
+//
+// Within a relay, a message is handed to the publisher only once every
+// earlier message of its key was acknowledged (or refused for good), and
+// never in one call with another of its key; a key's next message goes
+// out as soon as the call that carried its predecessor returned, while
+// the other keys' messages flow: up to 16 calls and 1024 messages in
+// flight. A message the broker did not acknowledge holds back the later
+// messages of its key (only of its key) until a later pump, after a
+// backoff.
+//
+// A relay pumps: it reads a batch, publishes it, and reads the next one
+// while the tail of the current one is still being published, in one
+// statement batch with the mark of what was acknowledged so far (in one
+// transaction: the fetch never reads what was just marked), leaving out
+// what it holds and has not settled. Marks are committed without waiting
+// for the disk (synchronous_commit off for that transaction): a database
+// crash may lose the last ones, whose messages are published again, the
+// copies a relay crash leaves; so does a mark that fails.
 //
 // A lease that runs out (a relay paused or cut off from the database for
 // longer than RelayOptions.Lease) lets another relay take the bucket
-// while the first may still publish the batch it read: both publish the
-// key's messages from its first unsent one, in order, so the worst is a
-// copy. The paused relay finds the lease lost at its next renewal and
-// publishes nothing more of it.
+// while the first may still publish what it read: both publish the key's
+// messages from its first unsent one, in order, so the worst is a copy.
+// A relay reads nothing once its lease ran out, stops reading at each
+// renewal, and finds the lease lost at its next renewal.
 //
 // # Leases
 //
@@ -124,24 +147,42 @@
 // the NOTIFY of a commit that wrote a message of one of its buckets
 // wakes it at once. It polls every RelayOptions.PollInterval as well, so
 // that a notification lost (its connection down, notifications off) costs
-// at most that long. A round reads at most RelayOptions.BatchSize
-// messages; a full one is followed by the next at once. A round that
+// at most that long. A fetch reads at most RelayOptions.BatchSize
+// messages; a relay pumps until a fetch finds less than that. A pump that
 // failed (the broker or the database down, a message refused) is
 // followed by a wait that doubles from MinBackoff to MaxBackoff with
 // each failure in a row, and the relay keeps renewing its leases
 // meanwhile.
 //
+// # Refused for good
+//
+// A message the publisher says the broker refuses for good (an error
+// matching outbox.ErrPermanent: a destination that can never be valid, a
+// body over the broker's limit) is moved to Table_dead with its error,
+// reported (outbox.EventDead with its id, RelayStats.Dead, an error log),
+// and the later messages of its key go on: holding them back for ever
+// would stop the key behind a message no retry can send. A team that
+// prefers the order to the progress sets RelayOptions.HoldRefused. An
+// operator sends a dead message again by moving it back (it goes out
+// after the key's later messages):
+//
+//	WITH d AS (DELETE FROM dedup_outbox_dead WHERE id = $1 RETURNING *)
+//	INSERT INTO dedup_outbox (id, claim_key, name, destination, ordering_key, key_hash, body, headers)
+//	SELECT id, claim_key, name, destination, ordering_key, key_hash, body, headers FROM d;
+//
 // # Stopping, observing, cleanup
 //
-// Stop lets the round in flight finish, gives the buckets back and
-// returns once the relay's goroutines are gone; at its context's end it
-// abandons the round (what was published but not marked goes out again).
+// Stop lets the calls in flight finish and marks what they acknowledged,
+// gives the buckets back and returns once the relay's goroutines are
+// gone; at its context's end it abandons them (what was published but
+// not marked goes out again).
 // Start's context ending without Stop is a stop nobody asked for,
 // reported by Err (ErrStoppedUnasked). RelayOptions.Observer hears each
-// round published (messages, duration, lag since the oldest was
-// written), each failure with the wait that follows, each change of the
-// buckets held (acquired, released, lost) and each cleanup, as an
-// outbox.Event; Stats counts the same. Sent messages are deleted once
-// they are older than RelayOptions.Retention, in bounded statements,
-// every CleanupInterval; unsent ones never are.
+// mark (messages, duration, lag since the oldest was written), each
+// message set aside as dead, each failure with the wait that follows,
+// each change of the buckets held (acquired, released, lost) and each
+// cleanup, as an outbox.Event; Stats counts the same. The ids of sent
+// messages are deleted once they are older than RelayOptions.Retention,
+// in bounded statements, every CleanupInterval; unsent messages and their
+// ids never are, nor dead ones.
 package pgoutbox

@@ -31,7 +31,7 @@ type Relay struct {
 	mu        sync.Mutex
 	started   bool
 	stopping  bool
-	quit      chan struct{} // closed by Stop: finish the round, give the leases back
+	quit      chan struct{} // closed by Stop: finish the calls in flight, give the leases back
 	quitOnce  sync.Once
 	cancel    context.CancelFunc
 	stopWatch func() bool
@@ -78,7 +78,7 @@ func (r *Relay) ID() string { return r.hex }
 // its own that Stop ends. A relay starts once (ErrStarted).
 //
 // ctx is the relay's lifetime. Its end before Stop is a hard stop nobody
-// asked for: the round in flight is abandoned, logged at error level and
+// asked for: the calls in flight are abandoned, logged at error level and
 // reported by Err (ErrStoppedUnasked). Shut down with Stop, on a context
 // of its own.
 func (r *Relay) Start(ctx context.Context) error {
@@ -115,11 +115,11 @@ func (r *Relay) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop lets the round in flight finish (its acknowledged messages marked
+// Stop lets the calls in flight finish (their acknowledged messages marked
 // sent), gives the relay's buckets back so that the other relays take
 // them at once, and returns when the relay's goroutines are gone. When
-// ctx ends first, the round is abandoned (what it published but did not
-// mark is published again later, with the same ids) and Stop returns
+// ctx ends first, they are abandoned (what was published but not marked
+// is published again later, with the same ids) and Stop returns
 // ctx's error; Stopped tells when the goroutines are gone.
 func (r *Relay) Stop(ctx context.Context) error {
 	r.mu.Lock()
@@ -157,11 +157,12 @@ type RelayStats struct {
 	// marked sent (a copy published again after a crash or a lost lease
 	// counts again).
 	Published uint64
-	// Failed counts messages a round read but did not get acknowledged
+	// Failed counts messages a pump read but did not get acknowledged
 	// (refused, unanswered, or held back behind an earlier message of
-	// their key that was), once per round.
+	// their key that was), once per pump.
 	Failed uint64
-	// Rounds counts rounds that published something.
+	// Rounds counts the marks of published messages (each fetch marks
+	// what was acknowledged since the previous one).
 	Rounds uint64
 	// Buckets is how many buckets the relay holds now.
 	Buckets int

@@ -40,7 +40,7 @@ type RelayOptions struct {
 	Lease time.Duration
 
 	// PublishTimeout bounds each Publish call. At most a third of Lease,
-	// so that a round fits between two renewals. Defaults to a third of
+	// so that a call fits between two renewals. Defaults to a third of
 	// Lease.
 	PublishTimeout time.Duration
 
@@ -50,17 +50,21 @@ type RelayOptions struct {
 	// Defaults to 1s.
 	PollInterval time.Duration
 
-	// MinBackoff and MaxBackoff bound the wait after a failed round (the
+	// MinBackoff and MaxBackoff bound the wait after a failed pump (the
 	// broker down, the database down): it doubles from MinBackoff with
 	// each failure in a row, up to MaxBackoff, with a jitter of up to a
 	// fifth less. Default to 100ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
 
-	// Retention is how long sent messages stay in the table before the
-	// relays delete them. Defaults to 1h.
+	// Retention is how long the id of a message is kept after it was
+	// written (and at least until it was sent), so that a handler that
+	// runs again within it does not write the message again (see
+	// Writer.Add); the message itself is deleted when marked sent. Keep
+	// it at least as long as a handler may run again for the same
+	// incoming message. Defaults to 1h.
 	Retention time.Duration
 
-	// CleanupInterval is how often a relay deletes sent messages past the
+	// CleanupInterval is how often a relay deletes the ids past the
 	// retention, in statements of at most CleanupBatch rows. Default to
 	// 1m and 1000.
 	CleanupInterval time.Duration
@@ -78,8 +82,9 @@ type RelayOptions struct {
 	// Observer hears what the relay does (outbox.Event). Defaults to none.
 	Observer outbox.Observer
 
-	// Logger receives failures (warn: a round that failed; error: a stop
-	// nobody asked for). Defaults to the Outbox's Options.Logger.
+	// Logger receives failures (warn: a step that failed; error: messages
+	// set aside as dead, a stop nobody asked for). Defaults to the
+	// Outbox's Options.Logger.
 	Logger *slog.Logger
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/dedup-go/dedup/outbox"
 )
 
-// pending is a message read for a round.
+// pending is a message a pump read.
 type pending struct {
 	seq  int64
 	msg  outbox.Message
@@ -27,7 +27,7 @@ type roundError struct {
 	messages int
 }
 
-// marks is what a round leaves to mark: the messages the broker
+// marks is what a pump has to mark: the messages the broker
 // acknowledged (deleted from the outbox) and those it refused for good
 // (moved to the dead table).
 type marks struct {
@@ -37,7 +37,7 @@ type marks struct {
 	deadErrs []string
 	errs     []error
 	oldest   time.Duration // the largest age at acknowledgement
-	start    time.Time     // when the round's batch was read
+	start    time.Time     // when the first of them was read
 }
 
 func (m *marks) empty() bool { return m == nil || len(m.acked)+len(m.dead) == 0 }
@@ -83,7 +83,7 @@ func (r *Relay) markAndFetch(ctx context.Context, m *marks, limit int, exclude m
 // to disk (synchronous_commit off, for it alone): a database crash may
 // lose the marks of its last moments, whose messages are then published
 // again: the copies a relay's crash leaves, no loss. Waiting would cost a
-// disk flush (a millisecond or more) per round.
+// disk flush (a millisecond or more) per fetch.
 func (r *Relay) queueMarks(b *pgx.Batch, m *marks) int {
 	if m.empty() {
 		return 0

@@ -9,12 +9,12 @@ import (
 	"github.com/dedup-go/dedup/outbox"
 )
 
-// run is the relay's loop: it keeps its leases, publishes rounds while
+// run is the relay's loop: it keeps its leases, pumps while
 // there is work, backs off after a failure, cleans up now and then, and
 // waits for a notification, its poll interval or its next deadline. On
 // Stop it gives its buckets back and leaves.
 func (r *Relay) run(ctx context.Context) {
-	var carry *marks // what the last round left to mark
+	var carry *marks // what the last pump left to mark
 	defer func() {
 		if rerr := r.mark(ctx, carry); rerr != nil {
 			r.failed(ctx, rerr.op, rerr.err, rerr.messages, 0)

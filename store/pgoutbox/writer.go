@@ -93,10 +93,11 @@ func (o *Outbox) Writer(ctx context.Context, tx pgx.Tx) (*Writer, error) {
 // rolls back. A database error (the statement is bounded by
 // Options.Timeout) leaves the transaction unusable: return it too.
 //
-// A message whose id the table already holds is not written again (its
+// A message whose id the outbox already holds is not written again (its
 // id is returned, without error): the handler ran again for a message
 // whose record expired, and what it wrote the first time was or will be
-// sent.
+// sent. The outbox holds an id until the message is sent, and for
+// RelayOptions.Retention after it was written.
 func (w *Writer) Add(ctx context.Context, m Message) (string, error) {
 	w.n++
 	name := m.Name
