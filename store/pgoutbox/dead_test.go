@@ -83,6 +83,15 @@ func TestRelayDeadLetters(t *testing.T) {
 	require.Contains(t, errText, "invalid subject")
 	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_dead")))
 	require.Equal(t, 7, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")), "the dead message's id is kept like the others")
+
+	// An operator sends it again, with the statement of the package
+	// documentation: the broker refuses it again, and it is dead again.
+	db.exec(t, `WITH d AS (DELETE FROM `+db.table("dedup_outbox_dead")+` WHERE id = $1 RETURNING *)
+INSERT INTO `+db.table("dedup_outbox")+` (id, claim_key, name, destination, ordering_key, key_hash, body, headers)
+SELECT id, claim_key, name, destination, ordering_key, key_hash, body, headers FROM d`, refusedID)
+	waitFor(t, testenv.WaitTimeout, "the message sent again, and refused again", func() bool { return r.Stats().Dead == 2 })
+	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_dead")))
+	require.Zero(t, db.unsent(t))
 }
 
 // TestRelayHoldRefused: with RelayOptions.HoldRefused, a message refused
