@@ -83,8 +83,9 @@ var _ outbox.Publisher = (*OutboxPublisher)(nil)
 // partitions, kafka.CRC32Balancer{} for librdkafka's): NewOutboxPublisher
 // refuses any other with an error matching dedup.ErrInvalidConfig. Set
 // its BatchTimeout to a few milliseconds and its BatchSize to at least the
-// relay's batch: WriteMessages waits for its batches to fill or time out
-// (kafka-go's defaults are 100 messages and 1s).
+// messages a relay has in flight (1,024 for pgoutbox's): WriteMessages
+// waits for its batches to fill or time out (kafka-go's defaults are 100
+// messages and 1s).
 func NewOutboxPublisher(w *kafka.Writer) (*OutboxPublisher, error) {
 	switch {
 	case w == nil:

@@ -48,7 +48,7 @@ type OutboxOptions struct {
 //
 // The JetStream context and its connection stay the caller's. Its
 // WithPublishAsyncMaxPending bounds how many messages are in flight; a
-// relay's batches should fit under it.
+// pgoutbox relay has at most 1,024 in flight, under its default of 4,000.
 type OutboxPublisher struct {
 	js   jetstream.JetStream
 	opts []jetstream.PublishOpt
