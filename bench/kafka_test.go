@@ -113,6 +113,43 @@ func produceKafka(tb testing.TB, brokers []string, msgs []kafka.Message) {
 	}
 }
 
+// awaitCommitted waits, at most testenv.WaitTimeout, until the group
+// (named as the topic) has committed every partition to its end, for a
+// side whose commits trail its handling; committedToEnd then says whether
+// it got there.
+func awaitCommitted(brokers []string, topic string) {
+	client := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	ps := make([]int, kafkaPartitions)
+	ends := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for p := range ps {
+		ps[p] = p
+		ends.Topics[topic] = append(ends.Topics[topic], kafka.LastOffsetOf(p))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		end, err := client.ListOffsets(ctx, ends)
+		got, err2 := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: topic, Topics: map[string][]int{topic: ps}})
+		if err == nil && err2 == nil {
+			committed := map[int]int64{}
+			for _, p := range got.Topics[topic] {
+				committed[p.Partition] = p.CommittedOffset
+			}
+			done := true
+			for _, p := range end.Topics[topic] {
+				done = done && committed[p.Partition] == p.LastOffset
+			}
+			if done {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // committedToEnd fails tb unless the group (named as the topic) committed
 // every partition to its end.
 func committedToEnd(tb testing.TB, client *kafka.Client, topic, side string) {
@@ -254,9 +291,12 @@ func watermillKafka(tb testing.TB, brokers []string, topic string, interval time
 	}
 	defer func() { _ = sub.Close() }()
 	runWatermill(tb, topic, sub, 1, t)
-	// Closing the subscriber ends the group session, which commits the
-	// offsets marked since the last auto-commit (about 500 ms: after the
-	// clock, which stopped at the last order handled).
+	// The clock stopped at the last order handled; the router acks it and
+	// the subscriber marks its offset a moment later. A close before the
+	// mark would leave it uncommitted (a redelivery after a restart, not a
+	// loss), so wait, outside the clock, for the auto-commit to reach every
+	// partition's end, then close (about 500 ms, also outside the clock).
+	awaitCommitted(brokers, topic)
 	if err := sub.Close(); err != nil {
 		tb.Fatal(err)
 	}
