@@ -152,7 +152,7 @@ func TestRunCleanup(t *testing.T) {
 		insertGone(t, d, fmt.Sprintf("round%d:", round), 250)
 		deadline := time.Now().Add(testenv.WaitTimeout)
 		for d.count(t, "SELECT COUNT(*) FROM dedup_records") > 0 {
-			require.True(t, time.Now().Before(deadline), "RunCleanup did not delete the gone records")
+			require.True(t, time.Now().Before(deadline), "RunCleanup did not delete the gone records; its log:\n%s", logs.String())
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
@@ -167,7 +167,7 @@ func TestRunCleanup(t *testing.T) {
 	go func() { done <- s.RunCleanup(ctx, time.Hour) }()
 	deadline := time.Now().Add(testenv.WaitTimeout)
 	for !strings.Contains(logs.String(), "deleted=10") {
-		require.True(t, time.Now().Before(deadline), "the first run of RunCleanup did not happen")
+		require.True(t, time.Now().Before(deadline), "the first run of RunCleanup did not happen; its log:\n%s", logs.String())
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
