@@ -113,47 +113,9 @@ func produceKafka(tb testing.TB, brokers []string, msgs []kafka.Message) {
 	}
 }
 
-// awaitCommitted waits, at most testenv.WaitTimeout, until the group
-// (named as the topic) has committed every partition to its end, for a
-// side whose commits trail its handling; committedToEnd then says whether
-// it got there.
-func awaitCommitted(brokers []string, topic string) {
-	client := &kafka.Client{Addr: kafka.TCP(brokers...)}
-	ps := make([]int, kafkaPartitions)
-	ends := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
-	for p := range ps {
-		ps[p] = p
-		ends.Topics[topic] = append(ends.Topics[topic], kafka.LastOffsetOf(p))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
-	defer cancel()
-	for ctx.Err() == nil {
-		end, err := client.ListOffsets(ctx, ends)
-		got, err2 := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: topic, Topics: map[string][]int{topic: ps}})
-		if err == nil && err2 == nil {
-			committed := map[int]int64{}
-			for _, p := range got.Topics[topic] {
-				committed[p.Partition] = p.CommittedOffset
-			}
-			done := true
-			for _, p := range end.Topics[topic] {
-				done = done && committed[p.Partition] == p.LastOffset
-			}
-			if done {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// committedToEnd fails tb unless the group (named as the topic) committed
-// every partition to its end.
-func committedToEnd(tb testing.TB, client *kafka.Client, topic, side string) {
-	ctx := context.Background()
+// behind returns a description of the first partition the group (named
+// as the topic) has not committed to its end, or "" when none.
+func behind(ctx context.Context, client *kafka.Client, topic string) (string, error) {
 	ends := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
 	ps := make([]int, kafkaPartitions)
 	for p := range ps {
@@ -162,11 +124,11 @@ func committedToEnd(tb testing.TB, client *kafka.Client, topic, side string) {
 	}
 	end, err := client.ListOffsets(ctx, ends)
 	if err != nil {
-		tb.Fatal(err)
+		return "", err
 	}
 	got, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: topic, Topics: map[string][]int{topic: ps}})
 	if err != nil {
-		tb.Fatal(err)
+		return "", err
 	}
 	committed := map[int]int64{}
 	for _, p := range got.Topics[topic] {
@@ -174,8 +136,41 @@ func committedToEnd(tb testing.TB, client *kafka.Client, topic, side string) {
 	}
 	for _, p := range end.Topics[topic] {
 		if committed[p.Partition] != p.LastOffset {
-			tb.Fatalf("%s: partition %d committed to %d, its end is %d", side, p.Partition, committed[p.Partition], p.LastOffset)
+			return fmt.Sprintf("partition %d committed to %d, its end is %d", p.Partition, committed[p.Partition], p.LastOffset), nil
 		}
+	}
+	return "", nil
+}
+
+// awaitCommitted waits, at most testenv.WaitTimeout, until the group
+// (named as the topic) has committed every partition to its end, for a
+// side whose commits trail its handling; committedToEnd then says whether
+// it got there.
+func awaitCommitted(brokers []string, topic string) {
+	client := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	defer cancel()
+	for {
+		if lag, err := behind(ctx, client, topic); err == nil && lag == "" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// committedToEnd fails tb unless the group (named as the topic) committed
+// every partition to its end.
+func committedToEnd(tb testing.TB, client *kafka.Client, topic, side string) {
+	lag, err := behind(context.Background(), client, topic)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if lag != "" {
+		tb.Fatalf("%s: %s", side, lag)
 	}
 }
 
