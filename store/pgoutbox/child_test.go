@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -82,10 +85,45 @@ const (
 	e2eConsumer  = "orders"
 )
 
+// childLog is the logger of a process of TestEndToEnd: warnings and
+// errors to its stderr, which the test prints should it fail. In the
+// test's own process it is quiet.
+var childLog = quiet
+
+// childStates are what a process reports of itself when the test asks
+// (SIGUSR1), besides its goroutines: its consumer's state, say.
+var (
+	childStatesMu sync.Mutex
+	childStates   []func()
+)
+
+// reportState adds report to what the process reports when asked.
+func reportState(report func()) {
+	childStatesMu.Lock()
+	defer childStatesMu.Unlock()
+	childStates = append(childStates, report)
+}
+
 // childMain runs a process of TestEndToEnd until it is killed.
 func childMain(role string) int {
 	// Should the test that kills it die first, it does not outlive it long.
 	time.AfterFunc(3*time.Minute, func() { os.Exit(3) })
+	childLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Asked with SIGUSR1 (the test failed), the process reports its state
+	// and goroutines on stderr, and says so on stdout.
+	asked := make(chan os.Signal, 1)
+	signal.Notify(asked, syscall.SIGUSR1)
+	go func() {
+		for range asked {
+			childStatesMu.Lock()
+			for _, report := range childStates {
+				report()
+			}
+			childStatesMu.Unlock()
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+			fmt.Printf("%sreported\n", childMarker)
+		}
+	}()
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv(childDSNEnv))
 	if err != nil {
@@ -101,7 +139,7 @@ func childMain(role string) int {
 	if err != nil {
 		return fail(err)
 	}
-	ob, err := pgoutbox.New(ctx, pool, &pgoutbox.Options{Logger: quiet, Timeout: 2 * time.Second})
+	ob, err := pgoutbox.New(ctx, pool, &pgoutbox.Options{Logger: childLog, Timeout: 2 * time.Second})
 	if err != nil {
 		return fail(err)
 	}
@@ -131,7 +169,7 @@ func fail(err error) int {
 // and two messages with the customer as ordering key; the record
 // completes in the same transaction.
 func runConsumer(ctx context.Context, pool *pgxpool.Pool, side e2eSide, ob *pgoutbox.Outbox) error {
-	s, err := pgstore.New(ctx, pool, &pgstore.Options{Timeout: 2 * time.Second, Logger: quiet})
+	s, err := pgstore.New(ctx, pool, &pgstore.Options{Timeout: 2 * time.Second, Logger: childLog})
 	if err != nil {
 		return err
 	}
@@ -160,7 +198,7 @@ func runConsumer(ctx context.Context, pool *pgxpool.Pool, side e2eSide, ob *pgou
 	}
 	rcv, err := dedup.NewReceiver(s, idstrategy.BodyField("id", func(o e2eOrder) string { return o.ID }), h, &dedup.Config{
 		Namespace: e2eNamespace, Lease: e2eLease, MaxAttempts: 50, StoreRetryDelay: 200 * time.Millisecond,
-		Backoff: dedup.BackoffFunc(func(int) time.Duration { return 100 * time.Millisecond }), Logger: quiet,
+		Backoff: dedup.BackoffFunc(func(int) time.Duration { return 100 * time.Millisecond }), Logger: childLog,
 	})
 	if err != nil {
 		return err
@@ -175,7 +213,7 @@ func runRelay(ctx context.Context, side e2eSide, ob *pgoutbox.Outbox) error {
 		return err
 	}
 	r, err := pgoutbox.NewRelay(ob, pub, &pgoutbox.RelayOptions{Lease: 1500 * time.Millisecond, BatchSize: 64,
-		PollInterval: 200 * time.Millisecond, MaxBackoff: time.Second, Logger: quiet})
+		PollInterval: 200 * time.Millisecond, MaxBackoff: time.Second, Logger: childLog})
 	if err != nil {
 		return err
 	}
@@ -184,10 +222,14 @@ func runRelay(ctx context.Context, side e2eSide, ob *pgoutbox.Outbox) error {
 
 // child is a process of TestEndToEnd.
 type child struct {
-	role  string
-	cmd   *exec.Cmd
-	lines chan string
-	wg    sync.WaitGroup
+	role    string
+	cmd     *exec.Cmd
+	lines   chan string
+	wg      sync.WaitGroup
+	stderr  tail
+	started time.Time
+	killed  time.Time // zero while it runs
+	atEnd   bool      // it ran until the test ended
 }
 
 func startChild(t *testing.T, role, dsn string, b e2eBroker) *child {
@@ -195,11 +237,19 @@ func startChild(t *testing.T, role, dsn string, b e2eBroker) *child {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	kind, addr, prefix := b.child()
 	cmd.Env = append(os.Environ(), childRoleEnv+"="+role, childDSNEnv+"="+dsn, childBrokerEnv+"="+kind, childAddrEnv+"="+addr, childPrefixEnv+"="+prefix)
-	cmd.Stderr = os.Stderr
+	c := &child{role: role, cmd: cmd, lines: make(chan string, 16), started: time.Now()}
+	cmd.Stderr = &c.stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	c := &child{role: role, cmd: cmd, lines: make(chan string, 16)}
+	// Should the test fail, it prints what the process wrote to stderr
+	// (after the kill below, which waits for all of it).
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s process %d (started %s, %s), its stderr:\n%s", role, cmd.Process.Pid,
+				c.started.Format(time.TimeOnly), c.end(), c.stderr.String())
+		}
+	})
 	c.wg.Go(func() {
 		defer close(c.lines)
 		sc := bufio.NewScanner(out)
@@ -209,7 +259,12 @@ func startChild(t *testing.T, role, dsn string, b e2eBroker) *child {
 			}
 		}
 	})
-	t.Cleanup(c.kill)
+	t.Cleanup(func() {
+		if c.cmd.ProcessState == nil {
+			c.atEnd = true
+		}
+		c.kill()
+	})
 	// A closed channel gives "": the process ended.
 	require.Equal(t, "ready", testenv.Recv(t, c.lines, "the "+role+" process to start"), "the %s process ended before it was ready", role)
 	return c
@@ -220,7 +275,67 @@ func (c *child) kill() {
 	if c.cmd.ProcessState != nil {
 		return
 	}
+	c.killed = time.Now()
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
 	c.wg.Wait()
 	_ = c.cmd.Wait()
+}
+
+// end says how the process ended.
+func (c *child) end() string {
+	if c.atEnd {
+		return "running until the test ended"
+	}
+	return "killed " + c.killed.Format(time.TimeOnly)
+}
+
+// report asks the running process to write its state and goroutines to
+// its stderr (SIGUSR1), and waits a while for it to have done so.
+func (c *child) report() {
+	if c.cmd.ProcessState != nil || !c.killed.IsZero() {
+		return
+	}
+	if c.cmd.Process.Signal(syscall.SIGUSR1) != nil {
+		return
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case line, ok := <-c.lines:
+			if !ok || line == "reported" {
+				return
+			}
+		case <-timeout:
+			return
+		}
+	}
+}
+
+// tail keeps the last tailSize bytes written to it.
+type tail struct {
+	mu      sync.Mutex
+	buf     []byte
+	dropped int
+}
+
+const tailSize = 256 << 10
+
+func (w *tail) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if over := len(w.buf) - tailSize; over > 0 {
+		w.dropped += over
+		w.buf = append(w.buf[:0], w.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tail) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dropped > 0 {
+		return fmt.Sprintf("[%d bytes before these]\n%s", w.dropped, w.buf)
+	}
+	return string(w.buf)
 }

@@ -3,6 +3,9 @@ package pgoutbox_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,8 +100,9 @@ func (b *kafkaE2E) startDownstream(t *testing.T, rcv *dedup.Receiver[*dedup.Mess
 	adaptertest.StopAtCleanup(t, dc)
 }
 
-// lag returns how many messages of topic the group has not committed.
-func (b *kafkaE2E) lag(t *testing.T, group, topic string) int64 {
+// lag returns how many messages of topic the group has not committed,
+// and each partition's committed offset against its end.
+func (b *kafkaE2E) lag(t *testing.T, group, topic string) (int64, string) {
 	ends := b.ends(t, topic)
 	client := &kafka.Client{Addr: kafka.TCP(b.addr), Transport: b.tr}
 	ps := make([]int, kafkaPartitions)
@@ -108,12 +112,18 @@ func (b *kafkaE2E) lag(t *testing.T, group, topic string) int64 {
 	resp, err := client.OffsetFetch(t.Context(), &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
 	require.NoError(t, err)
 	require.NoError(t, resp.Error)
-	var lag int64
+	committed := map[int]int64{}
 	for _, p := range resp.Topics[topic] {
 		require.NoError(t, p.Error)
-		lag += ends[p.Partition] - max(p.CommittedOffset, 0)
+		committed[p.Partition] = p.CommittedOffset
 	}
-	return lag
+	var lag int64
+	var each []string
+	for p := range kafkaPartitions {
+		lag += ends[p] - max(committed[p], 0)
+		each = append(each, fmt.Sprintf("p%d %d/%d", p, committed[p], ends[p]))
+	}
+	return lag, strings.Join(each, " ")
 }
 
 // ends returns each partition's end offset (the next offset written).
@@ -136,8 +146,28 @@ func (b *kafkaE2E) ends(t *testing.T, topic string) map[int]int64 {
 // pending: a partition's committed offset passes a message only once its
 // outcome is final, so the lags count what is in flight too.
 func (b *kafkaE2E) pending(t *testing.T) (bool, string) {
-	in, down := b.lag(t, e2eConsumer, b.n.in), b.lag(t, "downstream", b.n.out)
-	return in == 0 && down == 0, fmt.Sprintf("incoming lag %d, downstream lag %d", in, down)
+	in, inEach := b.lag(t, e2eConsumer, b.n.in)
+	down, downEach := b.lag(t, "downstream", b.n.out)
+	return in == 0 && down == 0, fmt.Sprintf("incoming lag %d (committed/end: %s), downstream lag %d (%s)", in, inEach, down, downEach)
+}
+
+// diagnose describes the groups: their state, and each member's
+// partitions (a member's client id names its process).
+func (b *kafkaE2E) diagnose(t *testing.T) string {
+	client := &kafka.Client{Addr: kafka.TCP(b.addr), Transport: b.tr}
+	resp, err := client.DescribeGroups(t.Context(), &kafka.DescribeGroupsRequest{GroupIDs: []string{e2eConsumer, "downstream"}})
+	if err != nil {
+		return "describing the groups failed: " + err.Error()
+	}
+	var out []string
+	for _, g := range resp.Groups {
+		line := fmt.Sprintf("group %s: %s, error %v, %d members:", g.GroupID, g.GroupState, g.Error, len(g.Members))
+		for _, m := range g.Members {
+			line += fmt.Sprintf(" [%s %s %v]", m.ClientID, m.MemberID, m.MemberAssignments.Topics)
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
 }
 
 func (b *kafkaE2E) idle(*testing.T) bool { return true }
@@ -185,6 +215,8 @@ func (b *kafkaE2E) output(t *testing.T) []stored {
 func (b *kafkaE2E) readerConfig(group, topic string) kafka.ReaderConfig {
 	return kafka.ReaderConfig{
 		Brokers: []string{b.addr}, GroupID: group, Topic: topic,
+		// The client id names the process, for diagnose.
+		Dialer:  &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: fmt.Sprintf("%s-pid-%d", group, os.Getpid())},
 		MaxWait: 50 * time.Millisecond, SessionTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond,
 		RebalanceTimeout: 2 * time.Second, JoinGroupBackoff: 100 * time.Millisecond,
 		ReadBackoffMin: 10 * time.Millisecond, ReadBackoffMax: 100 * time.Millisecond, StartOffset: kafka.FirstOffset,
@@ -193,11 +225,28 @@ func (b *kafkaE2E) readerConfig(group, topic string) kafka.ReaderConfig {
 
 func (b *kafkaE2E) consume(ctx context.Context, rcv *dedup.Receiver[*dedup.Message[e2eOrder], string]) error {
 	c, err := dedupkafka.NewConsumer(kafka.NewReader(b.readerConfig(e2eConsumer, b.n.in)), rcv,
-		&dedupkafka.Options{DeadLetterTopic: b.n.dlq, Concurrency: kafkaPartitions, Logger: quiet})
+		&dedupkafka.Options{DeadLetterTopic: b.n.dlq, Concurrency: kafkaPartitions, Logger: childLog})
 	if err != nil {
 		return err
 	}
-	return c.Start(ctx)
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	report := func() {
+		stopped := false
+		select {
+		case <-c.Stopped():
+			stopped = true
+		default:
+		}
+		childLog.Warn("the consumer's state", slog.Bool("stopped", stopped), slog.Any("err", c.Err()), slog.Any("stats", c.Stats()))
+	}
+	reportState(report)
+	go func() { // the process lives on, and so does this
+		<-c.Stopped()
+		report()
+	}()
+	return nil
 }
 
 func (b *kafkaE2E) publisher(context.Context) (outbox.Publisher, error) {

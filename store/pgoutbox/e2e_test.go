@@ -165,7 +165,15 @@ INSERT INTO customers (id) SELECT 'c-' || lpad(i::text, 3, '0') FROM generate_se
 			}
 			consumer = startChild(t, "consumer", srv.DSN(), b)
 		}
-		require.True(t, time.Now().Before(within), "not settled: %s; %d effects of %d", state, effects.Len(), len(ids))
+		if !time.Now().Before(within) {
+			// The consumer process reports its state and goroutines (printed
+			// with its stderr), and the broker what it knows.
+			consumer.report()
+			if d, ok := b.(interface{ diagnose(*testing.T) string }); ok {
+				state += "\n" + d.diagnose(t)
+			}
+			require.Fail(t, "not settled", "%s; %d effects of %d", state, effects.Len(), len(ids))
+		}
 		time.Sleep(100 * time.Millisecond)
 	}
 
