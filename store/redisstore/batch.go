@@ -9,11 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/internal/rediscore"
 )
-
-// maxMany bounds the keys of one multi-key script run, which holds the
-// server for its whole run.
-const maxMany = 1000
 
 // AcquireBatch runs Acquire for every request: one pipeline of SET NX GET,
 // and, only for the keys that found a failed record or an ended lease, a
@@ -24,21 +21,21 @@ const maxMany = 1000
 // cancelled context fails every other request with its error.
 func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {
 	out := make([]store.AcquireOutcome, len(reqs))
-	acqs := make([]*acquisition, len(reqs))
-	all := make([]acquisition, len(reqs))
+	acqs := make([]*rediscore.Acquisition, len(reqs))
+	all := make([]rediscore.Acquisition, len(reqs))
 	now := time.Now()
 	var valid []int
 	for i, req := range reqs {
-		if out[i].Err = checkAcquire(req); out[i].Err == nil {
+		if out[i].Err = s.core.CheckAcquire(req); out[i].Err == nil {
 			acqs[i] = &all[i]
-			s.initAcquire(acqs[i], req, now)
+			s.core.InitAcquisition(acqs[i], req, now)
 			valid = append(valid, i)
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		for i, a := range acqs {
 			if a != nil {
-				out[i].Err = errContext("acquire", a.req.Key, err)
+				out[i].Err = s.core.Context("acquire", a.Req.Key, err)
 			}
 		}
 		return out
@@ -54,13 +51,13 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 	// and records passed as *string and a TTL repeated from the key before
 	// as the same boxed value: go-redis's SetArgs would allocate some eight
 	// times a key.
-	keys := s.redisKeys(len(valid), func(k int) string { return reqs[valid[k]].Key })
-	records := packAll(len(valid), func(k int) *acquisition { return acqs[valid[k]] })
+	keys := s.core.RedisKeys(len(valid), func(k int) string { return reqs[valid[k]].Key })
+	records := rediscore.PackAll(len(valid), func(k int) *rediscore.Acquisition { return acqs[valid[k]] })
 	argv := make([]any, 7*len(valid))
 	ttl, boxed := int64(-1), any(nil)
 	for k, i := range valid {
 		a := acqs[i]
-		if m := ms(a.ttl); m != ttl {
+		if m := rediscore.MS(a.TTL); m != ttl {
 			ttl, boxed = m, m
 		}
 		args := argv[7*k : 7*k+7 : 7*k+7]
@@ -77,19 +74,19 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 		if a == nil {
 			continue
 		}
-		c, retry, err := a.claimed(cmds[i].Result())
+		c, retry, err := s.claimed(a, cmds[i])
 		switch {
 		case err != nil:
-			out[i].Err = s.acquireFailed(ctx, a.req.Key, err)
+			out[i].Err = s.acquireFailed(ctx, a.Req.Key, err)
 		case retry:
-			again = append(again, scriptCall{index: i, key: a.req.Key, script: acquireScript, args: a.args()})
+			again = append(again, scriptCall{index: i, key: a.Req.Key, script: acquireScript, args: anys(a.Args())})
 		default:
 			out[i].Claim = c
 		}
 	}
 	s.run(ctx, "acquire", acquireManyScript, again, func(i int, reply any, err error) {
 		if err == nil {
-			out[i].Claim, err = acqs[i].retaken(reply)
+			out[i].Claim, err = s.retaken(acqs[i], reply)
 		}
 		out[i].Err = err
 	})
@@ -120,7 +117,7 @@ func (s *Store) completeBatch(ctx context.Context, reqs []store.CompleteRequest,
 	if s.minReplicas > 0 {
 		var todo []int
 		for i, req := range reqs {
-			if errs[i] = checkSettle("complete", req.Key, req.Token, req.Retention); errs[i] == nil {
+			if errs[i] = s.core.CheckSettle("complete", req.Key, req.Token, req.Retention); errs[i] == nil {
 				todo = append(todo, i)
 			}
 		}
@@ -133,7 +130,7 @@ func (s *Store) completeBatch(ctx context.Context, reqs []store.CompleteRequest,
 	}
 	var calls []scriptCall
 	for i, req := range reqs {
-		if errs[i] = checkSettle("complete", req.Key, req.Token, req.Retention); errs[i] != nil {
+		if errs[i] = s.core.CheckSettle("complete", req.Key, req.Token, req.Retention); errs[i] != nil {
 			continue
 		}
 		calls = append(calls, scriptCall{index: i, key: req.Key, script: completeScript, args: completeArgs(req)})
@@ -141,7 +138,7 @@ func (s *Store) completeBatch(ctx context.Context, reqs []store.CompleteRequest,
 	s.run(ctx, "complete", completeManyScript, calls, func(i int, reply any, err error) {
 		c := store.CompletionUnknown
 		if err == nil {
-			c, err = completedOf(reqs[i].Key, reply)
+			c, err = s.completed(reqs[i].Key, reply)
 		}
 		errs[i] = err
 		if done != nil {
@@ -158,20 +155,20 @@ func (s *Store) completeBatch(ctx context.Context, reqs []store.CompleteRequest,
 func (s *Store) completeMany(ctx context.Context, reqs []store.CompleteRequest, errs []error, done []store.Completion) {
 	todo := make([]int, 0, len(reqs))
 	for i, req := range reqs {
-		if errs[i] = checkSettle("complete", req.Key, req.Token, req.Retention); errs[i] == nil {
+		if errs[i] = s.core.CheckSettle("complete", req.Key, req.Token, req.Retention); errs[i] == nil {
 			todo = append(todo, i)
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		for _, i := range todo {
-			errs[i] = errContext("complete", reqs[i].Key, err)
+			errs[i] = s.core.Context("complete", reqs[i].Key, err)
 		}
 		return
 	}
 	for len(todo) > 0 {
-		chunk := todo[:min(len(todo), maxMany)]
+		chunk := todo[:min(len(todo), rediscore.MaxMany)]
 		todo = todo[len(chunk):]
-		keys := s.redisKeys(len(chunk), func(k int) string { return reqs[chunk[k]].Key })
+		keys := s.core.RedisKeys(len(chunk), func(k int) string { return reqs[chunk[k]].Key })
 		// The tokens and results are copied into one string, and passed
 		// as *string cut from it, as the keys are.
 		size := 0
@@ -190,7 +187,7 @@ func (s *Store) completeMany(ctx context.Context, reqs []store.CompleteRequest, 
 		retention, boxed := int64(-1), any(nil)
 		for k, i := range chunk {
 			r := &reqs[i]
-			if m := ms(r.Retention); m != retention {
+			if m := rediscore.MS(r.Retention); m != retention {
 				retention, boxed = m, m
 			}
 			n := len(r.Token) + len(r.Result)
@@ -199,7 +196,7 @@ func (s *Store) completeMany(ctx context.Context, reqs []store.CompleteRequest, 
 			args = append(args, &cut[2*k], &cut[2*k+1], boxed)
 		}
 		script := completeManyScript
-		if repeats(keys) {
+		if rediscore.Repeats(keys) {
 			script = completeEachScript
 		}
 		replies, err := s.evalMany(ctx, script, keys, args)
@@ -209,10 +206,10 @@ func (s *Store) completeMany(ctx context.Context, reqs []store.CompleteRequest, 
 			case err != nil:
 				errs[i] = s.fail(ctx, "complete", key, err)
 			case k >= len(replies):
-				errs[i] = errReply("complete", key, replies)
+				errs[i] = s.core.Reply("complete", key, replies)
 			default:
 				var c store.Completion
-				c, errs[i] = completedOf(key, replies[k])
+				c, errs[i] = s.completed(key, replies[k])
 				if done != nil {
 					done[i] = c
 				}
@@ -229,7 +226,7 @@ func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []e
 	var calls []scriptCall
 	now := time.Now()
 	for i, req := range reqs {
-		if errs[i] = checkExtend(req); errs[i] != nil {
+		if errs[i] = s.core.CheckExtend(req); errs[i] != nil {
 			continue
 		}
 		calls = append(calls, scriptCall{index: i, key: req.Key, script: extendScript, args: s.extendArgs(req, now)})
@@ -240,7 +237,7 @@ func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []e
 	}
 	s.run(ctx, "extend", extendManyScript, calls, func(i int, reply any, err error) {
 		if err == nil {
-			err = settledOf("extend", reqs[i].Key, reply)
+			err = s.settled("extend", reqs[i].Key, reply)
 		}
 		errs[i] = err
 	})
@@ -257,7 +254,7 @@ func (s *Store) run(ctx context.Context, op string, many *redis.Script, calls []
 	}
 	if err := ctx.Err(); err != nil {
 		for _, c := range calls {
-			done(c.index, nil, errContext(op, c.key, err))
+			done(c.index, nil, s.core.Context(op, c.key, err))
 		}
 		return
 	}
@@ -280,9 +277,9 @@ func (s *Store) oneServer() bool {
 // done gets each key's own answer.
 func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls []scriptCall, done func(index int, reply any, err error)) {
 	for len(calls) > 0 {
-		chunk := calls[:min(len(calls), maxMany)]
+		chunk := calls[:min(len(calls), rediscore.MaxMany)]
 		calls = calls[len(chunk):]
-		keys := s.redisKeys(len(chunk), func(k int) string { return chunk[k].key })
+		keys := s.core.RedisKeys(len(chunk), func(k int) string { return chunk[k].key })
 		args := make([]any, 0, len(chunk)*len(chunk[0].args))
 		for _, c := range chunk {
 			args = append(args, c.args...)
@@ -294,7 +291,7 @@ func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls
 				continue
 			}
 			if i >= len(replies) {
-				done(c.index, nil, errReply(op, c.key, replies))
+				done(c.index, nil, s.core.Reply(op, c.key, replies))
 				continue
 			}
 			done(c.index, replies[i], nil)
@@ -302,57 +299,19 @@ func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls
 	}
 }
 
-// packAll returns the processing records of n acquisitions, a(0) to
-// a(n-1), cut from one string.
-func packAll(n int, a func(int) *acquisition) []string {
-	size := 0
-	for k := range n {
-		size += headerLen + 26 + len(a(k).req.Fingerprint)
-	}
-	b := make([]byte, 0, size)
-	ends := make([]int, n)
-	for k := range n {
-		x := a(k)
-		b = appendProcessing(b, x.token, x.deadline, x.now, x.req.Fingerprint)
-		ends[k] = len(b)
-	}
-	all := string(b)
-	records := make([]string, n)
-	start := 0
-	for k, end := range ends {
-		records[k], start = all[start:end], end
-	}
-	return records
-}
-
-// repeats reports whether a key appears more than once in keys.
-func repeats(keys []string) bool {
-	if len(keys) < 2 {
-		return false
-	}
-	seen := make(map[string]struct{}, len(keys))
-	for _, k := range keys {
-		if _, ok := seen[k]; ok {
-			return true
-		}
-		seen[k] = struct{}{}
-	}
-	return false
-}
-
 // redisKeys returns the Redis keys of n receiver's keys, key(0) to
 // key(n-1), cut from one string: three allocations, not one a key.
 func (s *Store) redisKeys(n int, key func(int) string) []string {
 	size := 0
 	for k := range n {
-		size += len(s.prefix) + len(layout) + len(key(k))
+		size += len(s.core.Prefix) + len(rediscore.Layout) + len(key(k))
 	}
 	var b strings.Builder
 	b.Grow(size)
 	ends := make([]int, n)
 	for k := range n {
-		b.WriteString(s.prefix)
-		b.WriteString(layout)
+		b.WriteString(s.core.Prefix)
+		b.WriteString(rediscore.Layout)
 		b.WriteString(key(k))
 		ends[k] = b.Len()
 	}

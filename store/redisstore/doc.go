@@ -74,7 +74,8 @@
 // it took 4.6 to 5.2µs in the same runs (11µs with the hash record). To
 // get there:
 //
-//   - The record is packed in one string (see record.go): the scripts
+//   - The record is packed in one string (see record.go in
+//     store/internal/rediscore, which rueidisstore shares): the scripts
 //     compare and rewrite it by fixed offsets, cuts and joins, with times
 //     in 6 bytes that Lua decodes and encodes by arithmetic on their
 //     bytes: a completion encodes one time (its expiry) and writes one

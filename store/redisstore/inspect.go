@@ -3,20 +3,16 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"iter"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/internal/rediscore"
 )
-
-// scanCount is the COUNT hint of each SCAN step.
-const scanCount = 500
 
 // Get returns the record of key, in whatever state, or an error matching
 // store.ErrNotFound. A completed or failed record is not found from its
@@ -24,20 +20,20 @@ const scanCount = 500
 // then.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	if key == "" {
-		return store.Record{}, errEmptyKey("get")
+		return store.Record{}, s.core.EmptyKey("get")
 	}
 	if err := ctx.Err(); err != nil {
-		return store.Record{}, errContext("get", key, err)
+		return store.Record{}, s.core.Context("get", key, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	v, err := s.client.Get(cctx, s.RedisKey(key)).Result()
 	if errors.Is(err, redis.Nil) {
-		return store.Record{}, fmt.Errorf("redisstore: get %q: %w", key, store.ErrNotFound)
+		return store.Record{}, s.core.NotFound("get", key)
 	}
 	if err == nil {
 		var rec store.Record
-		if rec, err = unpack(key, v); err == nil {
+		if rec, err = rediscore.Unpack(key, v); err == nil {
 			return rec, nil
 		}
 	}
@@ -49,10 +45,10 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 // Deleting an absent key is not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if key == "" {
-		return errEmptyKey("delete")
+		return s.core.EmptyKey("delete")
 	}
 	if err := ctx.Err(); err != nil {
-		return errContext("delete", key, err)
+		return s.core.Context("delete", key, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -71,48 +67,26 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // is an error matching store.ErrNotFound.
 func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, store.Record, error) {
 	if req.Key == "" {
-		return false, store.Record{}, errEmptyKey("delete")
+		return false, store.Record{}, s.core.EmptyKey("delete")
 	}
-	want := req.States
-	if len(want) == 0 {
-		want = []store.State{store.StateCompleted, store.StateFailed}
-	}
-	states := make([]byte, 0, 3)
-	for _, st := range want {
-		switch st {
-		case store.StateProcessing:
-			states = append(states, 'p')
-		case store.StateCompleted:
-			states = append(states, 'c')
-		case store.StateFailed:
-			states = append(states, 'f')
-		}
-	}
-	expired := "0"
-	if req.ExpiredLease {
-		expired = "1"
-	}
-	reply, err := s.eval(ctx, "delete", req.Key, deleteIfScript, []any{string(states), expired, time.Now().UnixMilli()})
+	states, expired, now := rediscore.DeleteIfArgs(req, time.Now())
+	reply, err := s.eval(ctx, "delete", req.Key, deleteIfScript, []any{states, expired, now})
 	if err != nil {
 		return false, store.Record{}, err
 	}
 	f, ok := reply.([]any)
 	if !ok {
-		return false, store.Record{}, errReply("delete", req.Key, reply)
+		return false, store.Record{}, s.core.Reply("delete", req.Key, reply)
 	}
 	if len(f) == 0 {
-		return false, store.Record{}, fmt.Errorf("redisstore: delete %q: %w", req.Key, store.ErrNotFound)
+		return s.core.Deleted(req.Key, false, 0, "")
 	}
 	code, ok1 := field[int64](f, 0)
 	v, ok2 := field[string](f, 1)
 	if !ok1 || !ok2 {
-		return false, store.Record{}, errReply("delete", req.Key, reply)
+		return false, store.Record{}, s.core.Reply("delete", req.Key, reply)
 	}
-	rec, err := unpack(req.Key, v)
-	if err != nil {
-		return false, store.Record{}, &store.OpError{Op: "delete", Key: req.Key, Err: fmt.Errorf("redisstore: %w", err)}
-	}
-	return code == 1, rec, nil
+	return s.core.Deleted(req.Key, true, code, v)
 }
 
 // Scan yields every unexpired record whose key starts with prefix. It
@@ -135,16 +109,16 @@ func (s *Store) Scan(ctx context.Context, prefix string) iter.Seq2[store.Record,
 // scan calls fn for every record of Scan until fn returns false (then it
 // returns nil) or a step fails.
 func (s *Store) scan(ctx context.Context, prefix string, fn func(store.Record) bool) error {
-	match := globEscape(s.RedisKey(prefix)) + "*"
+	match := s.core.ScanMatch(prefix)
 	errStop := errors.New("stop")
 	scanNode := func(node redis.UniversalClient) error {
 		var cursor uint64
 		for {
 			if err := ctx.Err(); err != nil {
-				return errContext("scan", prefix, err)
+				return s.core.Context("scan", prefix, err)
 			}
 			cctx, cancel := context.WithTimeout(ctx, s.timeout)
-			keys, next, err := node.Scan(cctx, cursor, match, scanCount).Result()
+			keys, next, err := node.Scan(cctx, cursor, match, rediscore.ScanCount).Result()
 			var recs []store.Record
 			if err == nil && len(keys) > 0 {
 				recs, err = s.readAll(cctx, node, keys)
@@ -212,21 +186,9 @@ func (s *Store) readAll(ctx context.Context, node redis.UniversalClient, keys []
 		case err != nil:
 			return nil, err
 		}
-		if rec, err := unpack(strings.TrimPrefix(k, s.prefix+layout), v); err == nil {
+		if rec, err := rediscore.Unpack(s.core.KeyOf(k), v); err == nil {
 			recs = append(recs, rec)
 		}
 	}
 	return recs, nil
-}
-
-// globEscape escapes what SCAN MATCH would read as a pattern.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/internal/rediscore"
 )
 
 // Defaults of Options.
@@ -90,15 +91,14 @@ type Options struct {
 // Store is a store.Store in Redis. It is safe for concurrent use and holds
 // no state of its own beyond the client, which the caller owns and closes.
 type Store struct {
-	client       redis.UniversalClient
-	prefix       string
-	timeout      time.Duration
-	abandonedTTL time.Duration
+	client  redis.UniversalClient
+	core    rediscore.Core // the prefix and AbandonedTTL, the checks and errors
+	timeout time.Duration
 
 	minReplicas    int // WAIT after each write when positive
 	replicaTimeout time.Duration
 
-	deadlines deadlines // bound the calls whose context cannot be cancelled
+	deadlines rediscore.Deadlines // bound every call by timeout
 }
 
 var (
@@ -129,14 +129,17 @@ func New(ctx context.Context, client redis.UniversalClient, opts *Options) (*Sto
 		return nil, fmt.Errorf("redisstore: %w: AbandonedTTL is %v, it must not be negative", store.ErrInvalidConfig, o.AbandonedTTL)
 	}
 	s := &Store{
-		client:         client,
-		prefix:         cmp.Or(o.Prefix, DefaultPrefix),
+		client: client,
+		core: rediscore.Core{
+			Pkg:          "redisstore",
+			Prefix:       cmp.Or(o.Prefix, DefaultPrefix),
+			AbandonedTTL: cmp.Or(o.AbandonedTTL, DefaultAbandonedTTL),
+		},
 		timeout:        cmp.Or(o.Timeout, DefaultTimeout),
-		abandonedTTL:   cmp.Or(o.AbandonedTTL, DefaultAbandonedTTL),
 		minReplicas:    o.MinReplicas,
 		replicaTimeout: cmp.Or(o.ReplicaTimeout, DefaultReplicaTimeout),
 	}
-	s.deadlines.timeout = s.timeout
+	s.deadlines.Timeout = s.timeout
 	if err := s.checkReplicas(o); err != nil {
 		return nil, err
 	}
@@ -184,12 +187,12 @@ func (s *Store) addrs() string {
 
 // Prefix returns Options.Prefix, under which the store's Redis keys live
 // (see RedisKey).
-func (s *Store) Prefix() string { return s.prefix }
+func (s *Store) Prefix() string { return s.core.Prefix }
 
 // RedisKey returns the Redis key that holds the record of key: the prefix,
 // the layout version ":v3:", then key. An operator may read it with
 // redis-cli; its value is a packed string only this package reads.
-func (s *Store) RedisKey(key string) string { return s.prefix + layout + key }
+func (s *Store) RedisKey(key string) string { return s.core.RedisKey(key) }
 
 // Acquire claims req.Key if it is absent, failed, or processing under a
 // lease that has ended, and reports the record holding it otherwise. A new
@@ -200,54 +203,43 @@ func (s *Store) RedisKey(key string) string { return s.prefix + layout + key }
 // record as it is then. A fingerprint that differs from the record's is
 // store.ErrKeyReused in every state.
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
-	if err := checkAcquire(req); err != nil {
+	if err := s.core.CheckAcquire(req); err != nil {
 		return store.Claim{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return store.Claim{}, errContext("acquire", req.Key, err)
+		return store.Claim{}, s.core.Context("acquire", req.Key, err)
 	}
 	if s.minReplicas > 0 {
 		return s.acquireReplicated(ctx, req)
 	}
 	now := time.Now()
 	a := s.newAcquire(req, now)
-	cctx, cancel := s.bound(ctx, now, &a.ctx)
+	cctx, cancel := s.deadlines.Bound(ctx, now, &a.ctx)
 	defer cancel()
 	cmd := redis.NewStatusCmd(cctx, a.setNXGet()...)
 	_ = s.client.Process(cctx, cmd) // the command carries its error
-	c, again, err := a.claimed(cmd.Result())
+	c, again, err := s.claimed(&a.Acquisition, cmd)
 	if err != nil {
 		return store.Claim{}, s.acquireFailed(ctx, req.Key, err)
 	}
 	if !again {
 		return c, nil
 	}
-	reply, err := acquireScript.Run(cctx, s.client, []string{a.redisKey}, a.args()...).Result()
+	reply, err := acquireScript.Run(cctx, s.client, []string{a.redisKey}, anys(a.Args())...).Result()
 	if err != nil {
 		return store.Claim{}, s.fail(ctx, "acquire", req.Key, err)
 	}
-	return a.retaken(reply)
-}
-
-// acquisition is one Acquire in the making: the record a SET NX writes for
-// a new key, and what the script needs when the key is taken.
-type acquisition struct {
-	req      store.AcquireRequest
-	token    store.Token
-	now      int64 // ms, on this process's clock
-	deadline int64 // now + the lease
-	ttl      time.Duration
-	record   string // unset in a batch's, which packs its records itself (packAll)
+	return s.retaken(&a.Acquisition, reply)
 }
 
 // oneAcquire is a single Acquire, allocated once with everything its
-// command needs (see setNXGet and Store.bound).
+// command needs (see setNXGet and rediscore.Deadlines.Bound).
 type oneAcquire struct {
-	acquisition
-	redisKey string // cut with record from one string
+	rediscore.Acquisition
+	redisKey string // cut with Record from one string
 	ttlMS    int64
 	argv     [7]any
-	ctx      bounded
+	ctx      rediscore.Bounded
 }
 
 // newAcquire prepares req at now. The lease is measured on the caller's
@@ -255,76 +247,33 @@ type oneAcquire struct {
 // Options.AbandonedTTL on the server's.
 func (s *Store) newAcquire(req store.AcquireRequest, now time.Time) *oneAcquire {
 	a := new(oneAcquire)
-	s.initAcquire(&a.acquisition, req, now)
+	s.core.InitAcquisition(&a.Acquisition, req, now)
 	// The Redis key and the record in one string: one allocation.
 	var buf [160]byte
-	b := append(append(append(buf[:0], s.prefix...), layout...), req.Key...)
+	b := append(append(append(buf[:0], s.core.Prefix...), rediscore.Layout...), req.Key...)
 	k := len(b)
-	all := string(appendProcessing(b, a.token, a.deadline, a.now, req.Fingerprint))
-	a.redisKey, a.record = all[:k], all[k:]
+	all := string(rediscore.AppendProcessing(b, a.Token, a.Deadline, a.Now, req.Fingerprint))
+	a.redisKey, a.Record = all[:k], all[k:]
 	return a
-}
-
-// initAcquire prepares req at now into a, as newAcquire does, but for the
-// record; a batch allocates its acquisitions together and packs their
-// records itself (packAll).
-func (s *Store) initAcquire(a *acquisition, req store.AcquireRequest, now time.Time) {
-	*a = acquisition{req: req, token: store.NewToken(), now: now.UnixMilli()}
-	a.deadline = a.now + ms(req.Lease)
-	a.ttl = time.Duration(ms(req.Lease)+ms(s.abandonedTTL)) * time.Millisecond
 }
 
 // setNXGet returns the arguments of the SET NX GET that claims a new key,
 // built into a: the strings and the TTL passed by pointer, which go-redis
 // writes as their values and an interface holds with no allocation.
 func (a *oneAcquire) setNXGet() []any {
-	a.ttlMS = ms(a.ttl)
-	a.argv = [7]any{"set", &a.redisKey, &a.record, "px", &a.ttlMS, "nx", "get"}
+	a.ttlMS = rediscore.MS(a.TTL)
+	a.argv = [7]any{"set", &a.redisKey, &a.Record, "px", &a.ttlMS, "nx", "get"}
 	return a.argv[:]
 }
 
-// claimed reads the answer of SET NX GET: no record (redis.Nil) means the
-// key is claimed; a record held by a live lease or completed, or one of
-// another fingerprint, is the answer; again reports that the record is
-// failed or its lease ended, which the script must decide. A claim held by
-// another is answered without its token (see refused).
-func (a *acquisition) claimed(old string, err error) (c store.Claim, again bool, _ error) {
-	if errors.Is(err, redis.Nil) {
-		return store.Claim{Acquired: true, Token: a.token, Record: store.Record{
-			Key:         a.req.Key,
-			State:       store.StateProcessing,
-			Attempt:     1,
-			Fingerprint: a.req.Fingerprint,
-			LeaseUntil:  time.UnixMilli(a.deadline),
-			Token:       a.token,
-			CreatedAt:   time.UnixMilli(a.now),
-		}}, false, nil
-	}
-	if err != nil {
+// claimed reads the answer of SET NX GET (see rediscore.Core.Claimed): no
+// record (redis.Nil) means the key is claimed.
+func (s *Store) claimed(a *rediscore.Acquisition, cmd interface{ Result() (string, error) }) (c store.Claim, again bool, _ error) {
+	old, err := cmd.Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return store.Claim{}, false, err
 	}
-	rec, err := unpack(a.req.Key, old)
-	switch {
-	case err != nil:
-		return store.Claim{}, false, err
-	case rec.Fingerprint != "" && a.req.Fingerprint != "" && rec.Fingerprint != a.req.Fingerprint:
-		return store.Claim{}, false, errReused(a.req.Key, rec.State)
-	case rec.State == store.StateCompleted,
-		rec.State == store.StateProcessing && a.now < rec.LeaseUntil.UnixMilli():
-		return refused(rec), false, nil
-	}
-	return store.Claim{}, true, nil
-}
-
-// refused is the answer of an Acquire that found rec holding the key. A
-// processing record's token is left out: it is the live holder's, which
-// fences its claim, and no other caller of Acquire needs it (an operator
-// reads it through the Inspector).
-func refused(rec store.Record) store.Claim {
-	if rec.State == store.StateProcessing {
-		rec.Token = store.Token{}
-	}
-	return store.Claim{Record: rec}
+	return s.core.Claimed(a, old, err == nil)
 }
 
 // acquireFailed is the error of an Acquire that SET NX GET answered with
@@ -336,45 +285,25 @@ func (s *Store) acquireFailed(ctx context.Context, key string, err error) error 
 	return s.fail(ctx, "acquire", key, err)
 }
 
-// args are acquireLua's arguments after the key.
-func (a *acquisition) args() []any {
-	return []any{string(a.token[:]), timeString(a.deadline), a.req.Fingerprint, ms(a.ttl), a.now, timeString(a.now)}
-}
-
-// retaken reads the answer of acquireScript: {1, the new record}, {0, the
-// record holding the key}, or {2, a record of another fingerprint}.
-func (a *acquisition) retaken(reply any) (store.Claim, error) {
+// retaken reads the answer of acquireScript, {code, record} (see
+// rediscore.Core.Retaken).
+func (s *Store) retaken(a *rediscore.Acquisition, reply any) (store.Claim, error) {
 	f, _ := reply.([]any)
 	code, ok1 := field[int64](f, 0)
 	v, ok2 := field[string](f, 1)
 	if !ok1 || !ok2 {
-		return store.Claim{}, errReply("acquire", a.req.Key, reply)
+		return store.Claim{}, s.core.Reply("acquire", a.Req.Key, reply)
 	}
-	rec, err := unpack(a.req.Key, v)
-	if err != nil {
-		return store.Claim{}, &store.OpError{Op: "acquire", Key: a.req.Key, Err: fmt.Errorf("redisstore: %w", err)}
-	}
-	switch code {
-	case 1:
-		return store.Claim{Acquired: true, Token: a.token, Record: rec}, nil
-	case 2:
-		return store.Claim{}, errReused(a.req.Key, rec.State)
-	}
-	return refused(rec), nil
+	return s.core.Retaken(a, code, v)
 }
 
-func errReused(key string, state store.State) error {
-	return fmt.Errorf("redisstore: acquire %q: %w: the %s record has another fingerprint", key, store.ErrKeyReused, state)
-}
-
-func checkAcquire(req store.AcquireRequest) error {
-	if req.Key == "" {
-		return errEmptyKey("acquire")
+// anys returns args as go-redis's arguments.
+func anys(args []string) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a
 	}
-	if req.Lease <= 0 {
-		return fmt.Errorf("redisstore: acquire %q: %w: the lease is %v, it must be positive", req.Key, store.ErrInvalidConfig, req.Lease)
-	}
-	return nil
+	return out
 }
 
 // Complete stores req.Result for the key held by req.Token and keeps it,
@@ -391,21 +320,21 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) error {
 // (store.CompletionUnchanged): the completion script answers which, in the
 // same round trip.
 func (s *Store) CompleteReport(ctx context.Context, req store.CompleteRequest) (store.Completion, error) {
-	if err := checkSettle("complete", req.Key, req.Token, req.Retention); err != nil {
+	if err := s.core.CheckSettle("complete", req.Key, req.Token, req.Retention); err != nil {
 		return store.CompletionUnknown, err
 	}
 	if s.minReplicas > 0 {
 		return s.completeReplicated(ctx, req)
 	}
-	reply, err := s.evalOne(ctx, "complete", req.Key, completeScript, oneArgs{token: req.Token, bytes: req.Result, n: ms(req.Retention)})
+	reply, err := s.evalOne(ctx, "complete", req.Key, completeScript, oneArgs{token: req.Token, bytes: req.Result, n: rediscore.MS(req.Retention)})
 	if err != nil {
 		return store.CompletionUnknown, err
 	}
-	return completedOf(req.Key, reply)
+	return s.completed(req.Key, reply)
 }
 
 func completeArgs(req store.CompleteRequest) []any {
-	return []any{string(req.Token[:]), req.Result, ms(req.Retention)}
+	return []any{string(req.Token[:]), req.Result, rediscore.MS(req.Retention)}
 }
 
 // CallTimeout is Options.Timeout, which bounds every call of the store,
@@ -417,10 +346,10 @@ func (s *Store) CallTimeout() time.Duration { return s.timeout }
 // key for the next Acquire, keeping the failed record (its attempt count
 // and req.Error) for req.Retention.
 func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
-	if err := checkSettle("release", req.Key, req.Token, req.Retention); err != nil {
+	if err := s.core.CheckSettle("release", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	return s.settle(ctx, "release", req.Key, releaseScript, oneArgs{token: req.Token, text: req.Error, n: ms(req.Retention)})
+	return s.settle(ctx, "release", req.Key, releaseScript, oneArgs{token: req.Token, text: req.Error, n: rediscore.MS(req.Retention)})
 }
 
 // settle runs one of the scripts that answer 1 (done) or 0 (the token does
@@ -433,7 +362,7 @@ func (s *Store) settle(ctx context.Context, op, key string, script *redis.Script
 	if err != nil {
 		return err
 	}
-	return settledOf(op, key, reply)
+	return s.settled(op, key, reply)
 }
 
 // oneArgs are the arguments of the scripts that change one claim
@@ -463,7 +392,7 @@ type evalCall struct {
 	sha              string
 	key, token, text string
 	n                int64
-	ctx              bounded
+	ctx              rediscore.Bounded
 }
 
 // evalOne runs script on key with args and returns its reply: EVALSHA,
@@ -473,14 +402,14 @@ type evalCall struct {
 // allocates about a dozen times more.
 func (s *Store) evalOne(ctx context.Context, op, key string, script *redis.Script, args oneArgs) (any, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, errContext(op, key, err)
+		return nil, s.core.Context(op, key, err)
 	}
 	now := time.Now()
 	c := new(evalCall)
 	var b strings.Builder
-	b.Grow(len(s.prefix) + len(layout) + len(key) + len(args.token) + len(args.text) + len(args.bytes))
-	b.WriteString(s.prefix)
-	b.WriteString(layout)
+	b.Grow(len(s.core.Prefix) + len(rediscore.Layout) + len(key) + len(args.token) + len(args.text) + len(args.bytes))
+	b.WriteString(s.core.Prefix)
+	b.WriteString(rediscore.Layout)
 	b.WriteString(key)
 	k := b.Len()
 	b.Write(args.token[:])
@@ -490,7 +419,7 @@ func (s *Store) evalOne(ctx context.Context, op, key string, script *redis.Scrip
 	c.key, c.token, c.text = all[:k], all[k:k+len(args.token)], all[k+len(args.token):]
 	c.sha, c.n = script.Hash(), args.n
 	c.argv = [7]any{"evalsha", &c.sha, 1, &c.key, &c.token, &c.text, &c.n}
-	cctx, cancel := s.bound(ctx, now, &c.ctx)
+	cctx, cancel := s.deadlines.Bound(ctx, now, &c.ctx)
 	defer cancel()
 	cmd := redis.NewCmd(cctx, c.argv[:]...)
 	cmd.SetFirstKeyPos(3)
@@ -508,7 +437,7 @@ func (s *Store) evalOne(ctx context.Context, op, key string, script *redis.Scrip
 // eval runs a single-key script on key and returns its reply.
 func (s *Store) eval(ctx context.Context, op, key string, script *redis.Script, args []any) (any, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, errContext(op, key, err)
+		return nil, s.core.Context(op, key, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -519,54 +448,21 @@ func (s *Store) eval(ctx context.Context, op, key string, script *redis.Script, 
 	return reply, nil
 }
 
-// checkSettle checks the arguments of Complete and Release. A zero token
-// never holds a key, so it gets ErrLeaseLost without a round trip.
-func checkSettle(op, key string, token store.Token, retention time.Duration) error {
-	if key == "" {
-		return errEmptyKey(op)
-	}
-	if retention <= 0 {
-		return fmt.Errorf("redisstore: %s %q: %w: the retention is %v, it must be positive", op, key, store.ErrInvalidConfig, retention)
-	}
-	if token.IsZero() {
-		return errLeaseLost(op, key)
-	}
-	return nil
-}
-
 // Extend sets the lease of the key held by req.Token to req.Lease from
 // now (this process's clock, as every lease), even when that is earlier
 // than the deadline it had. A claim whose lease ended is extended too
 // while no other Acquire has taken the key over.
 func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
-	if err := checkExtend(req); err != nil {
+	if err := s.core.CheckExtend(req); err != nil {
 		return err
 	}
-	ttl := ms(req.Lease) + ms(s.abandonedTTL)
-	return s.settle(ctx, "extend", req.Key, extendScript, oneArgs{token: req.Token, text: timeString(time.Now().UnixMilli() + ms(req.Lease)), n: ttl})
+	deadline, ttl := s.core.ExtendArgs(req, time.Now())
+	return s.settle(ctx, "extend", req.Key, extendScript, oneArgs{token: req.Token, text: deadline, n: ttl})
 }
 
 func (s *Store) extendArgs(req store.ExtendRequest, now time.Time) []any {
-	return []any{string(req.Token[:]), timeString(now.UnixMilli() + ms(req.Lease)), ms(req.Lease) + ms(s.abandonedTTL)}
-}
-
-func checkExtend(req store.ExtendRequest) error {
-	if req.Key == "" {
-		return errEmptyKey("extend")
-	}
-	if req.Lease <= 0 {
-		return fmt.Errorf("redisstore: extend %q: %w: the lease is %v, it must be positive", req.Key, store.ErrInvalidConfig, req.Lease)
-	}
-	if req.Token.IsZero() {
-		return errLeaseLost("extend", req.Key)
-	}
-	return nil
-}
-
-// ms converts d to whole milliseconds, rounding up so that a positive
-// duration never becomes a zero lease.
-func ms(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
+	deadline, ttl := s.core.ExtendArgs(req, now)
+	return []any{string(req.Token[:]), deadline, ttl}
 }
 
 // fail wraps an error of a Redis call. When the caller's ctx ended, the
@@ -577,24 +473,10 @@ func ms(d time.Duration) int64 {
 func (s *Store) fail(ctx context.Context, op, key string, err error) error {
 	s.refreshTopology(err)
 	if cerr := ctx.Err(); cerr != nil {
-		return errContext(op, key, cerr)
+		return s.core.Context(op, key, cerr)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("no answer within %v: %w", s.timeout, err)
 	}
-	return &store.OpError{Op: op, Key: key, Err: fmt.Errorf("redisstore: %w", err)}
-}
-
-// errContext is the error of a call whose context ended: the context's
-// error, not a store failure.
-func errContext(op, key string, err error) error {
-	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
-}
-
-func errLeaseLost(op, key string) error {
-	return fmt.Errorf("redisstore: %s %q: %w", op, key, store.ErrLeaseLost)
-}
-
-func errEmptyKey(op string) error {
-	return fmt.Errorf("redisstore: %s: %w: the key is empty", op, store.ErrInvalidKey)
+	return s.core.Unavailable(op, key, err)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/internal/rediscore"
 )
 
 // The operations with Options.MinReplicas: the same commands and scripts
@@ -20,7 +21,7 @@ import (
 // acquireReplicated is Acquire with MinReplicas.
 func (s *Store) acquireReplicated(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
 	out := make([]store.AcquireOutcome, 1)
-	s.acquireWaited(ctx, []*acquisition{&s.newAcquire(req, time.Now()).acquisition}, out)
+	s.acquireWaited(ctx, []*rediscore.Acquisition{&s.newAcquire(req, time.Now()).Acquisition}, out)
 	return out[0].Claim, out[0].Err
 }
 
@@ -28,7 +29,7 @@ func (s *Store) acquireReplicated(ctx context.Context, req store.AcquireRequest)
 // skipped): SET NX GET for every key, then the takeover script for those
 // that found a failed record or an ended lease, each round trip with its
 // WAITs. Only a claim that wrote needs its WAIT.
-func (s *Store) acquireWaited(ctx context.Context, acqs []*acquisition, out []store.AcquireOutcome) {
+func (s *Store) acquireWaited(ctx context.Context, acqs []*rediscore.Acquisition, out []store.AcquireOutcome) {
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var idx []int
@@ -38,26 +39,26 @@ func (s *Store) acquireWaited(ctx context.Context, acqs []*acquisition, out []st
 		if a == nil {
 			continue
 		}
-		if a.record == "" { // a batch's, which packs its records itself when it sends no WAIT
-			a.record = packProcessing(a.token, a.deadline, a.now, a.req.Fingerprint)
+		if a.Record == "" { // a batch's, which packs its records itself when it sends no WAIT
+			a.Record = rediscore.PackProcessing(a.Token, a.Deadline, a.Now, a.Req.Fingerprint)
 		}
-		key := s.RedisKey(a.req.Key)
+		key := s.RedisKey(a.Req.Key)
 		idx, keys = append(idx, i), append(keys, key)
-		cmds = append(cmds, redis.NewStringCmd(cctx, "set", key, a.record, "px", ms(a.ttl), "nx", "get"))
+		cmds = append(cmds, redis.NewStringCmd(cctx, "set", key, a.Record, "px", rediscore.MS(a.TTL), "nx", "get"))
 	}
 	waits := s.execWaited(cctx, keys, cmds)
 	var again []scriptCall
 	var unconfirmed []int
 	for k, i := range idx {
 		a := acqs[i]
-		c, retry, err := a.claimed(cmds[k].(*redis.StringCmd).Result())
+		c, retry, err := s.claimed(a, cmds[k].(*redis.StringCmd))
 		switch {
 		case err != nil:
-			out[i].Err = s.acquireFailed(ctx, a.req.Key, err)
+			out[i].Err = s.acquireFailed(ctx, a.Req.Key, err)
 		case retry:
-			again = append(again, scriptCall{index: i, key: a.req.Key, script: acquireScript, args: a.args()})
+			again = append(again, scriptCall{index: i, key: a.Req.Key, script: acquireScript, args: anys(a.Args())})
 		case c.Acquired:
-			if out[i].Err = s.replicated(ctx, "acquire", a.req.Key, waits[k]); out[i].Err != nil {
+			if out[i].Err = s.replicated(ctx, "acquire", a.Req.Key, waits[k]); out[i].Err != nil {
 				unconfirmed = append(unconfirmed, i)
 			} else {
 				out[i].Claim = c
@@ -69,10 +70,10 @@ func (s *Store) acquireWaited(ctx context.Context, acqs []*acquisition, out []st
 	s.runWaited(ctx, "acquire", acquireManyScript, again, func(i int, reply any, wait *redis.IntCmd, err error) {
 		var c store.Claim
 		if err == nil {
-			c, err = acqs[i].retaken(reply)
+			c, err = s.retaken(acqs[i], reply)
 		}
 		if err == nil && c.Acquired {
-			if err = s.replicated(ctx, "acquire", acqs[i].req.Key, wait); err != nil {
+			if err = s.replicated(ctx, "acquire", acqs[i].Req.Key, wait); err != nil {
 				unconfirmed = append(unconfirmed, i)
 			}
 		}
@@ -88,13 +89,13 @@ func (s *Store) acquireWaited(ctx context.Context, acqs []*acquisition, out []st
 // few replicas acknowledged, and says in each one's error what became of
 // the claim. It sends no WAIT: a give-back that a failover loses leaves
 // the claim as it was, which ends with its lease.
-func (s *Store) giveBack(ctx context.Context, acqs []*acquisition, idx []int, out []store.AcquireOutcome) {
+func (s *Store) giveBack(ctx context.Context, acqs []*rediscore.Acquisition, idx []int, out []store.AcquireOutcome) {
 	if len(idx) == 0 {
 		return
 	}
 	calls := make([]scriptCall, len(idx))
 	for k, i := range idx {
-		calls[k] = scriptCall{index: i, key: acqs[i].req.Key, script: abandonScript, args: []any{string(acqs[i].token[:])}}
+		calls[k] = scriptCall{index: i, key: acqs[i].Req.Key, script: abandonScript, args: []any{string(acqs[i].Token[:])}}
 	}
 	// The caller's context may have ended; the claim is given back all the
 	// same, within Options.Timeout.
@@ -134,14 +135,14 @@ func (s *Store) completeWaited(ctx context.Context, reqs []store.CompleteRequest
 	many := completeManyScript
 	if len(calls) == 1 {
 		many = nil // one key: the single-key script, as without WAIT
-	} else if repeats(keys) {
+	} else if rediscore.Repeats(keys) {
 		many = completeEachScript
 	}
 	var found []scriptCall
 	s.runWaited(ctx, "complete", many, calls, func(i int, reply any, wait *redis.IntCmd, err error) {
 		c := store.CompletionUnknown
 		if err == nil {
-			c, err = completedOf(reqs[i].Key, reply)
+			c, err = s.completed(reqs[i].Key, reply)
 		}
 		switch {
 		case err != nil:
@@ -188,7 +189,7 @@ func (s *Store) settleReplicated(ctx context.Context, op, key string, script *re
 	var err error
 	s.runWaited(ctx, op, nil, []scriptCall{{key: key, script: script, args: args}}, func(_ int, reply any, wait *redis.IntCmd, rerr error) {
 		if err = rerr; err == nil {
-			if err = settledOf(op, key, reply); err == nil {
+			if err = s.settled(op, key, reply); err == nil {
 				err = s.replicated(ctx, op, key, wait)
 			} else {
 				err = s.trusted(ctx, op, key, wait, err)
@@ -202,7 +203,7 @@ func (s *Store) settleReplicated(ctx context.Context, op, key string, script *re
 func (s *Store) extendWaited(ctx context.Context, reqs []store.ExtendRequest, calls []scriptCall, errs []error) {
 	s.runWaited(ctx, "extend", extendManyScript, calls, func(i int, reply any, wait *redis.IntCmd, err error) {
 		if err == nil {
-			if err = settledOf("extend", reqs[i].Key, reply); err == nil {
+			if err = s.settled("extend", reqs[i].Key, reply); err == nil {
 				err = s.replicated(ctx, "extend", reqs[i].Key, wait)
 			} else {
 				err = s.trusted(ctx, "extend", reqs[i].Key, wait, err)
@@ -224,7 +225,7 @@ func (s *Store) runWaited(ctx context.Context, op string, many *redis.Script, ca
 	}
 	if err := ctx.Err(); err != nil {
 		for _, c := range calls {
-			done(c.index, nil, nil, errContext(op, c.key, err))
+			done(c.index, nil, nil, s.core.Context(op, c.key, err))
 		}
 		return
 	}
@@ -250,7 +251,7 @@ func (s *Store) runWaited(ctx context.Context, op string, many *redis.Script, ca
 	var chunks [][]scriptCall
 	var argvs [][]any
 	for rest := calls; len(rest) > 0; {
-		chunk := rest[:min(len(rest), maxMany)]
+		chunk := rest[:min(len(rest), rediscore.MaxMany)]
 		rest = rest[len(chunk):]
 		argv := []any{"evalsha", many.Hash(), len(chunk)}
 		for _, c := range chunk {
@@ -269,7 +270,7 @@ func (s *Store) runWaited(ctx context.Context, op string, many *redis.Script, ca
 			case err != nil:
 				done(c.index, nil, waits[k], s.fail(ctx, op, c.key, err))
 			case i >= len(replies):
-				done(c.index, nil, waits[k], errReply(op, c.key, replies))
+				done(c.index, nil, waits[k], s.core.Reply(op, c.key, replies))
 			default:
 				done(c.index, replies[i], waits[k], nil)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/internal/rediscore"
 )
 
 // ErrNotReplicated is matched by the error of a call whose write fewer
@@ -116,7 +117,7 @@ func (s *Store) pipelineWaited(ctx context.Context, c redis.Cmdable, cmds []redi
 	for _, cmd := range cmds {
 		_ = pipe.Process(ctx, cmd)
 	}
-	wait := redis.NewIntCmd(ctx, "wait", s.minReplicas, ms(s.replicaTimeout))
+	wait := redis.NewIntCmd(ctx, "wait", s.minReplicas, rediscore.MS(s.replicaTimeout))
 	_ = pipe.Process(ctx, wait)
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	return wait

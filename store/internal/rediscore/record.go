@@ -1,4 +1,4 @@
-package redisstore
+package rediscore
 
 import (
 	"errors"
@@ -62,7 +62,7 @@ import (
 // attempt count, the fingerprint and the last error are carried over
 // uncut.
 const (
-	headerLen = 29 // state, token, time, creation
+	HeaderLen = 29 // state, token, time, creation
 	timeAt    = 17 // the offset of the time
 	createdAt = 23 // the offset of the creation time
 	timeLen   = 6
@@ -70,26 +70,26 @@ const (
 	doneBias  = 1 << 23 // added to done in the short form
 )
 
-// layout is put between Options.Prefix and the receiver's key: the version
-// of the record's layout. Versions never share a Redis key: the records of
+// Layout is put between the store's prefix and the receiver's key: the
+// version of the record's layout. Versions never share a Redis key: the records of
 // version 2 (":v2:") are never read by this one, nor this one's by version
 // 2, and the hash records of version 1 lived under Prefix + key. It starts
 // with ':' because a receiver's key never does (it starts with a
 // namespace, never empty), so no record of version 1 can sit at a key of a
 // later one.
-const layout = ":v3:"
+const Layout = ":v3:"
 
-// packProcessing returns a new processing record: the first claim of a
+// PackProcessing returns a new processing record: the first claim of a
 // key, created at created (ms), with fingerprint fp, held by token until
 // deadline (ms).
-func packProcessing(token store.Token, deadline, created int64, fp string) string {
-	var buf [headerLen + 40]byte // on the stack: the string is the one allocation
-	return string(appendProcessing(buf[:0], token, deadline, created, fp))
+func PackProcessing(token store.Token, deadline, created int64, fp string) string {
+	var buf [HeaderLen + 40]byte // on the stack: the string is the one allocation
+	return string(AppendProcessing(buf[:0], token, deadline, created, fp))
 }
 
-// appendProcessing appends the record packProcessing returns to b: the
+// AppendProcessing appends the record PackProcessing returns to b: the
 // short form without a fingerprint.
-func appendProcessing(b []byte, token store.Token, deadline, created int64, fp string) []byte {
+func AppendProcessing(b []byte, token store.Token, deadline, created int64, fp string) []byte {
 	if fp == "" {
 		b = append(b, 'q')
 		b = append(b, token[:]...)
@@ -113,8 +113,8 @@ func appendTime(b []byte, ms int64) []byte {
 	return append(b, byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms))
 }
 
-// timeString is ms as a record holds it.
-func timeString(ms int64) string {
+// TimeString is ms as a record holds it.
+func TimeString(ms int64) string {
 	var buf [timeLen]byte
 	return string(appendTime(buf[:0], ms))
 }
@@ -132,9 +132,9 @@ func parseTime(s string) int64 {
 // write: another program's key under the prefix.
 var errNotRecord = errors.New("the value under the key is not a record of this package")
 
-// unpack reads the record of key from its Redis value.
-func unpack(key, v string) (store.Record, error) {
-	if len(v) < headerLen {
+// Unpack reads the record of key from its Redis value.
+func Unpack(key, v string) (store.Record, error) {
+	if len(v) < HeaderLen {
 		return store.Record{}, errNotRecord
 	}
 	at, created := parseTime(v[timeAt:timeAt+timeLen]), parseTime(v[createdAt:createdAt+timeLen])
@@ -143,23 +143,23 @@ func unpack(key, v string) (store.Record, error) {
 	var done int64
 	switch v[0] {
 	case 'q':
-		if len(v) != headerLen {
+		if len(v) != HeaderLen {
 			return store.Record{}, errNotRecord
 		}
 		rec.LeaseUntil = time.UnixMilli(at)
 		return rec, nil
 	case 'C':
-		if len(v) < headerLen+doneLen {
+		if len(v) < HeaderLen+doneLen {
 			return store.Record{}, errNotRecord
 		}
-		d := v[headerLen : headerLen+doneLen]
+		d := v[HeaderLen : HeaderLen+doneLen]
 		done = int64(d[0])<<16 | int64(d[1])<<8 | int64(d[2]) - doneBias
-		if r := v[headerLen+doneLen:]; r != "" {
+		if r := v[HeaderLen+doneLen:]; r != "" {
 			rec.Result = []byte(r)
 		}
 	case 'p', 'c', 'f':
 		var err error
-		if rec, done, err = unpackLong(rec, v[headerLen:]); err != nil {
+		if rec, done, err = unpackLong(rec, v[HeaderLen:]); err != nil {
 			return store.Record{}, err
 		}
 		if rec.State == store.StateProcessing {
