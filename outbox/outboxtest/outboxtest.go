@@ -1,5 +1,6 @@
 // Package outboxtest checks an [outbox.Publisher] against its broker: what
-// every publisher must do for a relay to keep the outbox's promises. An
+// every publisher must do for a relay to keep the outbox's promises, and,
+// when it is an [outbox.AckPublisher], what its reports must say. An
 // adapter's tests run it on a real broker:
 //
 //	func TestOutboxPublisher(t *testing.T) {
@@ -68,6 +69,9 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 	t.Run("Refused", func(t *testing.T) { testRefused(t, newTarget(t)) })
 	t.Run("RefusedForGood", func(t *testing.T) { testRefusedForGood(t, newTarget(t)) })
 	t.Run("ContextEnded", func(t *testing.T) { testContextEnded(t, newTarget(t)) })
+	t.Run("Each", func(t *testing.T) { testEach(t, newTarget(t)) })
+	t.Run("EachRefused", func(t *testing.T) { testEachRefused(t, newTarget(t)) })
+	t.Run("EachContextEnded", func(t *testing.T) { testEachContextEnded(t, newTarget(t)) })
 }
 
 // binary is a body of every byte value.

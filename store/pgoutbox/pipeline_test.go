@@ -51,7 +51,33 @@ func newCheckingPublisher(order map[string][]string, maxPause time.Duration, ref
 }
 
 func (p *checkingPublisher) Publish(ctx context.Context, msgs []outbox.Message) error {
+	counts := p.enter(msgs)
+	if p.maxPause > 0 {
+		select {
+		case <-time.After(rand.N(p.maxPause)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	errs := make([]error, len(msgs))
+	failed := false
+	for i, m := range msgs {
+		if errs[i] = p.outcome(m, counts[i]); errs[i] != nil {
+			failed = true
+		}
+	}
+	if failed {
+		return &outbox.BatchError{Errs: errs}
+	}
+	return nil
+}
+
+// enter records a call's messages and checks the relay's promise: no two
+// messages of a key in it, each only once every earlier message of its
+// key was resolved. It returns each message's count of publishes.
+func (p *checkingPublisher) enter(msgs []outbox.Message) []int {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.calls++
 	inCall := map[string]bool{}
 	counts := make([]int, len(msgs))
@@ -73,34 +99,45 @@ func (p *checkingPublisher) Publish(ctx context.Context, msgs []outbox.Message) 
 			}
 		}
 	}
-	p.mu.Unlock()
-	if p.maxPause > 0 {
-		select {
-		case <-time.After(rand.N(p.maxPause)):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	errs := make([]error, len(msgs))
-	failed := false
+	return counts
+}
+
+// outcome decides how m's publish (its n-th) ends, and records it.
+func (p *checkingPublisher) outcome(m outbox.Message, n int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for i, m := range msgs {
-		if p.refuse != nil {
-			errs[i] = p.refuse(m.ID, counts[i])
-		}
-		switch {
-		case errs[i] == nil:
-			p.resolved[m.ID], p.acked[m.ID] = true, true
-		case isPermanent(errs[i]):
-			p.resolved[m.ID], p.dead[m.ID] = true, true
-			failed = true
-		default:
-			failed = true
-		}
+	var err error
+	if p.refuse != nil {
+		err = p.refuse(m.ID, n)
 	}
-	if failed {
-		return &outbox.BatchError{Errs: errs}
+	switch {
+	case err == nil:
+		p.resolved[m.ID], p.acked[m.ID] = true, true
+	case isPermanent(err):
+		p.resolved[m.ID], p.dead[m.ID] = true, true
+	}
+	return err
+}
+
+// eachPublisher is a checkingPublisher that is an outbox.AckPublisher:
+// it reports each message of a call on its own, in an order of its own
+// (shuffled), after a pause of up to maxPause each, so that a message is
+// often acknowledged while others of its call wait.
+type eachPublisher struct{ *checkingPublisher }
+
+var _ outbox.AckPublisher = eachPublisher{}
+
+func (p eachPublisher) PublishEach(ctx context.Context, msgs []outbox.Message, ack func(int, error)) error {
+	counts := p.enter(msgs)
+	for _, i := range rand.Perm(len(msgs)) {
+		if p.maxPause > 0 {
+			select {
+			case <-time.After(rand.N(p.maxPause)):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		ack(i, p.outcome(msgs[i], counts[i]))
 	}
 	return nil
 }
@@ -159,6 +196,18 @@ func keysN(n int) []string {
 // dead, and nothing is left in the outbox.
 func TestRelayPipelineOrder(t *testing.T) {
 	t.Parallel()
+	for _, each := range []bool{false, true} {
+		t.Run(fmt.Sprintf("each=%v", each), func(t *testing.T) {
+			t.Parallel()
+			testPipelineOrder(t, each)
+		})
+	}
+}
+
+// testPipelineOrder is TestRelayPipelineOrder, with a publisher that
+// reports each message's acknowledgement on its own, out of order (each),
+// or one that answers call by call.
+func testPipelineOrder(t *testing.T, each bool) {
 	db := newDB(t, 16)
 	ob := db.outbox(t, &pgoutbox.Options{Buckets: 6})
 	order := writeKeyed(t, writer{db: db, ob: ob}, keysN(24), 25, func(string, int) string { return "orders.events" })
@@ -185,8 +234,12 @@ func TestRelayPipelineOrder(t *testing.T) {
 	})
 	opts := &pgoutbox.RelayOptions{BatchSize: 40, Lease: 900 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 		MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
+	var through outbox.Publisher = pub
+	if each {
+		through = eachPublisher{pub}
+	}
 	for range 3 {
-		start(t, newRelay(t, ob, pub, opts))
+		start(t, newRelay(t, ob, through, opts))
 	}
 	waitFor(t, testenv.WaitTimeout, "every message acknowledged or dead", func() bool { return db.unsent(t) == 0 })
 	pub.check(t)
@@ -207,11 +260,24 @@ func TestRelayPipelineOrder(t *testing.T) {
 // never reads what was just acknowledged.
 func TestRelayNoCopies(t *testing.T) {
 	t.Parallel()
+	for _, each := range []bool{false, true} {
+		t.Run(fmt.Sprintf("each=%v", each), func(t *testing.T) {
+			t.Parallel()
+			testNoCopies(t, each)
+		})
+	}
+}
+
+func testNoCopies(t *testing.T, each bool) {
 	db := newDB(t, 8)
 	ob := db.outbox(t, &pgoutbox.Options{Buckets: 4})
 	order := writeKeyed(t, writer{db: db, ob: ob}, keysN(30), 20, func(string, int) string { return "orders.events" })
 	pub := newCheckingPublisher(order, time.Millisecond, nil)
-	r := newRelay(t, ob, pub, &pgoutbox.RelayOptions{BatchSize: 32, Lease: 5 * time.Second})
+	var through outbox.Publisher = pub
+	if each {
+		through = eachPublisher{pub}
+	}
+	r := newRelay(t, ob, through, &pgoutbox.RelayOptions{BatchSize: 32, Lease: 5 * time.Second})
 	start(t, r)
 	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
 	pub.check(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dedup-go/dedup/outbox"
@@ -25,11 +26,53 @@ type keyQueue struct {
 	blocked bool       // a message of the key failed: the rest waits for a later pump
 }
 
-// callResult is the outcome of one Publish call.
-type callResult struct {
+// call is one Publish or PublishEach call in flight.
+type call struct {
 	msgs     []*pending
+	reported int  // messages of the call an AckPublisher reported
+	progress bool // one of them was acknowledged or refused for good
+}
+
+// callResult is the outcome of one call.
+type callResult struct {
+	call     *call
 	err      error
 	deadline bool // the call's context ended before it returned
+}
+
+// report is an AckPublisher's report of one message.
+type report struct {
+	m   *pending
+	err error
+}
+
+// reports collects what an AckPublisher's calls report, from their
+// goroutines, for the pump to take.
+type reports struct {
+	mu    sync.Mutex
+	list  []report
+	ready chan struct{} // a report is waiting; capacity 1
+}
+
+// add records one report: it never blocks.
+func (b *reports) add(m *pending, err error) {
+	b.mu.Lock()
+	b.list = append(b.list, report{m: m, err: err})
+	b.mu.Unlock()
+	select {
+	case b.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the reports recorded so far, handing back the slice of
+// the previous take to be filled again.
+func (b *reports) take(spare []report) []report {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.list
+	b.list = spare[:0]
+	return out
 }
 
 // fetchResult is the outcome of one mark and fetch.
@@ -43,8 +86,9 @@ type fetchResult struct {
 // pump publishes the unsent messages of the buckets the relay holds,
 // keeping each ordering key's order, and keeps the publisher busy: it
 // reads a batch, hands each key's first message to the publisher, a
-// key's next one as soon as the call that carried its predecessor
-// returned acknowledged, and reads the next batch while the tail of this
+// key's next one as soon as its predecessor was acknowledged (the call
+// that carried it returned, or, with an outbox.AckPublisher, reported
+// that message), and reads the next batch while the tail of this
 // one is still being published, marking what was acknowledged so far in
 // the same transaction. It returns once there is nothing more to read
 // (a fetch found less than a batch), after a failure (its messages and
@@ -72,6 +116,7 @@ func (r *Relay) pump(ctx context.Context, carry *marks, until time.Time) (read i
 		r: r, keys: map[string]*keyQueue{}, held: map[int64]bool{}, marks: carry,
 		window: window, chunk: window / maxCalls,
 		results: make(chan callResult, maxCalls), fetched: make(chan fetchResult, 1),
+		reports: &reports{ready: make(chan struct{}, 1)},
 	}
 	if p.marks == nil {
 		p.marks = &marks{}
@@ -88,8 +133,10 @@ func (r *Relay) pump(ctx context.Context, carry *marks, until time.Time) (read i
 			break
 		}
 		select {
+		case <-p.reports.ready:
+			p.takeReports()
 		case res := <-p.results:
-			p.settle(ctx, res)
+			p.settle(res)
 		case f := <-p.fetched:
 			p.take(ctx, f)
 		case <-quit:
@@ -135,6 +182,8 @@ type pumpState struct {
 	queued          int // read, not handed over yet
 	read            int
 	results         chan callResult
+	reports         *reports // an AckPublisher's reports
+	spare           []report // the reports' slice taken last, to fill again
 	fetched         chan fetchResult
 	fetching        bool
 	exhausted       bool // a fetch read less than a batch
@@ -153,72 +202,135 @@ func (p *pumpState) outstanding() int { return p.queued + p.inFlight }
 func (p *pumpState) dispatch(ctx context.Context) {
 	for !p.stopped && len(p.ready) > 0 && p.calls < maxCalls && p.inFlight < p.window {
 		n := min(len(p.ready), p.chunk, p.window-p.inFlight)
-		call := p.ready[:n:n]
+		c := &call{msgs: p.ready[:n:n]}
 		p.ready = p.ready[n:]
 		p.calls++
 		p.inFlight += n
 		p.queued -= n
 		msgs := make([]outbox.Message, n)
-		for i, m := range call {
+		for i, m := range c.msgs {
 			msgs[i] = m.msg
 		}
+		if p.r.ackPub == nil {
+			go func() {
+				deadline, err := p.r.publish(ctx, msgs)
+				p.results <- callResult{call: c, err: err, deadline: deadline}
+			}()
+			continue
+		}
+		for _, m := range c.msgs {
+			m.call = c
+		}
 		go func() {
-			deadline, err := p.r.publish(ctx, msgs)
-			p.results <- callResult{msgs: call, err: err, deadline: deadline}
+			deadline, err := p.r.publishEach(ctx, msgs, func(i int, err error) {
+				if 0 <= i && i < len(c.msgs) {
+					p.reports.add(c.msgs[i], err)
+				}
+			})
+			p.results <- callResult{call: c, err: err, deadline: deadline}
 		}()
 	}
 }
 
-// settle takes a call's outcome: acknowledged and dead messages to mark,
-// their keys' next messages ready; a failed message's key blocked.
-func (p *pumpState) settle(ctx context.Context, res callResult) {
-	p.calls--
-	p.inFlight -= len(res.msgs)
-	acked := outbox.Acknowledged(res.err, len(res.msgs))
-	var be *outbox.BatchError
-	perMessage := errors.As(res.err, &be) && len(be.Errs) == len(res.msgs)
-	progress := false
-	for i, m := range res.msgs {
-		delete(p.held, m.seq)
-		k := p.keys[m.msg.OrderingKey]
-		if k != nil {
-			k.out = false
+// takeReports settles the messages an AckPublisher reported.
+func (p *pumpState) takeReports() {
+	list := p.reports.take(p.spare)
+	for _, rep := range list {
+		m := rep.m
+		if m.settled || m.call == nil {
+			continue // reported twice: the first report holds
 		}
-		if p.marks.start.IsZero() || m.read.Before(p.marks.start) {
-			p.marks.start = m.read
-		}
-		if acked[i] {
-			progress = true
-			p.marks.acked = append(p.marks.acked, m.seq)
-			p.marks.oldest = max(p.marks.oldest, m.age+time.Since(m.read))
-			p.next(k)
-			continue
-		}
-		err := res.err
-		if perMessage {
-			err = be.Errs[i]
-		}
-		if err == nil {
-			err = errors.New("pgoutbox: the publisher acknowledged the message neither way")
-		}
-		if errors.Is(err, outbox.ErrPermanent) && !p.r.cfg.holdRefused {
-			progress = true
-			p.marks.dead = append(p.marks.dead, m.seq)
-			p.marks.deadIDs = append(p.marks.deadIDs, m.msg.ID)
-			p.marks.deadErrs = append(p.marks.deadErrs, err.Error())
-			p.marks.errs = append(p.marks.errs, fmt.Errorf("message %s: %w", m.msg.ID, err))
-			p.next(k)
-			continue
-		}
-		p.failed++
-		p.lastErr = err
-		if k != nil {
-			k.blocked = true
+		m.call.reported++
+		if p.settleOne(m, rep.err) {
+			m.call.progress = true
 		}
 	}
-	if !progress && (res.deadline || !perMessage) {
+	clear(list)
+	p.spare = list
+}
+
+// settle takes a call's outcome: acknowledged and dead messages to mark,
+// their keys' next messages ready; a failed message's key blocked. The
+// messages of an AckPublisher's call that it did not report fail with
+// the call's error.
+func (p *pumpState) settle(res callResult) {
+	p.calls--
+	c := res.call
+	if p.r.ackPub != nil {
+		// Every report of the call was recorded before it returned.
+		p.takeReports()
+		for _, m := range c.msgs {
+			if m.settled {
+				continue
+			}
+			err := res.err
+			if err == nil {
+				err = errors.New("pgoutbox: the publisher reported neither an acknowledgement nor an error")
+			}
+			p.settleOne(m, err)
+		}
+		if !c.progress && (res.deadline || c.reported == 0) {
+			p.stopped, p.down = true, true
+		}
+		return
+	}
+	acked := outbox.Acknowledged(res.err, len(c.msgs))
+	var be *outbox.BatchError
+	perMessage := errors.As(res.err, &be) && len(be.Errs) == len(c.msgs)
+	for i, m := range c.msgs {
+		var err error
+		switch {
+		case acked[i]:
+		case perMessage && be.Errs[i] != nil:
+			err = be.Errs[i]
+		case perMessage:
+			err = errors.New("pgoutbox: the publisher acknowledged the message neither way")
+		default:
+			err = res.err
+		}
+		if p.settleOne(m, err) {
+			c.progress = true
+		}
+	}
+	if !c.progress && (res.deadline || !perMessage) {
 		p.stopped, p.down = true, true
 	}
+}
+
+// settleOne settles m, acknowledged when err is nil: marked sent or
+// dead, its key's next message ready; or failed, its key blocked. It
+// reports progress: m acknowledged or dead.
+func (p *pumpState) settleOne(m *pending, err error) (progress bool) {
+	m.settled = true
+	p.inFlight--
+	delete(p.held, m.seq)
+	k := p.keys[m.msg.OrderingKey]
+	if k != nil {
+		k.out = false
+	}
+	if p.marks.start.IsZero() || m.read.Before(p.marks.start) {
+		p.marks.start = m.read
+	}
+	if err == nil {
+		p.marks.acked = append(p.marks.acked, m.seq)
+		p.marks.oldest = max(p.marks.oldest, m.age+time.Since(m.read))
+		p.next(k)
+		return true
+	}
+	if errors.Is(err, outbox.ErrPermanent) && !p.r.cfg.holdRefused {
+		p.marks.dead = append(p.marks.dead, m.seq)
+		p.marks.deadIDs = append(p.marks.deadIDs, m.msg.ID)
+		p.marks.deadErrs = append(p.marks.deadErrs, err.Error())
+		p.marks.errs = append(p.marks.errs, fmt.Errorf("message %s: %w", m.msg.ID, err))
+		p.next(k)
+		return true
+	}
+	p.failed++
+	p.lastErr = err
+	if k != nil {
+		k.blocked = true
+	}
+	return false
 }
 
 // next makes k's next message ready, if k is not blocked.
@@ -308,4 +420,17 @@ func (r *Relay) publish(ctx context.Context, msgs []outbox.Message) (deadline bo
 		deadline = pctx.Err() != nil
 	}()
 	return false, r.pub.Publish(pctx, msgs)
+}
+
+// publishEach calls the AckPublisher, as publish calls the publisher.
+func (r *Relay) publishEach(ctx context.Context, msgs []outbox.Message, ack func(int, error)) (deadline bool, err error) {
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.publishTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("pgoutbox: the publisher panicked: %v", p)
+		}
+		deadline = pctx.Err() != nil
+	}()
+	return false, r.ackPub.PublishEach(pctx, msgs, ack)
 }

@@ -22,8 +22,9 @@ import (
 // their messages (see the package documentation). Start it, and Stop it
 // at shutdown; it cannot start again.
 type Relay struct {
-	o   *Outbox
-	pub outbox.Publisher
+	o      *Outbox
+	pub    outbox.Publisher
+	ackPub outbox.AckPublisher // pub, when it reports each message's acknowledgement
 	cfg relayConfig
 	id  pgtype.UUID
 	hex string // id, for events and logs
@@ -44,7 +45,9 @@ type Relay struct {
 }
 
 // NewRelay returns a relay of o's messages that publishes through pub;
-// opts may be nil.
+// opts may be nil. When pub is an outbox.AckPublisher, the relay calls
+// its PublishEach, and sends a key's next message as soon as the
+// previous one's own acknowledgement is reported.
 func NewRelay(o *Outbox, pub outbox.Publisher, opts *RelayOptions) (*Relay, error) {
 	if o == nil {
 		return nil, fmt.Errorf("pgoutbox: %w: the outbox is nil", store.ErrInvalidConfig)
@@ -57,6 +60,7 @@ func NewRelay(o *Outbox, pub outbox.Publisher, opts *RelayOptions) (*Relay, erro
 		return nil, err
 	}
 	r := &Relay{o: o, pub: pub, cfg: cfg, quit: make(chan struct{}), stopped: make(chan struct{}), wake: make(chan struct{}, 1)}
+	r.ackPub, _ = pub.(outbox.AckPublisher)
 	if _, err := rand.Read(r.id.Bytes[:]); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,9 @@ type pending struct {
 	msg  outbox.Message
 	age  time.Duration // since it was written, when it was read
 	read time.Time
+
+	call    *call // the AckPublisher's call that carries it
+	settled bool  // acknowledged, dead or failed: a later report is ignored
 }
 
 // roundError is a round that failed: which step, and how many messages
