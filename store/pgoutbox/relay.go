@@ -25,9 +25,9 @@ type Relay struct {
 	o      *Outbox
 	pub    outbox.Publisher
 	ackPub outbox.AckPublisher // pub, when it reports each message's acknowledgement
-	cfg relayConfig
-	id  pgtype.UUID
-	hex string // id, for events and logs
+	cfg    relayConfig
+	id     pgtype.UUID
+	hex    string // id, for events and logs
 
 	mu        sync.Mutex
 	started   bool
