@@ -13,12 +13,14 @@ require (
 	github.com/dedup-go/dedup/store/mysqlstore v0.1.0
 	github.com/dedup-go/dedup/store/pgoutbox v0.1.0
 	github.com/dedup-go/dedup/store/pgstore v0.1.0
+	github.com/dedup-go/dedup/store/rueidisstore v0.1.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	golang.org/x/sync v0.24.0
@@ -95,6 +97,10 @@ replace (
 	github.com/dedup-go/dedup/store/pgoutbox => ../store/pgoutbox
 	github.com/dedup-go/dedup/store/pgstore => ../store/pgstore
 )
+
+// The Redis store on rueidis is measured beside redisstore as it is in
+// this repository.
+replace github.com/dedup-go/dedup/store/rueidisstore => ../store/rueidisstore
 
 // github.com/twmb/franz-go is required at v1.22.2 for the Kafka row's
 // in-process cluster (pkg/kfake): the version kfake's own go.mod asks for

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/redisstore"
+	"github.com/dedup-go/dedup/store/rueidisstore"
 )
 
 // The Redis rows run against a redis-server of their own, so that resetting
@@ -28,6 +30,25 @@ func startRedis(tb testing.TB) *redis.Client {
 
 func newRedisReceiver(tb testing.TB, c *redis.Client) *dedup.Receiver[order, struct{}] {
 	st, err := redisstore.New(context.Background(), c, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rcv, err := dedup.NewReceiver(st, orderID, nothing, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return rcv
+}
+
+// newRueidisReceiver is newRedisReceiver's receiver on rueidisstore, with
+// a rueidis client of the same server (auto-pipelining, its default).
+func newRueidisReceiver(tb testing.TB, c *redis.Client) *dedup.Receiver[order, struct{}] {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{c.Options().Addr}, DisableCache: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(rc.Close)
+	st, err := rueidisstore.New(context.Background(), rc, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -120,6 +141,7 @@ func init() {
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)
+			rrcv := newRueidisReceiver(tb, c)
 			return []side{
 				{name: "SET NX PX (one round trip)", run: func(tb testing.TB, n int) sample {
 					keys := ids(runPrefix("setnx"), n)
@@ -133,8 +155,13 @@ func init() {
 					keys := ids(runPrefix("dedup"), n)
 					return timed(n, func(i int) { handle(tb, rcv, keys[i]) })
 				}},
+				{name: "dedup Handle, rueidisstore", run: func(tb testing.TB, n int) sample {
+					keys := ids(runPrefix("rueidis"), n)
+					return timed(n, func(i int) { handle(tb, rrcv, keys[i]) })
+				}},
 			}
 		},
+		versus: []versus{{name: "rueidisstore over redisstore (time per message: below 1 is faster)", a: 2, b: 1}},
 	}, row{
 		name: "new messages on Redis, 16 goroutines",
 		unit: "msgs/s", n: 10000,
@@ -142,6 +169,7 @@ func init() {
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)
+			rrcv := newRueidisReceiver(tb, c)
 			return []side{
 				{name: "SET NX + SET", run: func(tb testing.TB, n int) sample {
 					keys := ids(runPrefix("setnxset"), n)
@@ -155,8 +183,13 @@ func init() {
 					keys := ids(runPrefix("dedup"), n)
 					return rate(n, func() { parallel(n, 16, func(i int) { handle(tb, rcv, keys[i]) }) })
 				}},
+				{name: "dedup Handle, rueidisstore", run: func(tb testing.TB, n int) sample {
+					keys := ids(runPrefix("rueidis"), n)
+					return rate(n, func() { parallel(n, 16, func(i int) { handle(tb, rrcv, keys[i]) }) })
+				}},
 			}
 		},
+		versus: []versus{{name: "rueidisstore over redisstore", a: 2, b: 1}},
 	}, row{
 		name: "HandleBatch(100) on Redis",
 		unit: "msgs/s", n: 20000,
@@ -164,6 +197,7 @@ func init() {
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)
+			rrcv := newRueidisReceiver(tb, c)
 			const size = 100
 			return []side{
 				{name: "pipeline of 100 SET NX + 100 SET", run: func(tb testing.TB, n int) sample {
@@ -191,24 +225,14 @@ func init() {
 					})
 				}},
 				{name: "dedup HandleBatch(100), redisstore", run: func(tb testing.TB, n int) sample {
-					keys := ids(runPrefix("batch"), n)
-					msgs := make([]order, size)
-					return rate(n, func() {
-						for lo := 0; lo < n; lo += size {
-							batch := msgs[:min(size, n-lo)]
-							for i := range batch {
-								batch[i] = order{ID: keys[lo+i]}
-							}
-							for _, out := range rcv.HandleBatch(ctx, batch) {
-								if out.Err != nil || out.Result.Status != dedup.StatusProcessed {
-									tb.Fatalf("status %v, %v", out.Result.Status, out.Err)
-								}
-							}
-						}
-					})
+					return rate(n, func() { handleBatches(tb, rcv, ids(runPrefix("batch"), n), size) })
+				}},
+				{name: "dedup HandleBatch(100), rueidisstore", run: func(tb testing.TB, n int) sample {
+					return rate(n, func() { handleBatches(tb, rrcv, ids(runPrefix("rbatch"), n), size) })
 				}},
 			}
 		},
+		versus: []versus{{name: "rueidisstore over redisstore", a: 2, b: 1}},
 	}, commandTimeRow("Redis command time per new message", 1), commandTimeRow("Redis command time per new message, 16 goroutines", 16),
 		cpuRow("Redis CPU per new message (server user + sys)", 1), cpuRow("Redis CPU per new message (server user + sys), 16 goroutines", 16))
 }
@@ -350,5 +374,22 @@ func cpuRow(name string, workers int) row {
 				}},
 			}
 		},
+	}
+}
+
+// handleBatches hands keys to rcv in batches of size, failing tb unless
+// every message is processed.
+func handleBatches(tb testing.TB, rcv *dedup.Receiver[order, struct{}], keys []string, size int) {
+	msgs := make([]order, size)
+	for lo := 0; lo < len(keys); lo += size {
+		batch := msgs[:min(size, len(keys)-lo)]
+		for i := range batch {
+			batch[i] = order{ID: keys[lo+i]}
+		}
+		for _, out := range rcv.HandleBatch(context.Background(), batch) {
+			if out.Err != nil || out.Result.Status != dedup.StatusProcessed {
+				tb.Fatalf("status %v, %v", out.Result.Status, out.Err)
+			}
+		}
 	}
 }
