@@ -43,13 +43,13 @@ go build ./...
 mods=$(go list -m all)
 echo "deps-check: a module importing only the core builds with:"
 printf '%s\n' "$mods" | sed 's/^/  /'
-bad=$(printf '%s\n' "$mods" | grep -E 'nats-io|rabbitmq|amqp|segmentio/kafka|twmb/franz|jackc/pgx|go-sql-driver/mysql|google.golang.org/grpc|go.opentelemetry.io' || true)
+bad=$(printf '%s\n' "$mods" | grep -E 'nats-io|rabbitmq|amqp|segmentio/kafka|twmb/franz|jackc/pgx|go-sql-driver/mysql|google.golang.org/grpc|go.opentelemetry.io|redis/rueidis' || true)
 if [ -n "$bad" ]; then
 	echo "deps-check: FAIL: the core pulls in integration dependencies:" >&2
 	printf '%s\n' "$bad" >&2
 	exit 1
 fi
-echo "deps-check: ok, no broker client, nats-server, pgx, the MySQL driver or gRPC"
+echo "deps-check: ok, no broker client, nats-server, pgx, the MySQL driver, gRPC or rueidis"
 
 # An integration pulls in only what its users need: the HTTP middleware only
 # the standard library and the core, the gRPC interceptor no grpc-gateway
@@ -91,4 +91,5 @@ MOD
 }
 pkgcheck middleware/http github.com/dedup-go/dedup/middleware/http '^(google\.golang\.org|github\.com/grpc-ecosystem|github\.com/redis|github\.com/nats-io|github\.com/rabbitmq)' "gRPC, Redis or a broker client"
 pkgcheck middleware/grpc github.com/dedup-go/dedup/middleware/grpc '^github\.com/grpc-ecosystem' "grpc-gateway"
+pkgcheck store/rueidisstore github.com/dedup-go/dedup/store/rueidisstore '^github\.com/redis/go-redis' "go-redis (a rueidis user builds one Redis client)"
 pkgcheck store/pgoutbox github.com/dedup-go/dedup/store/pgoutbox '^(github\.com/nats-io|github\.com/rabbitmq|github\.com/segmentio|github\.com/twmb)' "a broker client"

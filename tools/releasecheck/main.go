@@ -58,6 +58,11 @@ var (
 	pgxPkgs   = []string{"github.com/jackc"}
 	mysqlPkgs = []string{"github.com/go-sql-driver/mysql"}
 	grpcPkgs  = []string{"google.golang.org/grpc"}
+	// The Redis clients: the root module's redisstore is on go-redis,
+	// store/rueidisstore on rueidis; a user of one builds none of the
+	// other's.
+	goredisPkgs = []string{"github.com/redis/go-redis"}
+	rueidisPkgs = []string{"github.com/redis/rueidis"}
 )
 
 // user is one integration's user program.
@@ -74,21 +79,23 @@ type user struct {
 
 var userSpecs = []user{
 	{name: "kafka", dir: "adapters/kafka", must: []string{"github.com/segmentio/kafka-go"},
-		forbid: map[string][]string{"nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
+		forbid: map[string][]string{"nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs, "rueidis": rueidisPkgs}},
 	{name: "nats", dir: "adapters/nats", must: []string{"github.com/nats-io/nats.go"},
-		forbid: map[string][]string{"kafka": kafkaPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs, "rueidis": rueidisPkgs}},
 	{name: "rabbitmq", dir: "adapters/rabbitmq", must: []string{"github.com/rabbitmq/amqp091-go"},
-		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs, "rueidis": rueidisPkgs}},
 	{name: "pgstore", dir: "store/pgstore", must: []string{"github.com/jackc/pgx/v5"},
-		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs, "rueidis": rueidisPkgs}},
 	{name: "mysqlstore", dir: "store/mysqlstore", must: []string{"github.com/go-sql-driver/mysql"},
-		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "grpc": grpcPkgs}},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "grpc": grpcPkgs, "rueidis": rueidisPkgs}},
 	{name: "pgoutbox", dir: "store/pgoutbox", must: []string{"github.com/jackc/pgx/v5", "github.com/dedup-go/dedup/store/pgstore", "github.com/dedup-go/dedup/outbox"},
-		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs, "rueidis": rueidisPkgs}},
+	{name: "rueidisstore", dir: "store/rueidisstore", must: []string{"github.com/redis/rueidis"},
+		forbid: map[string][]string{"go-redis": goredisPkgs, "kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
 	{name: "http", dir: "middleware/http",
-		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs}},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs, "rueidis": rueidisPkgs}},
 	{name: "grpc", dir: "middleware/grpc", must: []string{"google.golang.org/grpc"},
-		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs}},
+		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "rueidis": rueidisPkgs}},
 }
 
 func main() {
