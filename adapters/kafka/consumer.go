@@ -2,11 +2,13 @@ package dedupkafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -328,8 +330,9 @@ func (c *Consumer[T, R]) stoppedUnasked(ctx context.Context, cause error) {
 }
 
 // Stopped is closed when the consumer has stopped: after Stop, or a stop
-// nobody asked for (Start's context ended, fetching failed, the reader was
-// closed under it), which Err then reports.
+// nobody asked for (Start's context ended, the reader was closed under
+// it), which Err then reports. A failed fetch is no stop: kafka-go's
+// reader fetches and rejoins by itself, and the failure is logged.
 func (c *Consumer[T, R]) Stopped() <-chan struct{} { return c.stopped }
 
 // Stats returns what the Consumer did with its deliveries, in the shape
@@ -360,9 +363,9 @@ func (c *Consumer[T, R]) Stats() dedup.ConsumerStats {
 
 // Err returns why the consumer stopped when nobody asked it to (it was not
 // Stop): an error matching ErrStoppedUnasked that wraps the cause:
-// context.Cause of Start's context when it ended (a hard stop), the fetch
-// error (io.EOF when the reader was closed under the consumer), or
-// io.ErrClosedPipe when a commit found the reader closed.
+// context.Cause of Start's context when it ended (a hard stop), io.EOF
+// when a fetch found the reader closed under the consumer, or
+// io.ErrClosedPipe when a commit did.
 // It returns nil otherwise.
 func (c *Consumer[T, R]) Err() error {
 	c.mu.Lock()
@@ -371,17 +374,34 @@ func (c *Consumer[T, R]) Err() error {
 }
 
 // fetch hands fetched messages to their partitions until fetchCtx ends or
-// fetching fails. A partition whose buffer is full blocks it: the reader
-// cannot pause one partition.
+// the reader is closed. A partition whose buffer is full blocks it: the
+// reader cannot pause one partition.
+//
+// kafka-go's FetchMessage returns, once each, errors its reader goes on
+// from by itself: a partition's fetch that failed with a Kafka error (its
+// reader backs off and fetches again), a group join that failed
+// MaxAttempts times (it goes on joining). Only io.EOF, a reader closed, is
+// the end. Stopping at any other would leave the member in the group,
+// heartbeating and holding its partitions, with nobody handling them until
+// the process ends: so the error is logged, and fetching goes on.
 func (c *Consumer[T, R]) fetch(workCtx, fetchCtx context.Context) {
 	for {
 		m, err := c.reader.FetchMessage(fetchCtx)
 		if err != nil {
-			if fetchCtx.Err() == nil {
+			switch {
+			case fetchCtx.Err() != nil:
+				return
+			case errors.Is(err, io.EOF):
 				c.stoppedUnasked(workCtx, fmt.Errorf("fetch: %w", err))
 				c.committer.readerGone(c.Err())
+				return
 			}
-			return
+			c.opts.Logger.WarnContext(workCtx, "dedupkafka: fetching failed; the reader fetches and joins the group again by itself, and the consumer goes on",
+				slog.Any("error", err))
+			if !c.pause(fetchCtx, c.opts.MinRetryDelay) {
+				return
+			}
+			continue
 		}
 		c.stats.delivered.Add(1)
 		p := c.partition(workCtx, m)
@@ -411,6 +431,18 @@ func (c *Consumer[T, R]) partition(ctx context.Context, m kafka.Message) *partit
 		c.workers.Go(func() { c.work(ctx, p) })
 	}
 	return p
+}
+
+// pause waits d, and reports false when ctx ends first.
+func (c *Consumer[T, R]) pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // stoppingNow reports whether the consumer is stopping.

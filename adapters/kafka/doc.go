@@ -305,11 +305,15 @@
 // nothing for the Consumer).
 //
 // Stopped is closed once everything is gone. A stop nobody asked for (the
-// context given to Start ended without Stop, fetching failed, the reader
-// was closed under the Consumer) is logged at error level, and Err returns
-// it, matching [ErrStoppedUnasked] and wrapping its cause: context.Cause of
-// Start's context, the fetch error (io.EOF when the reader was closed under
-// the Consumer), or io.ErrClosedPipe when a commit found the reader closed.
+// context given to Start ended without Stop, the reader was closed under
+// the Consumer) is logged at error level, and Err returns it, matching
+// [ErrStoppedUnasked] and wrapping its cause: context.Cause of Start's
+// context, io.EOF when a fetch found the reader closed, or
+// io.ErrClosedPipe when a commit did. Any other error of FetchMessage (a
+// partition's fetch that failed, a group join that failed kafka-go's
+// MaxAttempts times) is one kafka-go's reader goes on from by itself: it is
+// logged at warning level and the Consumer fetches again, rather than
+// leave its member in the group holding partitions nobody handles.
 // The end of Start's context is a hard stop: the handlers' contexts are
 // cancelled, and the watermarks committed.
 package dedupkafka

@@ -43,10 +43,11 @@ var (
 	// dedup.ErrInvalidConfig too.
 	ErrDeadLetterTopic = errors.New("dedupkafka: dead-letter topic not usable")
 	// ErrStoppedUnasked: the consumer stopped without Stop: Start's context
-	// ended (a hard stop), fetching failed, or the reader was closed under
-	// it. Err returns it, wrapping the cause (context.Cause of Start's
-	// context, the fetch error, io.ErrClosedPipe when a commit found the
-	// reader closed), and it is logged at error level.
+	// ended (a hard stop), or the reader was closed under it. Err returns
+	// it, wrapping the cause (context.Cause of Start's context, io.EOF when
+	// a fetch found the reader closed, io.ErrClosedPipe when a commit did),
+	// and it is logged at error level. Other fetch errors do not stop the
+	// consumer: kafka-go's reader goes on from them, and they are logged.
 	ErrStoppedUnasked = errors.New("dedupkafka: stopped without Stop")
 )
 
