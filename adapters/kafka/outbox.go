@@ -23,7 +23,13 @@ import (
 var ErrInvalidMessage = errors.New("dedupkafka: outbox message cannot be written")
 
 // OutboxPublisher is the outbox.Publisher of Kafka, over a kafka-go
-// Writer. Each message is written to the topic its Destination names,
+// Writer, and an outbox.AckPublisher. NewAsyncOutboxPublisher makes one
+// over an asynchronous writer, which reports each message's
+// acknowledgement as its partition's produce is answered: the one to give
+// a pgoutbox relay, which then keeps its window of messages in flight
+// full. NewOutboxPublisher makes one over a synchronous writer, whose
+// messages are acknowledged call by call (PublishEach reports them when
+// the call's writes returned). Each message is written to the topic its Destination names,
 // with its OrderingKey as the record key (none when empty), its Header as
 // record headers (in the order of their names) and its ID in the
 // HeaderMessageID header after them (a Header of that name is replaced),
@@ -68,15 +74,19 @@ var ErrInvalidMessage = errors.New("dedupkafka: outbox message cannot be written
 // A Publish whose context ends returns the context's error for the
 // messages not acknowledged; kafka-go may still write them (its retries
 // run on): the relay publishes them again, with the same ids. Bodies are
-// copied, as the writer may keep them past the call.
+// copied, as the writer may keep them past the call. The messages of a
+// Publish are written at once and then awaited, on either writer; the
+// asynchronous writer's batches are written as they fill or time out.
 type OutboxPublisher struct {
-	w *kafka.Writer
+	w     *kafka.Writer
+	async bool // w is asynchronous: its Completion reports to calls
 }
 
-var _ outbox.Publisher = (*OutboxPublisher)(nil)
+var _ outbox.AckPublisher = (*OutboxPublisher)(nil)
 
-// NewOutboxPublisher returns an OutboxPublisher writing with w, which
-// stays the caller's (close it after the relay stopped). w must have no
+// NewOutboxPublisher returns an OutboxPublisher writing with w, a
+// synchronous writer (see NewAsyncOutboxPublisher for an asynchronous
+// one, which a relay keeps busier), which stays the caller's (close it after the relay stopped). w must have no
 // Topic (each message's Destination is its topic), RequiredAcks
 // RequireAll, not be Async, and have a Balancer that hashes the key
 // (&kafka.Hash{}, kafka.Murmur2Balancer{} for the Java client's
@@ -90,18 +100,29 @@ func NewOutboxPublisher(w *kafka.Writer) (*OutboxPublisher, error) {
 	switch {
 	case w == nil:
 		return nil, wrapConfig("the outbox publisher's writer is nil")
-	case w.Topic != "":
-		return nil, wrapConfig("the outbox publisher's writer has Topic %q; leave it empty (each message's Destination is its topic)", w.Topic)
-	case w.RequiredAcks != kafka.RequireAll:
-		return nil, wrapConfig("the outbox publisher's writer has RequiredAcks %v; the outbox needs RequireAll, or a message marked sent may be lost with its leader", w.RequiredAcks)
 	case w.Async:
-		return nil, wrapConfig("the outbox publisher's writer is Async: its writes are not acknowledged before the relay marks them sent")
+		return nil, wrapConfig("the outbox publisher's writer is Async: use NewAsyncOutboxPublisher, which reports its writes' acknowledgements")
+	}
+	if err := checkOutboxWriter(w); err != nil {
+		return nil, err
+	}
+	return &OutboxPublisher{w: w}, nil
+}
+
+// checkOutboxWriter checks what every outbox writer needs, synchronous or
+// not.
+func checkOutboxWriter(w *kafka.Writer) error {
+	switch {
+	case w.Topic != "":
+		return wrapConfig("the outbox publisher's writer has Topic %q; leave it empty (each message's Destination is its topic)", w.Topic)
+	case w.RequiredAcks != kafka.RequireAll:
+		return wrapConfig("the outbox publisher's writer has RequiredAcks %v; the outbox needs RequireAll, or a message marked sent may be lost with its leader", w.RequiredAcks)
 	}
 	switch w.Balancer.(type) {
 	case nil, *kafka.RoundRobin, *kafka.LeastBytes:
-		return nil, wrapConfig("the outbox publisher's writer has Balancer %T, which ignores the key: set one that hashes it (&kafka.Hash{}, kafka.Murmur2Balancer{}), so that the messages of an ordering key stay in one partition, in order", w.Balancer)
+		return wrapConfig("the outbox publisher's writer has Balancer %T, which ignores the key: set one that hashes it (&kafka.Hash{}, kafka.Murmur2Balancer{}), so that the messages of an ordering key stay in one partition, in order", w.Balancer)
 	}
-	return &OutboxPublisher{w: w}, nil
+	return nil
 }
 
 // Publish writes msgs and waits for their acknowledgements (see
@@ -109,6 +130,9 @@ func NewOutboxPublisher(w *kafka.Writer) (*OutboxPublisher, error) {
 func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
+	}
+	if p.async {
+		return p.publishAsync(ctx, msgs)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
