@@ -18,7 +18,8 @@ import (
 // a millisecond or at 4096 messages (over any wave or window here), on a
 // transport of its own (a transport caches the cluster's metadata, which
 // would not know the run's new topic). async makes it an asynchronous
-// writer reporting to completion.
+// writer reporting to completion (nil for NewAsyncOutboxPublisher's, which
+// sets its own).
 func outboxKafkaWriter(brokers []string, async bool, completion func([]kafka.Message, error)) (*kafka.Writer, func()) {
 	tr := &kafka.Transport{}
 	w := &kafka.Writer{
@@ -138,17 +139,28 @@ func init() {
 			brokers := startKafka(tb)
 			pool := openPostgres(tb)
 			evs := outboxEvents(20000)
+			// relayOn runs a relay through an OutboxPublisher: over an
+			// asynchronous writer that reports each message's
+			// acknowledgement, or (sync) the synchronous one, call by
+			// call.
+			relayOn := func(tb testing.TB, n int, sync bool, buckets, batch int, evs []outboxEvent) sample {
+				return kafkaOutboxRun(tb, brokers, n, func(topic string) sample {
+					w, done := outboxKafkaWriter(brokers, !sync, nil)
+					defer done()
+					newPub := dedupkafka.NewAsyncOutboxPublisher
+					if sync {
+						newPub = dedupkafka.NewOutboxPublisher
+					}
+					pub, err := newPub(w)
+					if err != nil {
+						tb.Fatal(err)
+					}
+					return relayRun(tb, pool, pub, buckets, pgoutbox.RelayOptions{BatchSize: batch}, evs[:n], topic)
+				})
+			}
 			relay := func(buckets, batch int) side {
 				return side{name: fmt.Sprintf("pgoutbox relay, Buckets %d, BatchSize %d", buckets, batch), run: func(tb testing.TB, n int) sample {
-					return kafkaOutboxRun(tb, brokers, n, func(topic string) sample {
-						w, done := outboxKafkaWriter(brokers, false, nil)
-						defer done()
-						pub, err := dedupkafka.NewOutboxPublisher(w)
-						if err != nil {
-							tb.Fatal(err)
-						}
-						return relayRun(tb, pool, pub, buckets, pgoutbox.RelayOptions{BatchSize: batch}, evs[:n], topic)
-					})
+					return relayOn(tb, n, false, buckets, batch, evs)
 				}}
 			}
 			return []side{
@@ -157,15 +169,10 @@ func init() {
 				}},
 				relay(64, 256), relay(64, 1024), relay(64, 4096), relay(8, 4096),
 				{name: "pgoutbox relay, Buckets 64, BatchSize 4096, every message a key of its own (no order to keep)", run: func(tb testing.TB, n int) sample {
-					return kafkaOutboxRun(tb, brokers, n, func(topic string) sample {
-						w, done := outboxKafkaWriter(brokers, false, nil)
-						defer done()
-						pub, err := dedupkafka.NewOutboxPublisher(w)
-						if err != nil {
-							tb.Fatal(err)
-						}
-						return relayRun(tb, pool, pub, 64, pgoutbox.RelayOptions{BatchSize: 4096}, ownKeys(evs[:n]), topic)
-					})
+					return relayOn(tb, n, false, 64, 4096, ownKeys(evs))
+				}},
+				{name: "pgoutbox relay, Buckets 64, BatchSize 4096, the synchronous writer (NewOutboxPublisher, acknowledged call by call)", run: func(tb testing.TB, n int) sample {
+					return relayOn(tb, n, true, 64, 4096, evs)
 				}},
 				{name: "pgoutbox relay, Buckets 64, BatchSize 4096, a publisher that acknowledges at once (the relay's ceiling)", run: func(tb testing.TB, n int) sample {
 					return relayRun(tb, pool, ackAtOnce{}, 64, pgoutbox.RelayOptions{BatchSize: 4096}, evs[:n], "unsent.nowhere")
