@@ -224,7 +224,8 @@ func (b *kafkaE2E) readerConfig(group, topic string) kafka.ReaderConfig {
 }
 
 func (b *kafkaE2E) consume(ctx context.Context, rcv *dedup.Receiver[*dedup.Message[e2eOrder], string]) error {
-	c, err := dedupkafka.NewConsumer(kafka.NewReader(b.readerConfig(e2eConsumer, b.n.in)), rcv,
+	r := kafka.NewReader(b.readerConfig(e2eConsumer, b.n.in))
+	c, err := dedupkafka.NewConsumer(r, rcv,
 		&dedupkafka.Options{DeadLetterTopic: b.n.dlq, Concurrency: kafkaPartitions, Logger: childLog})
 	if err != nil {
 		return err
@@ -239,7 +240,13 @@ func (b *kafkaE2E) consume(ctx context.Context, rcv *dedup.Receiver[*dedup.Messa
 			stopped = true
 		default:
 		}
-		childLog.Warn("the consumer's state", slog.Bool("stopped", stopped), slog.Any("err", c.Err()), slog.Any("stats", c.Stats()))
+		// The reader's counts are since the last report. A reader whose
+		// partitions are assigned but which fetches nothing shows no
+		// kafka-go (*reader).run goroutine in the dump that follows.
+		rs := r.Stats()
+		childLog.Warn("the consumer's state", slog.Bool("stopped", stopped), slog.Any("err", c.Err()), slog.Any("stats", c.Stats()),
+			slog.Group("reader", slog.Int64("rebalances", rs.Rebalances), slog.Int64("fetches", rs.Fetches), slog.Int64("messages", rs.Messages),
+				slog.Int64("errors", rs.Errors), slog.Int64("queueLength", rs.QueueLength), slog.Int64("offset", rs.Offset)))
 	}
 	reportState(report)
 	go func() { // the process lives on, and so does this
