@@ -219,6 +219,17 @@
 // from the last commit behind it, finds its keys done or looks at them
 // again within a fraction of a second.
 //
+// kafka-go (v0.4.51) can also leave a member holding partitions it no
+// longer fetches. When a generation ends (its first heartbeat finds a
+// rebalance) before the Reader's goroutine has started it, held up longer
+// than HeartbeatInterval (a starved process, a slow ReaderConfig.Logger),
+// the old generation's teardown runs unwaited and may cancel the next
+// generation's partition readers: the member heartbeats and keeps its
+// partitions, FetchMessage returns nothing, and nothing is logged, until
+// the next rebalance. The Consumer cannot see it (kafka-go exposes neither
+// the generation nor the assignment); a HeartbeatInterval of seconds, as
+// kafka-go's default, makes it unlikely.
+//
 // # Back-pressure
 //
 // The reader cannot pause one partition. While a partition is stuck (its
