@@ -153,3 +153,33 @@ func TestContextEnded(t *testing.T) {
 	_, err = s.Get(t.Context(), "k:2")
 	require.ErrorIs(t, err, store.ErrNotFound, "nothing was sent")
 }
+
+// TestScriptsFlushed: a server that lost the store's scripts (a restart
+// without persistence of its script cache, SCRIPT FLUSH) gets them again
+// on the next call, single and batch: rueidis sends EVAL on NOSCRIPT.
+func TestScriptsFlushed(t *testing.T) {
+	_, c, s := ownServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	flush := func() { require.NoError(t, c.Do(ctx, c.B().ScriptFlush().Build()).Error()) }
+	lease, keep := 30*time.Second, time.Hour
+
+	first, err := s.Acquire(ctx, store.AcquireRequest{Key: "f:1", Lease: lease})
+	require.NoError(t, err)
+	flush()
+	require.NoError(t, s.Release(ctx, store.ReleaseRequest{Key: "f:1", Token: first.Token, Error: "e", Retention: keep}))
+	flush()
+	retry, err := s.Acquire(ctx, store.AcquireRequest{Key: "f:1", Lease: lease})
+	require.NoError(t, err)
+	require.True(t, retry.Acquired, "the takeover script ran")
+	flush()
+	require.NoError(t, s.Extend(ctx, store.ExtendRequest{Key: "f:1", Token: retry.Token, Lease: lease}))
+	flush()
+	require.NoError(t, s.ExtendBatch(ctx, []store.ExtendRequest{{Key: "f:1", Token: retry.Token, Lease: lease}})[0])
+	flush()
+	require.NoError(t, s.CompleteBatch(ctx, []store.CompleteRequest{{Key: "f:1", Token: retry.Token, Result: []byte("r"), Retention: keep}})[0])
+	flush()
+	deleted, _, err := s.DeleteIf(ctx, store.DeleteRequest{Key: "f:1"})
+	require.NoError(t, err)
+	require.True(t, deleted)
+}
