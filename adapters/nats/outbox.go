@@ -33,7 +33,10 @@ type OutboxOptions struct {
 // finds it) and its Header as NATS headers, and counts as acknowledged
 // once the stream's PubAck arrived (a PubAck of a duplicate included: the
 // stream holds the message). The messages of one Publish are published at
-// once (PublishMsgAsync), then their PubAcks awaited. The OrderingKey is
+// once (PublishMsgAsync), then their PubAcks awaited. It is an
+// outbox.AckPublisher: PublishEach reports each message as its PubAck
+// arrives, so that a pgoutbox relay publishes a key's next message
+// without waiting for the rest of the call. The OrderingKey is
 // not sent: JetStream keeps the order in which a connection's messages
 // arrive, and the relay publishes a key's next message only after the
 // previous one's PubAck.
@@ -50,11 +53,11 @@ type OutboxOptions struct {
 // WithPublishAsyncMaxPending bounds how many messages are in flight; a
 // pgoutbox relay has at most 1,024 in flight, under its default of 4,000.
 type OutboxPublisher struct {
-	js   jetstream.JetStream
-	opts []jetstream.PublishOpt
+	js           jetstream.JetStream
+	expectStream []string // the Nats-Expected-Stream header's value, or nil
 }
 
-var _ outbox.Publisher = (*OutboxPublisher)(nil)
+var _ outbox.AckPublisher = (*OutboxPublisher)(nil)
 
 // NewOutboxPublisher returns an OutboxPublisher on js; opts may be nil.
 func NewOutboxPublisher(js jetstream.JetStream, opts *OutboxOptions) (*OutboxPublisher, error) {
@@ -63,7 +66,7 @@ func NewOutboxPublisher(js jetstream.JetStream, opts *OutboxOptions) (*OutboxPub
 	}
 	p := &OutboxPublisher{js: js}
 	if opts != nil && opts.ExpectStream != "" {
-		p.opts = append(p.opts, jetstream.WithExpectStream(opts.ExpectStream))
+		p.expectStream = []string{opts.ExpectStream}
 	}
 	return p, nil
 }
@@ -81,20 +84,7 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) er
 	errs := make([]error, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
-		if !validPublishSubject(m.Destination) {
-			errs[i] = outbox.Permanent(fmt.Errorf("%w: %q", ErrInvalidSubject, m.Destination))
-			continue
-		}
-		nm := &natsgo.Msg{Subject: m.Destination, Data: m.Body, Header: make(natsgo.Header, len(m.Header)+1)}
-		for k, v := range m.Header {
-			nm.Header[k] = []string{v}
-		}
-		f, err := p.js.PublishMsgAsync(nm, append(p.opts[:len(p.opts):len(p.opts)], jetstream.WithMsgID(m.ID))...)
-		if err != nil {
-			errs[i] = refusal(fmt.Errorf("dedupnats: publish to %q: %w", m.Destination, err))
-			continue
-		}
-		futures[i] = f
+		futures[i], errs[i] = p.publishAsync(m)
 	}
 	failed := false
 	for i, f := range futures {
@@ -107,6 +97,83 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) er
 		return nil
 	}
 	return &outbox.BatchError{Errs: errs}
+}
+
+// PublishEach publishes msgs and reports each message as its PubAck
+// arrives (see outbox.AckPublisher): it publishes them all, then awaits
+// their PubAcks in the order published, which is the order JetStream
+// answers a connection's messages in (a message is reported once those
+// published before it in the call were). A message whose subject is invalid
+// is reported at once, with ErrInvalidSubject (and outbox.ErrPermanent),
+// without being published. When ctx ends, the PubAcks already there are
+// reported, the others not.
+func (p *OutboxPublisher) PublishEach(ctx context.Context, msgs []outbox.Message, ack func(i int, err error)) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		f, err := p.publishAsync(m)
+		if err != nil {
+			ack(i, err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+			ack(i, nil)
+			continue
+		case err := <-f.Err():
+			ack(i, refusal(fmt.Errorf("dedupnats: publish to %q: %w", f.Msg().Subject, err)))
+			continue
+		case <-ctx.Done():
+		}
+		for j := i; j < len(futures); j++ {
+			if futures[j] == nil {
+				continue
+			}
+			select {
+			case <-futures[j].Ok():
+				ack(j, nil)
+			case err := <-futures[j].Err():
+				ack(j, refusal(fmt.Errorf("dedupnats: publish to %q: %w", futures[j].Msg().Subject, err)))
+			default:
+			}
+		}
+		return ctx.Err()
+	}
+	return nil
+}
+
+// publishAsync publishes m, with its id as Nats-Msg-Id, and returns its
+// PubAck's future, or why it could not be published.
+func (p *OutboxPublisher) publishAsync(m outbox.Message) (jetstream.PubAckFuture, error) {
+	if !validPublishSubject(m.Destination) {
+		return nil, outbox.Permanent(fmt.Errorf("%w: %q", ErrInvalidSubject, m.Destination))
+	}
+	// The headers are set here rather than by jetstream.WithMsgID and
+	// WithExpectStream, which cost an option and its closure per message.
+	h := make(natsgo.Header, len(m.Header)+2)
+	for k, v := range m.Header {
+		h[k] = []string{v}
+	}
+	h[jetstream.MsgIDHeader] = []string{m.ID}
+	if p.expectStream != nil {
+		h[jetstream.ExpectedStreamHeader] = p.expectStream
+	}
+	f, err := p.js.PublishMsgAsync(&natsgo.Msg{Subject: m.Destination, Data: m.Body, Header: h})
+	if err != nil {
+		return nil, refusal(fmt.Errorf("dedupnats: publish to %q: %w", m.Destination, err))
+	}
+	return f, nil
 }
 
 // awaitAck waits for f's PubAck, or ctx's end (which gives ctx's error
