@@ -215,8 +215,12 @@ func (b *kafkaE2E) output(t *testing.T) []stored {
 func (b *kafkaE2E) readerConfig(group, topic string) kafka.ReaderConfig {
 	return kafka.ReaderConfig{
 		Brokers: []string{b.addr}, GroupID: group, Topic: topic,
-		// The client id names the process, for diagnose.
-		Dialer:  &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: fmt.Sprintf("%s-pid-%d", group, os.Getpid())},
+		// The client id names the process, for diagnose; what kafka-go
+		// retries goes to the process's log.
+		Dialer: &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: fmt.Sprintf("%s-pid-%d", group, os.Getpid())},
+		ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) {
+			childLog.Warn("kafka-go: "+strings.TrimSpace(fmt.Sprintf(format, args...)), slog.String("group", group))
+		}),
 		MaxWait: 50 * time.Millisecond, SessionTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond,
 		RebalanceTimeout: 2 * time.Second, JoinGroupBackoff: 100 * time.Millisecond,
 		ReadBackoffMin: 10 * time.Millisecond, ReadBackoffMax: 100 * time.Millisecond, StartOffset: kafka.FirstOffset,
