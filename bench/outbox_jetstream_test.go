@@ -119,6 +119,11 @@ func init() {
 						return relayRun(tb, pool, pub, 64, pgoutbox.RelayOptions{BatchSize: 4096}, ownKeys(evs[:n]), subject)
 					})
 				}},
+				{name: "pgoutbox relay, Buckets 64, BatchSize 4096, acknowledged call by call (Publish, not PublishEach)", run: func(tb testing.TB, n int) sample {
+					return jetStreamOutboxRun(tb, js, n, func(subject string) sample {
+						return relayRun(tb, pool, callByCall{pub}, 64, pgoutbox.RelayOptions{BatchSize: 4096}, evs[:n], subject)
+					})
+				}},
 			}
 		},
 	})
