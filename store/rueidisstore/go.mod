@@ -2,8 +2,6 @@ module github.com/dedup-go/dedup/store/rueidisstore
 
 go 1.26.0
 
-replace github.com/dedup-go/dedup => ../..
-
 require (
 	github.com/dedup-go/dedup v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -18,3 +16,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
+
+// The store is developed against the root module in this repository; the
+// replace is ignored by users, who get the version they require.
+replace github.com/dedup-go/dedup => ../..
