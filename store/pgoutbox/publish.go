@@ -13,6 +13,13 @@ import (
 // maxCalls bounds the Publish calls a relay has in flight at once.
 const maxCalls = 16
 
+// maxEachCalls bounds the PublishEach calls of an outbox.AckPublisher a
+// relay has in flight at once. Its messages come back one by one, and a
+// call lasts until its last one: a call holds what became ready since the
+// previous one (often a handful of messages), so it takes many calls to
+// keep the window full.
+const maxEachCalls = 256
+
 // window is how many messages a relay keeps in flight at most, awaiting
 // their acknowledgement: past about a thousand, JetStream and RabbitMQ
 // go no faster, and JetStream's client stalls past 4,000 by default
@@ -114,10 +121,14 @@ type fetchResult struct {
 func (r *Relay) pump(ctx context.Context, carry *marks, until time.Time) (read int, left *marks, rerr *roundError) {
 	p := &pumpState{
 		r: r, keys: map[string]*keyQueue{}, held: map[int64]bool{}, marks: carry,
-		window: window, chunk: window / maxCalls,
-		results: make(chan callResult, maxCalls), fetched: make(chan fetchResult, 1),
+		window: window, chunk: window / maxCalls, maxCalls: maxCalls,
+		fetched: make(chan fetchResult, 1),
 		reports: &reports{ready: make(chan struct{}, 1)},
 	}
+	if r.ackPub != nil {
+		p.maxCalls = maxEachCalls
+	}
+	p.results = make(chan callResult, p.maxCalls)
 	if p.marks == nil {
 		p.marks = &marks{}
 	}
@@ -178,6 +189,7 @@ type pumpState struct {
 	marks *marks         // acknowledged or dead, to mark with the next fetch
 
 	window, chunk   int
+	maxCalls        int // maxCalls, or maxEachCalls for an AckPublisher
 	calls, inFlight int
 	queued          int // read, not handed over yet
 	read            int
@@ -200,7 +212,7 @@ func (p *pumpState) outstanding() int { return p.queued + p.inFlight }
 // dispatch hands ready messages to the publisher, in calls of up to a
 // chunk, while calls and the window allow.
 func (p *pumpState) dispatch(ctx context.Context) {
-	for !p.stopped && len(p.ready) > 0 && p.calls < maxCalls && p.inFlight < p.window {
+	for !p.stopped && len(p.ready) > 0 && p.calls < p.maxCalls && p.inFlight < p.window {
 		n := min(len(p.ready), p.chunk, p.window-p.inFlight)
 		c := &call{msgs: p.ready[:n:n]}
 		p.ready = p.ready[n:]
