@@ -27,6 +27,8 @@
 //
 // The package imports no broker client, nor anything of the adapters:
 // each adapter module implements [Publisher] (dedupnats.OutboxPublisher
-// on JetStream), and a relay depends on the interface only.
+// on JetStream), and a relay depends on the interface only. A publisher
+// that can report each message's acknowledgement as it arrives also
+// implements [AckPublisher], which a relay finds by type assertion.
 // Package outboxtest checks an implementation against a real broker.
 package outbox

@@ -109,9 +109,14 @@
 // Within a relay, a message is handed to the publisher only once every
 // earlier message of its key was acknowledged (or refused for good), and
 // never in one call with another of its key; a key's next message goes
-// out as soon as the call that carried its predecessor returned, while
-// the other keys' messages flow: up to 16 calls and 1024 messages in
-// flight. A message the broker did not acknowledge holds back the later
+// out as soon as its predecessor was acknowledged, while the other keys'
+// messages flow: up to 16 calls and 1024 messages in flight. With a
+// publisher that is an outbox.AckPublisher (dedupnats.OutboxPublisher,
+// dedupkafka.NewAsyncOutboxPublisher), the relay calls PublishEach and
+// takes each message's acknowledgement as it is reported, so that a
+// key's next message does not wait for the rest of the call that carried
+// its predecessor (up to 256 calls, still 1024 messages); with a
+// Publisher only, for the call to return. A message the broker did not acknowledge holds back the later
 // messages of its key (only of its key) until a later pump, after a
 // backoff.
 //
