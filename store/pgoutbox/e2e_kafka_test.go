@@ -221,7 +221,12 @@ func (b *kafkaE2E) readerConfig(group, topic string) kafka.ReaderConfig {
 		ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) {
 			childLog.Warn("kafka-go: "+strings.TrimSpace(fmt.Sprintf(format, args...)), slog.String("group", group))
 		}),
-		MaxWait: 50 * time.Millisecond, SessionTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond,
+		// A third of the session: kafka-go v0.4.51 can leave a member
+		// holding partitions it no longer fetches when a generation ends
+		// before its reader goroutine started it, held up longer than
+		// HeartbeatInterval (adapters/kafka's doc.go); on a starved CI
+		// machine a longer interval makes that window rarer.
+		MaxWait: 50 * time.Millisecond, SessionTimeout: time.Second, HeartbeatInterval: 300 * time.Millisecond,
 		RebalanceTimeout: 2 * time.Second, JoinGroupBackoff: 100 * time.Millisecond,
 		ReadBackoffMin: 10 * time.Millisecond, ReadBackoffMax: 100 * time.Millisecond, StartOffset: kafka.FirstOffset,
 	}
