@@ -27,10 +27,11 @@ type AckPublisher interface {
 	// ack is called at most once per message, in any order (the order of
 	// the acknowledgements, not that of msgs), from any goroutine,
 	// possibly from several at once, and never after PublishEach
-	// returned. It does not block: a relay only records the report. A message of no ack call when PublishEach
-	// returns is not acknowledged: it fails with the error PublishEach
-	// returns (ctx's error when ctx ended first), and is published again,
-	// with the same ID: it may have reached the broker anyway.
+	// returned. It does not block: a relay only records the report. A
+	// message of no ack call when PublishEach returns is not
+	// acknowledged: it fails with the error PublishEach returns (ctx's
+	// error when ctx ended first), and is published again, with the same
+	// ID: it may have reached the broker anyway.
 	// PublishEach returns nil only when it reported every message; an
 	// empty msgs returns nil at once.
 	PublishEach(ctx context.Context, msgs []Message, ack func(i int, err error)) error
