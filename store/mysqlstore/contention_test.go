@@ -43,7 +43,12 @@ func TestContentionNeverUnavailable(t *testing.T) {
 				d := newDB(t, 2)
 				d.store(t, nil) // the table
 				db := open(t, d.with(map[string]string{"tx_isolation": iso}, nil), 16)
-				s := newStore(t, db, &mysqlstore.Options{Timeout: 10 * time.Second})
+				// Timeout is no measure here: a claim may wait behind
+				// every other worker's lock on the hot key, and on a busy
+				// 2-core machine that queue once took over 10 s (9 of 240
+				// claims, in CI). What is pinned is that contention gives
+				// no error, not how fast it clears.
+				s := newStore(t, db, &mysqlstore.Options{Timeout: time.Minute})
 				claims := contend(t, s, 24, 10, lease.min, lease.max)
 				t.Logf("%d claims; statements run again after a deadlock or lock wait timeout: %d", claims, mysqlstore.Retried(s))
 			})
@@ -58,7 +63,7 @@ func TestContentionNeverUnavailable(t *testing.T) {
 // returns the number of claims.
 func contend(t *testing.T, s *mysqlstore.Store, workers, rounds int, minLease, maxLease time.Duration) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	var (
 		wg     sync.WaitGroup
