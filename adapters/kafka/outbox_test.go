@@ -32,7 +32,12 @@ func TestOutboxPublisher(t *testing.T) {
 	t.Parallel()
 	brokers := startKafka(t, 1)
 	w := outboxWriter(t, brokers, nil)
-	p := newOutboxPublisher(t, w)
+	runOutboxSuite(t, brokers, w, newOutboxPublisher(t, w))
+}
+
+// runOutboxSuite runs the outbox publishers' suite on p, which writes
+// with w to brokers.
+func runOutboxSuite(t *testing.T, brokers []string, w *kafka.Writer, p outbox.Publisher) {
 	n := 0
 	outboxtest.Run(t, func(t *testing.T) outboxtest.Target {
 		n++

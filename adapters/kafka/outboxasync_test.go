@@ -20,7 +20,6 @@ import (
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
-	"github.com/dedup-go/dedup/outbox/outboxtest"
 )
 
 // TestAsyncOutboxPublisher runs the outbox publishers' suite (PublishEach
@@ -29,35 +28,7 @@ func TestAsyncOutboxPublisher(t *testing.T) {
 	t.Parallel()
 	brokers := startKafka(t, 1)
 	w := asyncOutboxWriter(t, brokers, nil)
-	p := newAsyncOutboxPublisher(t, w)
-	n := 0
-	outboxtest.Run(t, func(t *testing.T) outboxtest.Target {
-		n++
-		topic := fmt.Sprintf("outbox-%d", n)
-		client := &kafka.Client{Addr: w.Addr, Transport: w.Transport}
-		resp, err := client.CreateTopics(t.Context(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 3, ReplicationFactor: 1}}})
-		require.NoError(t, err)
-		require.NoError(t, resp.Errors[topic])
-		return outboxtest.Target{
-			Publisher:   p,
-			Destination: topic,
-			Unroutable:  topic + "-missing",
-			Invalid:     "not a topic",
-			Read: func(ctx context.Context, want int) ([]outboxtest.Received, error) {
-				ms, err := readTopic(ctx, brokers, topic, want)
-				var out []outboxtest.Received
-				for _, m := range ms {
-					r := outboxtest.Received{Body: m.Value, Header: map[string]string{}}
-					r.ID, _ = dedupkafka.Header(m.Headers).Get(dedupkafka.HeaderMessageID)
-					for k, v := range dedupkafka.Header(m.Headers).All() {
-						r.Header[k] = v
-					}
-					out = append(out, r)
-				}
-				return out, err
-			},
-		}
-	})
+	runOutboxSuite(t, brokers, w, newAsyncOutboxPublisher(t, w))
 }
 
 // TestAsyncOutboxPublisherWriter: the writers NewAsyncOutboxPublisher
