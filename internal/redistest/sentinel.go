@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,38 +98,76 @@ func (g *Sentinel) Addrs() []string {
 func (g *Sentinel) MasterAddr(ctx context.Context) (string, error) {
 	var last error
 	for _, s := range g.Sentinels {
-		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-		hp, err := c.GetMasterAddrByName(ctx, SentinelMaster).Result()
-		_ = c.Close()
-		if err == nil && len(hp) == 2 {
-			return net.JoinHostPort(hp[0], hp[1]), nil
+		addr, err := sentinelMaster(ctx, s)
+		if err == nil {
+			return addr, nil
 		}
 		last = err
 	}
 	return "", fmt.Errorf("redistest: no Sentinel names the master: %v", last)
 }
 
-// WaitFailover waits until the Sentinels name a master other than old and
-// that server says it is a master, and returns its address; it fails t
-// after within.
+// sentinelMaster returns the master's address as the Sentinel s reports it.
+func sentinelMaster(ctx context.Context, s *Server) (string, error) {
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	defer c.Close()
+	hp, err := c.GetMasterAddrByName(ctx, SentinelMaster).Result()
+	if err != nil {
+		return "", err
+	}
+	if len(hp) != 2 {
+		return "", fmt.Errorf("redistest: the Sentinel on %s names %q", s.Addr(), hp)
+	}
+	return net.JoinHostPort(hp[0], hp[1]), nil
+}
+
+// WaitFailover waits until every Sentinel names the same master, other
+// than old, and that server says it is a master, and returns its address;
+// it fails t after within.
+//
+// Waiting for every Sentinel, not the first, matters before old is started
+// again empty: a Sentinel that has not heard of the failover still takes
+// old for the master, and once old answers as one it turns the new master
+// into old's replica (+convert-to-slave), which then drops its data for
+// old's empty one.
 func (g *Sentinel) WaitFailover(t testing.TB, old string, within time.Duration) string {
 	t.Helper()
 	var addr string
 	if !eventually(within, func() bool {
-		a, err := g.MasterAddr(context.Background())
-		if err != nil || a == old {
-			return false
-		}
-		addr = a
-		return Role(context.Background(), a) == "master"
-	}) {
+		addr = ""
 		for _, s := range g.Sentinels {
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			t.Logf("redistest: the log of the Sentinel on %s:\n%s", s.Addr(), log)
+			a, err := sentinelMaster(context.Background(), s)
+			if err != nil || a == old || (addr != "" && a != addr) {
+				return false
+			}
+			addr = a
 		}
-		t.Fatalf("redistest: no Sentinel failover from %s within %v", old, within)
+		return Role(context.Background(), addr) == "master"
+	}) {
+		t.Logf("redistest: the Sentinels' events:\n%s", g.Events())
+		t.Fatalf("redistest: no failover from %s that every Sentinel knows within %v", old, within)
 	}
 	return addr
+}
+
+// Events returns the lines of the Sentinels' logs that record an event
+// (+switch-master, +convert-to-slave, -failover-abort-..., and the like),
+// each after its Sentinel's address, for a failing test to log.
+func (g *Sentinel) Events() string {
+	var b strings.Builder
+	for _, s := range g.Sentinels {
+		log, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", s.Addr(), err)
+			continue
+		}
+		for line := range strings.Lines(string(log)) {
+			if strings.Contains(line, " +") || strings.Contains(line, " -") {
+				fmt.Fprintf(&b, "%s: %s", s.Addr(), line)
+			}
+		}
+	}
+	return b.String()
 }
 
 // Server returns the server of the group on addr (the master or a

@@ -233,13 +233,20 @@ func failoverStreamSize() int {
 // starts it again (empty, as a master, which the client must not write
 // to) and the Sentinels make it a replica of the new master (in about
 // 10s); until then writes fall short of MinReplicas and are refused: a
-// delay.
+// delay. It starts it only once every Sentinel names the new master (see
+// WaitFailover): a Sentinel that had not heard of the failover would make
+// the new master a replica of the empty old one.
 func TestSentinelFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis, a replica and three Sentinels")
 	}
 	t.Parallel()
 	g := redistest.StartSentinel(t, 1, time.Second)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the Sentinels' events:\n%s", g.Events())
+		}
+	})
 	var stores []*redisstore.Store
 	prefix := ""
 	for range 2 { // two consumer processes, each with its client
