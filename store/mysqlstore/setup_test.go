@@ -130,6 +130,12 @@ func newStore(t testing.TB, db *sql.DB, opts *mysqlstore.Options) *mysqlstore.St
 		o = *opts
 	}
 	o.Migrate = true
+	if o.Timeout == 0 {
+		// The default (2 s) is a production bound; on a busy CI machine a
+		// MariaDB call has taken longer, and a test that does not pin the
+		// bound itself measures what a call does, not how fast.
+		o.Timeout = 30 * time.Second
+	}
 	s, err := mysqlstore.New(context.Background(), db, &o)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
