@@ -30,9 +30,8 @@ import (
 // other writer with an error matching dedup.ErrInvalidConfig, and leaves
 // it untouched. w stays the caller's: close it after the relay stopped
 // (Close waits for the batches being written). Set its BatchTimeout to a
-// few milliseconds and its BatchSize to at least the messages a relay has
-// in flight, as for NewOutboxPublisher: a batch is written once full or
-// timed out.
+// few milliseconds and its BatchSize to a few hundred, as for
+// NewOutboxPublisher, which says why.
 //
 // Order per key: kafka-go writes a partition's batches one after the
 // other, retries included, and a relay has at most one message of a key
