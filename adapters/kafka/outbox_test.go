@@ -202,33 +202,11 @@ func TestOutboxPublisherWriter(t *testing.T) {
 // another topic) are acknowledged.
 func TestOutboxPublisherPartitionRefused(t *testing.T) {
 	t.Parallel()
-	cluster := startCluster(t, 2, "a", "b")
-	cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		cluster.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		if len(pr.Topics) != 1 || pr.Topics[0].Topic != "a" || len(pr.Topics[0].Partitions) != 1 || pr.Topics[0].Partitions[0].Partition != 1 {
-			return nil, nil, false
-		}
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		rt := kmsg.NewProduceResponseTopic()
-		rt.Topic = "a"
-		rp := kmsg.NewProduceResponseTopicPartition()
-		rp.Partition = 1
-		rp.ErrorCode = kerr.InvalidRecord.Code
-		rt.Partitions = append(rt.Partitions, rp)
-		resp.Topics = append(resp.Topics, rt)
-		return resp, nil, true
-	})
+	cluster := refusingPartition(t)
 	p := newOutboxPublisher(t, outboxWriter(t, cluster.ListenAddrs(), keyPartition{}))
 	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
 	defer cancel()
-	msgs := []outbox.Message{
-		{ID: "1", Destination: "a", OrderingKey: "0-x", Body: []byte("x")},
-		{ID: "2", Destination: "a", OrderingKey: "1-x", Body: []byte("x")},
-		{ID: "3", Destination: "b", OrderingKey: "1-x", Body: []byte("x")},
-		{ID: "4", Destination: "a", OrderingKey: "1-y", Body: []byte("x")},
-		{ID: "5", Destination: "a", OrderingKey: "0-y", Body: []byte("x")},
-	}
+	msgs := partitionRefusedMessages()
 	err := p.Publish(ctx, msgs)
 	require.Equal(t, []bool{true, false, true, false, true}, outbox.Acknowledged(err, len(msgs)), "%v", err)
 	require.ErrorIs(t, err, kafka.InvalidRecord)
@@ -530,4 +508,43 @@ func BenchmarkOutboxPublish(b *testing.B) {
 	b.ReportMetric(total/bareTime.Seconds(), "bare-msgs/s")
 	b.ReportMetric(total/outboxTime.Seconds(), "outbox-msgs/s")
 	b.ReportMetric(bareTime.Seconds()/outboxTime.Seconds(), "ratio")
+}
+
+// refusingPartition starts a cluster of two topics, "a" and "b", of two
+// partitions each, whose broker refuses every produce request for
+// partition 1 of "a" alone with InvalidRecord.
+func refusingPartition(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	cluster := startCluster(t, 2, "a", "b")
+	cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if len(pr.Topics) != 1 || pr.Topics[0].Topic != "a" || len(pr.Topics[0].Partitions) != 1 || pr.Topics[0].Partitions[0].Partition != 1 {
+			return nil, nil, false
+		}
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic = "a"
+		rp := kmsg.NewProduceResponseTopicPartition()
+		rp.Partition = 1
+		rp.ErrorCode = kerr.InvalidRecord.Code
+		rt.Partitions = append(rt.Partitions, rp)
+		resp.Topics = append(resp.Topics, rt)
+		return resp, nil, true
+	})
+	return cluster
+}
+
+// partitionRefusedMessages are the messages of the partition-refused
+// tests: with keyPartition, messages 1 and 3 (by index) go to partition 1
+// of "a", which refusingPartition refuses; the others to partition 0 of
+// "a" or to "b".
+func partitionRefusedMessages() []outbox.Message {
+	return []outbox.Message{
+		{ID: "1", Destination: "a", OrderingKey: "0-x", Body: []byte("x")},
+		{ID: "2", Destination: "a", OrderingKey: "1-x", Body: []byte("x")},
+		{ID: "3", Destination: "b", OrderingKey: "1-x", Body: []byte("x")},
+		{ID: "4", Destination: "a", OrderingKey: "1-y", Body: []byte("x")},
+		{ID: "5", Destination: "a", OrderingKey: "0-y", Body: []byte("x")},
+	}
 }

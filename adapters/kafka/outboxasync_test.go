@@ -126,33 +126,11 @@ func TestAsyncOutboxPublisherReportsEach(t *testing.T) {
 // acknowledged.
 func TestAsyncOutboxPublisherPartitionRefused(t *testing.T) {
 	t.Parallel()
-	cluster := startCluster(t, 2, "a", "b")
-	cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		cluster.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		if len(pr.Topics) != 1 || pr.Topics[0].Topic != "a" || len(pr.Topics[0].Partitions) != 1 || pr.Topics[0].Partitions[0].Partition != 1 {
-			return nil, nil, false
-		}
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		rt := kmsg.NewProduceResponseTopic()
-		rt.Topic = "a"
-		rp := kmsg.NewProduceResponseTopicPartition()
-		rp.Partition = 1
-		rp.ErrorCode = kerr.InvalidRecord.Code
-		rt.Partitions = append(rt.Partitions, rp)
-		resp.Topics = append(resp.Topics, rt)
-		return resp, nil, true
-	})
+	cluster := refusingPartition(t)
 	p := newAsyncOutboxPublisher(t, asyncOutboxWriter(t, cluster.ListenAddrs(), keyPartition{}))
 	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
 	defer cancel()
-	msgs := []outbox.Message{
-		{ID: "1", Destination: "a", OrderingKey: "0-x", Body: []byte("x")},
-		{ID: "2", Destination: "a", OrderingKey: "1-x", Body: []byte("x")},
-		{ID: "3", Destination: "b", OrderingKey: "1-x", Body: []byte("x")},
-		{ID: "4", Destination: "a", OrderingKey: "1-y", Body: []byte("x")},
-		{ID: "5", Destination: "a", OrderingKey: "0-y", Body: []byte("x")},
-	}
+	msgs := partitionRefusedMessages()
 	var mu sync.Mutex
 	errs := map[int]error{}
 	require.NoError(t, p.PublishEach(ctx, msgs, func(i int, err error) {
