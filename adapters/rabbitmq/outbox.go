@@ -91,6 +91,11 @@ type OutboxOptions struct {
 // is reused, one more is opened when none is idle), so a return is told
 // apart by the call it belongs to.
 //
+// It is an outbox.AckPublisher: PublishEach is Publish reporting each
+// message as its outcome is known, so that a pgoutbox relay publishes a
+// key's next message without waiting for the rest of the call (see
+// PublishEach for what is reported when).
+//
 // The publisher owns its connection, and dials it again at the first
 // Publish after it was lost (a broker restart, a forced close, a network
 // cut): a call that was publishing or awaiting confirms then gets errors
@@ -115,7 +120,7 @@ type OutboxPublisher struct {
 	closing sync.WaitGroup // channels left in doubt, closing in the background
 }
 
-var _ outbox.Publisher = (*OutboxPublisher)(nil)
+var _ outbox.AckPublisher = (*OutboxPublisher)(nil)
 
 // NewOutboxPublisher returns an OutboxPublisher of the broker at url (or
 // of OutboxOptions.Dial's); opts may be nil. It connects at the first
@@ -170,25 +175,136 @@ func SplitOutboxDestination(destination string) (exchange, key string) {
 // Publish publishes msgs and waits for their confirms (see
 // outbox.Publisher and OutboxPublisher).
 func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) error {
-	if len(msgs) == 0 {
+	b, err := p.publish(ctx, msgs, nil)
+	if err != nil || b == nil {
+		return err
+	}
+	for _, e := range b.errs {
+		if e != nil {
+			return &outbox.BatchError{Errs: b.errs}
+		}
+	}
+	return nil
+}
+
+// PublishEach publishes msgs as Publish does and reports each message as
+// its outcome is known (see outbox.AckPublisher), with the error Publish
+// gives it:
+//
+//   - a message that cannot be published (ErrInvalidMessage, matching
+//     outbox.ErrPermanent) at once, before anything is sent, and one to an
+//     exchange that does not exist (ErrNoExchange) once the exchanges were
+//     checked;
+//   - a published message once its confirm arrived and those of the
+//     messages published before it in the call did (RabbitMQ confirms a
+//     channel's messages mostly in the order published; one confirmed out
+//     of order waits for those before it): nil when the broker acked it,
+//     ErrNacked when it nacked it, ErrReturned when the broker returned it
+//     as unroutable. RabbitMQ sends a message's basic.return before its
+//     basic.ack, and every return received before the confirm is taken
+//     into account: a returned message is never reported acknowledged.
+//
+// A message whose confirm will not come is not reported: one published
+// or not sent when the channel or the connection closed (a broker
+// restart, a forced close, a network cut), and, once ctx ended, one whose
+// confirm had not arrived (a message returned by then is reported, with
+// ErrReturned). PublishEach then returns an error saying how many were
+// not reported, wrapping the first one's error as Publish gives it
+// (matching amqp.ErrClosed, or ctx's error). An error before anything was
+// published (no connection, an exchange that could not be checked, ctx
+// ended) is returned, and no message but those that cannot be published
+// is reported. Every report is made on the goroutine that called
+// PublishEach, before it returns.
+func (p *OutboxPublisher) PublishEach(ctx context.Context, msgs []outbox.Message, ack func(i int, err error)) error {
+	c := &eachCall{ack: ack, reported: make([]bool, len(msgs))}
+	b, err := p.publish(ctx, msgs, c.report)
+	left := c.end()
+	switch {
+	case err != nil:
+		return err
+	case left == 0:
 		return nil
 	}
+	var first error
+	for i, reported := range c.reported {
+		if !reported {
+			first = b.errs[i]
+			break
+		}
+	}
+	if first == nil {
+		first = errors.New("dedupamqp: no outcome") // unreachable: an unreported message has its error
+	}
+	if cerr := ended(ctx); cerr != nil && !errors.Is(first, cerr) {
+		first = fmt.Errorf("%w (%w)", cerr, first)
+	}
+	return fmt.Errorf("dedupamqp: %d of %d messages not confirmed: %w", left, len(msgs), first)
+}
+
+// eachCall passes the reports of one PublishEach on to its ack: each
+// message's at most once, and none once PublishEach returned.
+type eachCall struct {
+	ack func(int, error)
+
+	mu       sync.Mutex
+	reported []bool
+	over     bool // PublishEach returned: a report goes nowhere
+}
+
+func (c *eachCall) report(i int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.over || c.reported[i] {
+		return
+	}
+	c.reported[i] = true
+	c.ack(i, err)
+}
+
+// end stops the reports, and returns how many messages were not reported.
+func (c *eachCall) end() (left int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.over = true
+	for _, r := range c.reported {
+		if !r {
+			left++
+		}
+	}
+	return left
+}
+
+// publish is Publish and PublishEach: it publishes msgs, awaits their
+// confirms, and returns each message's outcome in the batch's errs, or an
+// error of the whole call, before anything was published (b nil: msgs is
+// empty or ctx ended before the call). report, when not nil, is called
+// for each message whose outcome is known (see outboxBatch.settle) as it
+// is known; not for those left in doubt (outboxBatch.fail).
+func (p *OutboxPublisher) publish(ctx context.Context, msgs []outbox.Message, report func(int, error)) (*outboxBatch, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	b := &outboxBatch{
 		routes: make([]outboxRoute, len(msgs)),
 		pubs:   make([]amqp.Publishing, len(msgs)),
 		errs:   make([]error, len(msgs)),
 		dcs:    make([]*amqp.DeferredConfirmation, len(msgs)),
+		report: report,
 	}
 	valid := false
 	for i, m := range msgs {
-		b.routes[i], b.pubs[i], b.errs[i] = p.prepare(m)
-		valid = valid || b.errs[i] == nil
+		var err error
+		b.routes[i], b.pubs[i], err = p.prepare(m)
+		if err != nil {
+			b.settle(i, err)
+		}
+		valid = valid || err == nil
 	}
 	if !valid {
-		return &outbox.BatchError{Errs: b.errs}
+		return b, nil
 	}
 	conn, err := p.connection(ctx)
 	if err == nil {
@@ -198,16 +314,11 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) er
 	}
 	if err != nil {
 		if cerr := ended(ctx); cerr != nil {
-			return fmt.Errorf("dedupamqp: %w (%v)", cerr, err)
+			return nil, fmt.Errorf("dedupamqp: %w (%v)", cerr, err)
 		}
-		return err
+		return nil, err
 	}
-	for _, e := range b.errs {
-		if e != nil {
-			return &outbox.BatchError{Errs: b.errs}
-		}
-	}
-	return nil
+	return b, nil
 }
 
 // ended returns ctx's error, or DeadlineExceeded once its deadline
@@ -229,14 +340,33 @@ func (r outboxRoute) String() string {
 	return fmt.Sprintf("exchange %q, routing key %q", r.exchange, r.key)
 }
 
-// outboxBatch is the state of one Publish: per message, its route, its
-// publishing, its outcome (nil once confirmed; an error for a message
-// that is not to be published, or failed) and its pending confirm.
+// outboxBatch is the state of one Publish or PublishEach: per message,
+// its route, its publishing, its outcome (nil once confirmed; an error
+// for a message that is not to be published, or failed) and its pending
+// confirm; and where outcomes are reported as they are known.
 type outboxBatch struct {
 	routes []outboxRoute
 	pubs   []amqp.Publishing
 	errs   []error
 	dcs    []*amqp.DeferredConfirmation
+	report func(i int, err error) // PublishEach's; nil for Publish
+}
+
+// settle records message i's outcome, known for sure, and reports it: nil
+// once the broker acknowledged it, else why it was not published or the
+// broker refused it (invalid, no exchange, nacked, returned).
+func (b *outboxBatch) settle(i int, err error) {
+	b.errs[i] = err
+	if b.report != nil {
+		b.report(i, err)
+	}
+}
+
+// fail records that message i's confirm will not come (the channel
+// closed, the context ended, a publish failed): it may have reached the
+// broker anyway. It is not reported: PublishEach returns an error for it.
+func (b *outboxBatch) fail(i int, err error) {
+	b.errs[i] = err
 }
 
 // prepare checks m and returns its route and publishing, or why it cannot
@@ -297,7 +427,7 @@ func (p *OutboxPublisher) send(ctx context.Context, w *connWatch, conn *amqp.Con
 			continue
 		}
 		if broken != nil {
-			b.errs[i] = broken
+			b.fail(i, broken)
 			continue
 		}
 		r := b.routes[i]
@@ -308,67 +438,151 @@ func (p *OutboxPublisher) send(ctx context.Context, w *connWatch, conn *amqp.Con
 		})
 		if err != nil {
 			broken = p.unconfirmed(ctx, oc, r, err)
-			b.errs[i] = broken
+			b.fail(i, broken)
 		}
 	}
-	for _, dc := range b.dcs {
-		if dc == nil {
-			continue
+	// From here on the returns are received here, with the confirms.
+	rets := &confirmsAndReturns{returns: oc.returns, got: returns.stop()}
+	inDoubt := broken != nil
+	// The confirms are taken in the order published: each one in, and
+	// those in right after it, are settled at once.
+	next := 0
+	for ctx.Err() == nil {
+		for next < len(b.dcs) && b.dcs[next] == nil {
+			next++
 		}
-		select {
-		case <-dc.Done():
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
+		if next == len(b.dcs) {
 			break
 		}
+		if !rets.await(ctx, b.dcs[next]) {
+			continue
+		}
+		end := next + 1
+		for end < len(b.dcs) && (b.dcs[end] == nil || isDone(b.dcs[end])) {
+			end++
+		}
+		// RabbitMQ sends a message's basic.return before its basic.ack,
+		// and amqp091 hands it over before it reads the ack: once a
+		// confirm is in, the return of its message (if any) is among
+		// those received or waiting.
+		rets.take()
+		for i := next; i < end; i++ {
+			if b.dcs[i] != nil {
+				inDoubt = p.confirmed(ctx, oc, b, i, rets) || inDoubt
+			}
+		}
+		next = end
 	}
-	// RabbitMQ sends a message's basic.return before its basic.ack, and
-	// amqp091 hands it over before it reads the ack: once a confirm is
-	// in, the return of its message (if any) is among those drained.
-	returned := returns.stop()
-	inDoubt := broken != nil
-	for i, dc := range b.dcs {
-		if dc == nil {
-			continue
-		}
-		select {
-		case <-dc.Done():
-		default:
-			b.errs[i] = fmt.Errorf("dedupamqp: %v: no confirm before the context ended: %w", b.routes[i], ctx.Err())
-			inDoubt = true
-			continue
-		}
+	// What is left when the context ended: the confirms in are settled,
+	// the others failed (unless their message was returned).
+	done := make([]bool, len(b.dcs))
+	for i := next; i < len(b.dcs); i++ {
+		done[i] = b.dcs[i] != nil && isDone(b.dcs[i])
+	}
+	rets.take()
+	for i := next; i < len(b.dcs); i++ {
 		switch {
-		case dc.Acked():
-			b.errs[i] = nil
-		case oc.ch.IsClosed():
-			b.errs[i] = p.unconfirmed(ctx, oc, b.routes[i], nil)
-			inDoubt = true
+		case b.dcs[i] == nil:
+		case done[i]:
+			inDoubt = p.confirmed(ctx, oc, b, i, rets) || inDoubt
 		default:
-			b.errs[i] = fmt.Errorf("dedupamqp: %v: %w", b.routes[i], ErrNacked)
+			inDoubt = true
+			if ret, ok := rets.of(b, i); ok {
+				b.settle(i, returnedError(b.routes[i], ret))
+				continue
+			}
+			b.fail(i, fmt.Errorf("dedupamqp: %v: no confirm before the context ended: %w", b.routes[i], ctx.Err()))
 		}
 	}
-	b.attribute(returned)
 	p.release(oc, inDoubt)
 	return nil
 }
 
-// attribute fails the message each return is of: the first confirmed
-// message of the batch with the return's MessageId, exchange and key.
-func (b *outboxBatch) attribute(returned []amqp.Return) {
-	taken := make([]bool, len(b.pubs))
-	for _, ret := range returned {
-		for i, dc := range b.dcs {
-			if dc == nil || taken[i] || b.pubs[i].MessageId != ret.MessageId ||
-				b.routes[i] != (outboxRoute{ret.Exchange, ret.RoutingKey}) {
-				continue
+// confirmed settles message i, whose confirm is in, with the returns
+// received up to it: returned, acknowledged or nacked; or fails it when
+// the channel closed (amqp091 nacks the confirms it still awaited). It
+// reports whether the channel is in doubt.
+func (p *OutboxPublisher) confirmed(ctx context.Context, oc *outboxChannel, b *outboxBatch, i int, rets *confirmsAndReturns) (inDoubt bool) {
+	if ret, ok := rets.of(b, i); ok {
+		b.settle(i, returnedError(b.routes[i], ret))
+		return oc.ch.IsClosed()
+	}
+	switch {
+	case b.dcs[i].Acked():
+		b.settle(i, nil)
+	case oc.ch.IsClosed():
+		b.fail(i, p.unconfirmed(ctx, oc, b.routes[i], nil))
+		return true
+	default:
+		b.settle(i, fmt.Errorf("dedupamqp: %v: %w", b.routes[i], ErrNacked))
+	}
+	return false
+}
+
+func returnedError(r outboxRoute, ret amqp.Return) error {
+	return fmt.Errorf("dedupamqp: %v: %d %s: %w", r, ret.ReplyCode, ret.ReplyText, ErrReturned)
+}
+
+func isDone(dc *amqp.DeferredConfirmation) bool {
+	select {
+	case <-dc.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// confirmsAndReturns receives a channel's returns while a call awaits
+// its confirms, and keeps those not attributed yet.
+type confirmsAndReturns struct {
+	returns <-chan amqp.Return // nil once closed
+	got     []amqp.Return
+}
+
+// await waits for dc's confirm (true), receiving the returns meanwhile,
+// until ctx ends (false). It may return false before: call it again.
+func (c *confirmsAndReturns) await(ctx context.Context, dc *amqp.DeferredConfirmation) bool {
+	select {
+	case <-dc.Done():
+		return true
+	case r, ok := <-c.returns:
+		if ok {
+			c.got = append(c.got, r)
+		} else {
+			c.returns = nil // closed with the channel
+		}
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// take receives the returns waiting.
+func (c *confirmsAndReturns) take() {
+	for c.returns != nil {
+		select {
+		case r, ok := <-c.returns:
+			if !ok {
+				c.returns = nil
+				return
 			}
-			taken[i] = true
-			b.errs[i] = fmt.Errorf("dedupamqp: %v: %d %s: %w", b.routes[i], ret.ReplyCode, ret.ReplyText, ErrReturned)
-			break
+			c.got = append(c.got, r)
+		default:
+			return
 		}
 	}
+}
+
+// of takes the return of message i of b, if one was received: the first
+// with its MessageId, exchange and routing key (the messages are settled
+// in the order published, which is the order of their returns).
+func (c *confirmsAndReturns) of(b *outboxBatch, i int) (amqp.Return, bool) {
+	for j, ret := range c.got {
+		if b.pubs[i].MessageId == ret.MessageId && b.routes[i] == (outboxRoute{ret.Exchange, ret.RoutingKey}) {
+			c.got = slices.Delete(c.got, j, j+1)
+			return ret, true
+		}
+	}
+	return amqp.Return{}, false
 }
 
 // unconfirmed is the error of a message whose confirm will not come:
@@ -488,7 +702,7 @@ func (p *OutboxPublisher) checkExchanges(ctx context.Context, w *connWatch, conn
 	}
 	for i, r := range b.routes {
 		if err, ok := missing[r.exchange]; ok && b.errs[i] == nil {
-			b.errs[i] = fmt.Errorf("dedupamqp: %v: %w: %w", r, ErrNoExchange, err)
+			b.settle(i, fmt.Errorf("dedupamqp: %v: %w: %w", r, ErrNoExchange, err))
 		}
 	}
 	return nil

@@ -1,0 +1,329 @@
+package dedupamqp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/outbox"
+)
+
+// TestOutboxPublisherEachReturned: PublishEach on a batch of routable
+// messages with unroutable ones among them, through the default exchange
+// and a topic exchange: each returned message is reported failed with the
+// error Publish gives it (ErrReturned), never acknowledged (its
+// basic.return comes before its basic.ack), the others acknowledged, each
+// once; and so for calls at once, each told of its own returns.
+func TestOutboxPublisherEachReturned(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ.Addr(t)
+	conn := dial(t, url)
+	q := outboxQueue(t, conn, nil)
+	ex := outboxExchange(t, conn, amqp.ExchangeTopic)
+	require.NoError(t, channel(t, conn).QueueBind(q, "orders.#", ex, false, nil))
+	p := newOutboxPublisher(t, url, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
+	defer cancel()
+
+	// batch returns n messages named after prefix, and which are routable.
+	batch := func(prefix string, n, shift int) ([]outbox.Message, []bool) {
+		msgs := outboxMessages(q, prefix, n)
+		routable := make([]bool, n)
+		for i := range msgs {
+			switch (i + shift) % 5 {
+			case 1:
+				msgs[i].Destination = q + ".nobody"
+			case 3:
+				msgs[i].Destination = dedupamqp.OutboxDestination(ex, "refunds.created")
+			case 0, 2:
+				routable[i] = true
+				msgs[i].Destination = dedupamqp.OutboxDestination(ex, "orders.created")
+			default:
+				routable[i] = true
+			}
+		}
+		return msgs, routable
+	}
+
+	msgs, routable := batch("returned", 300, 0)
+	r := newEachReports(t, len(msgs))
+	require.NoError(t, p.PublishEach(ctx, msgs, r.ack), "every message reported")
+	reported := r.done()
+	require.Len(t, reported, len(msgs), "every message reported")
+	stored := 0
+	for i, ok := range routable {
+		if ok {
+			stored++
+			require.NoError(t, reported[i], "message %d (%s) acknowledged", i, msgs[i].Destination)
+			continue
+		}
+		require.ErrorIs(t, reported[i], dedupamqp.ErrReturned, "message %d (%s)", i, msgs[i].Destination)
+		require.NotErrorIs(t, reported[i], outbox.ErrPermanent, "message %d: a queue can be bound later", i)
+	}
+	eventually(t, "the routable messages stored", func() bool { return depth(t, conn, q) == stored })
+
+	// Publish the same: the same outcome, the same errors.
+	err := p.Publish(ctx, msgs)
+	var be *outbox.BatchError
+	require.ErrorAs(t, err, &be)
+	require.Equal(t, routable, outbox.Acknowledged(err, len(msgs)))
+	for i, e := range be.Errs {
+		if e != nil {
+			require.EqualError(t, reported[i], e.Error(), "message %d: PublishEach reports what Publish gives", i)
+		}
+	}
+	eventually(t, "every routable message stored twice", func() bool { return depth(t, conn, q) == 2*stored })
+
+	// Calls at once, on channels of their own.
+	const calls, rounds = 4, 3
+	var wg sync.WaitGroup
+	failures := make(chan error, calls)
+	for c := range calls {
+		wg.Go(func() {
+			for round := range rounds {
+				msgs, routable := batch(fmt.Sprintf("c%d-r%d", c, round), 80, c+round)
+				r := newEachReports(t, len(msgs))
+				if err := p.PublishEach(ctx, msgs, r.ack); err != nil {
+					failures <- fmt.Errorf("call %d round %d: %w", c, round, err)
+					return
+				}
+				reported := r.done()
+				for i, ok := range routable {
+					if err, in := reported[i]; !in || ok != (err == nil) || !ok && !errors.Is(err, dedupamqp.ErrReturned) {
+						failures <- fmt.Errorf("call %d round %d: message %d (routable %v) reported %v (%v)", c, round, i, ok, in, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	testenv.Wait(t, &wg, "the calls")
+	close(failures)
+	for err := range failures {
+		t.Error(err)
+	}
+}
+
+// TestOutboxPublisherEachConnectionCut: the connection dies while a
+// PublishEach awaits its confirms (the valve holds them, then cuts the
+// connection): no message is reported, the call returns an error matching
+// amqp.ErrClosed, nothing is reported after it returned, and the next call
+// reconnects and reports every message acknowledged.
+func TestOutboxPublisherEachConnectionCut(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ.Addr(t)
+	conn := dial(t, url)
+	q := outboxQueue(t, conn, nil)
+	v := startValve(t, url)
+	p := newOutboxPublisher(t, "", &dedupamqp.OutboxOptions{Dial: v.dialer(t, url)})
+	msgs := outboxMessages(q, "each-cut", 50)
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
+	defer cancel()
+	first := newEachReports(t, 1)
+	require.NoError(t, p.PublishEach(ctx, msgs[:1], first.ack), "connected")
+	require.Equal(t, map[int]error{0: nil}, first.done())
+
+	v.down.hold() // the confirms stay in the valve
+	r := newEachReports(t, len(msgs))
+	done := make(chan error, 1)
+	go func() { done <- p.PublishEach(ctx, msgs, r.ack) }()
+	eventually(t, "the batch stored, its confirms held", func() bool { return depth(t, conn, q) == len(msgs)+1 })
+	v.cut()
+	err := testenv.Recv(t, done, "PublishEach to return after the cut")
+	require.Empty(t, r.done(), "no message reported: none was confirmed")
+	require.ErrorIs(t, err, amqp.ErrClosed)
+	require.NotErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, outbox.ErrPermanent)
+
+	v.down.release()
+	again := newEachReports(t, len(msgs))
+	require.NoError(t, p.PublishEach(ctx, msgs, again.ack), "the next call reconnects")
+	reported := again.done()
+	require.Len(t, reported, len(msgs))
+	for i, err := range reported {
+		require.NoError(t, err, "message %d", i)
+	}
+	require.Equal(t, int64(2), v.dials.Load())
+	require.Equal(t, 2*len(msgs)+1, depth(t, conn, q), "every copy with its id, for the next consumer to drop")
+}
+
+// TestOutboxPublisherEachForcedClose: the broker closes the publisher's
+// connection (rabbitmqctl close_connection) while PublishEach calls
+// publish batch after batch: the call it hits returns an error matching
+// amqp.ErrClosed, every message reported acknowledged (by any call) is in
+// the queue, no message is reported twice or after its call returned, and
+// the next calls reconnect.
+func TestOutboxPublisherEachForcedClose(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ.Addr(t)
+	ctl := testenv.Binary(t, "rabbitmqctl", testenv.RabbitMQ.Start)
+	conn := dial(t, url)
+	q := outboxQueue(t, conn, nil)
+	name := "dedupt-outbox-each-" + suffix()
+	var dials atomic.Int64
+	p := newOutboxPublisher(t, "", &dedupamqp.OutboxOptions{Dial: func(ctx context.Context) (*amqp.Connection, error) {
+		dials.Add(1)
+		return amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": name}, Heartbeat: 10 * time.Second})
+	}})
+
+	var (
+		mu       sync.Mutex
+		acked    []string
+		failures []error
+		after    int // calls that reported everything after the first failure
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for b := 0; ; b++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			msgs := outboxMessages(q, fmt.Sprintf("each-b%d", b), 200)
+			ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+			r := newEachReports(t, len(msgs))
+			err := p.PublishEach(ctx, msgs, r.ack)
+			cancel()
+			reported := r.done()
+			mu.Lock()
+			for i, e := range reported {
+				if e == nil {
+					acked = append(acked, msgs[i].ID)
+				}
+			}
+			switch {
+			case err != nil:
+				failures = append(failures, err)
+			case len(reported) != len(msgs):
+				failures = append(failures, fmt.Errorf("PublishEach returned nil with %d of %d messages reported", len(reported), len(msgs)))
+			case len(failures) > 0:
+				after++
+			}
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	})
+
+	eventually(t, "the publisher connected", func() bool { return dials.Load() == 1 && depth(t, conn, q) > 0 })
+	for attempt := 1; ; attempt++ {
+		closeConnection(t, ctl, name)
+		hit := false
+		eventually(t, "the publisher to reconnect", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			hit = len(failures) > 0
+			return dials.Load() > int64(attempt)
+		})
+		if hit {
+			break
+		}
+		// The close fell between two calls. Close the new connection.
+		require.Less(t, attempt, 5, "no close fell on a call in flight")
+	}
+	eventually(t, "two calls after the failure", func() bool { mu.Lock(); defer mu.Unlock(); return after >= 2 })
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, err := range failures {
+		require.ErrorIs(t, err, amqp.ErrClosed)
+		require.NotErrorIs(t, err, context.DeadlineExceeded, "a hang, ended by the context")
+	}
+	stored := map[string]bool{}
+	for _, d := range getAll(t, conn, q, depth(t, conn, q)) {
+		stored[d.MessageId] = true
+	}
+	for _, id := range acked {
+		require.True(t, stored[id], "message %s reported acknowledged, not stored", id)
+	}
+	t.Logf("%d messages reported acknowledged, %d stored, %d failed calls, %d dials", len(acked), len(stored), len(failures), dials.Load())
+}
+
+// TestOutboxPublisherEachStalled: a broker that stops answering (the
+// valve holds its confirms) holds a PublishEach no longer than its
+// context: it returns an error matching the context's, with no message
+// reported; the next call, the broker back, reports them all.
+func TestOutboxPublisherEachStalled(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ.Addr(t)
+	conn := dial(t, url)
+	q := outboxQueue(t, conn, nil)
+	v := startValve(t, url)
+	p := newOutboxPublisher(t, "", &dedupamqp.OutboxOptions{Dial: v.dialer(t, url)})
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
+	defer cancel()
+	require.NoError(t, p.Publish(ctx, outboxMessages(q, "each-first", 1)))
+
+	v.down.hold()
+	msgs := outboxMessages(q, "each-stalled", 10)
+	r := newEachReports(t, len(msgs))
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	done := make(chan error, 1)
+	go func() { done <- p.PublishEach(short, msgs, r.ack) }()
+	err := testenv.Recv(t, done, "PublishEach to return at its context's end")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Empty(t, r.done(), "nothing confirmed, nothing reported")
+	v.down.release()
+
+	again := newEachReports(t, len(msgs))
+	require.NoError(t, p.PublishEach(ctx, msgs, again.ack))
+	require.Len(t, again.done(), len(msgs))
+	require.Equal(t, int64(1), v.dials.Load(), "the connection was kept")
+}
+
+// eachReports records what a PublishEach reports, and fails the test on a
+// report that breaks outbox.AckPublisher's contract: an index out of
+// range, a message reported twice, a report after PublishEach returned.
+type eachReports struct {
+	t        *testing.T
+	n        int
+	mu       sync.Mutex
+	errs     map[int]error
+	returned bool
+}
+
+func newEachReports(t *testing.T, n int) *eachReports {
+	return &eachReports{t: t, n: n, errs: map[int]error{}}
+}
+
+func (r *eachReports) ack(i int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch _, twice := r.errs[i]; {
+	case i < 0 || i >= r.n:
+		r.t.Errorf("report of message %d of %d", i, r.n)
+	case twice:
+		r.t.Errorf("message %d reported twice", i)
+	case r.returned:
+		r.t.Errorf("message %d reported after PublishEach returned", i)
+	}
+	r.errs[i] = err
+}
+
+// done records that PublishEach returned, and returns the reports.
+func (r *eachReports) done() map[int]error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.returned = true
+	return r.errs
+}
