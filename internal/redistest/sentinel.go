@@ -125,11 +125,11 @@ func sentinelMaster(ctx context.Context, s *Server) (string, error) {
 // than old, and that server says it is a master, and returns its address;
 // it fails t after within.
 //
-// Waiting for every Sentinel, not the first, matters before old is started
-// again empty: a Sentinel that has not heard of the failover still takes
-// old for the master, and once old answers as one it turns the new master
-// into old's replica (+convert-to-slave), which then drops its data for
-// old's empty one.
+// Waiting for every Sentinel, not the first, lets a test start old again
+// once the Sentinels agree on its successor. A server started again
+// empty is still a replica the Sentinels may promote (a loaded machine
+// made them judge the new master down and do so once): start it with
+// replica-priority 0 (Server.StartWith).
 func (g *Sentinel) WaitFailover(t testing.TB, old string, within time.Duration) string {
 	t.Helper()
 	var addr string

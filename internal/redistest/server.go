@@ -96,6 +96,15 @@ func (s *Server) Start() {
 	}
 }
 
+// StartWith starts the server again as Start does, with extra options
+// added to those it was started with (later options win), for this and
+// every later start.
+func (s *Server) StartWith(extra ...string) {
+	s.t.Helper()
+	s.args = append(s.args, extra...)
+	s.Start()
+}
+
 // Port is the server's port.
 func (s *Server) Port() int { return s.port }
 
