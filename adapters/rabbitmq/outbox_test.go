@@ -274,24 +274,40 @@ func TestOutboxPublisherConnectionCut(t *testing.T) {
 // the next calls reconnect.
 func TestOutboxPublisherForcedClose(t *testing.T) {
 	t.Parallel()
+	forcedClose(t, "", func(ctx context.Context, p *dedupamqp.OutboxPublisher, msgs []outbox.Message) ([]bool, error) {
+		err := p.Publish(ctx, msgs)
+		return outbox.Acknowledged(err, len(msgs)), err
+	})
+}
+
+// forcedClose runs the forced-close test with publish, which publishes
+// one call's messages and says which were acknowledged: calls of 200
+// messages back to back while rabbitmqctl closes the publisher's
+// connection, until a close falls on a call in flight and two calls have
+// gone through after it; every failed call's error matches amqp.ErrClosed
+// (not a hang ended by the context), and every message acknowledged is in
+// the queue.
+func forcedClose(t *testing.T, name string, publish func(context.Context, *dedupamqp.OutboxPublisher, []outbox.Message) ([]bool, error)) {
 	url := testenv.RabbitMQ.Addr(t)
 	ctl := testenv.Binary(t, "rabbitmqctl", testenv.RabbitMQ.Start)
 	conn := dial(t, url)
 	q := outboxQueue(t, conn, nil)
-	name := "dedupt-outbox-" + suffix()
+	connName := "dedupt-outbox-" + name + suffix()
 	var dials atomic.Int64
 	p := newOutboxPublisher(t, "", &dedupamqp.OutboxOptions{Dial: func(ctx context.Context) (*amqp.Connection, error) {
 		dials.Add(1)
-		return amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": name}, Heartbeat: 10 * time.Second})
+		return amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": connName}, Heartbeat: 10 * time.Second})
 	}})
 
 	var (
 		mu       sync.Mutex
 		acked    []string
 		failures []error
-		after    int // batches acknowledged after the first failure
+		after    int // calls acknowledged whole after the first failure
 	)
 	stop := make(chan struct{})
+	var once sync.Once
+	halt := func() { once.Do(func() { close(stop) }) }
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for b := 0; ; b++ {
@@ -300,12 +316,12 @@ func TestOutboxPublisherForcedClose(t *testing.T) {
 				return
 			default:
 			}
-			msgs := outboxMessages(q, fmt.Sprintf("b%d", b), 200)
+			msgs := outboxMessages(q, fmt.Sprintf("%sb%d", name, b), 200)
 			ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
-			err := p.Publish(ctx, msgs)
+			ok, err := publish(ctx, p, msgs)
 			cancel()
 			mu.Lock()
-			for i, ok := range outbox.Acknowledged(err, len(msgs)) {
+			for i, ok := range ok {
 				if ok {
 					acked = append(acked, msgs[i].ID)
 				}
@@ -319,11 +335,11 @@ func TestOutboxPublisherForcedClose(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	t.Cleanup(func() { close(stop); wg.Wait() })
+	t.Cleanup(func() { halt(); wg.Wait() })
 
 	eventually(t, "the publisher connected", func() bool { return dials.Load() == 1 && depth(t, conn, q) > 0 })
 	for attempt := 1; ; attempt++ {
-		closeConnection(t, ctl, name)
+		closeConnection(t, ctl, connName)
 		hit := false
 		eventually(t, "the publisher to reconnect", func() bool {
 			mu.Lock()
@@ -336,12 +352,11 @@ func TestOutboxPublisherForcedClose(t *testing.T) {
 		}
 		// The close fell between two calls: the next one reconnected
 		// without an error. Close the new connection.
-		require.Less(t, attempt, 5, "no close fell on a batch in flight")
+		require.Less(t, attempt, 5, "no close fell on a call in flight")
 	}
-	eventually(t, "two batches after the failure", func() bool { mu.Lock(); defer mu.Unlock(); return after >= 2 })
-	close(stop)
+	eventually(t, "two calls after the failure", func() bool { mu.Lock(); defer mu.Unlock(); return after >= 2 })
+	halt()
 	wg.Wait()
-	stop = make(chan struct{})
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,98 +163,19 @@ func TestOutboxPublisherEachConnectionCut(t *testing.T) {
 // the next calls reconnect.
 func TestOutboxPublisherEachForcedClose(t *testing.T) {
 	t.Parallel()
-	url := testenv.RabbitMQ.Addr(t)
-	ctl := testenv.Binary(t, "rabbitmqctl", testenv.RabbitMQ.Start)
-	conn := dial(t, url)
-	q := outboxQueue(t, conn, nil)
-	name := "dedupt-outbox-each-" + suffix()
-	var dials atomic.Int64
-	p := newOutboxPublisher(t, "", &dedupamqp.OutboxOptions{Dial: func(ctx context.Context) (*amqp.Connection, error) {
-		dials.Add(1)
-		return amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": name}, Heartbeat: 10 * time.Second})
-	}})
-
-	var (
-		mu       sync.Mutex
-		acked    []string
-		failures []error
-		after    int // calls that reported everything after the first failure
-	)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for b := 0; ; b++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			msgs := outboxMessages(q, fmt.Sprintf("each-b%d", b), 200)
-			ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
-			r := newEachReports(t, len(msgs))
-			err := p.PublishEach(ctx, msgs, r.ack)
-			cancel()
-			reported := r.done()
-			mu.Lock()
-			for i, e := range reported {
-				if e == nil {
-					acked = append(acked, msgs[i].ID)
-				}
-			}
-			switch {
-			case err != nil:
-				failures = append(failures, err)
-			case len(reported) != len(msgs):
-				failures = append(failures, fmt.Errorf("PublishEach returned nil with %d of %d messages reported", len(reported), len(msgs)))
-			case len(failures) > 0:
-				after++
-			}
-			mu.Unlock()
+	forcedClose(t, "each-", func(ctx context.Context, p *dedupamqp.OutboxPublisher, msgs []outbox.Message) ([]bool, error) {
+		r := newEachReports(t, len(msgs))
+		err := p.PublishEach(ctx, msgs, r.ack)
+		reported := r.done()
+		ok := make([]bool, len(msgs))
+		for i, e := range reported {
+			ok[i] = e == nil
 		}
+		if err == nil && len(reported) != len(msgs) {
+			err = fmt.Errorf("PublishEach returned nil with %d of %d messages reported", len(reported), len(msgs))
+		}
+		return ok, err
 	})
-	t.Cleanup(func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	})
-
-	eventually(t, "the publisher connected", func() bool { return dials.Load() == 1 && depth(t, conn, q) > 0 })
-	for attempt := 1; ; attempt++ {
-		closeConnection(t, ctl, name)
-		hit := false
-		eventually(t, "the publisher to reconnect", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			hit = len(failures) > 0
-			return dials.Load() > int64(attempt)
-		})
-		if hit {
-			break
-		}
-		// The close fell between two calls. Close the new connection.
-		require.Less(t, attempt, 5, "no close fell on a call in flight")
-	}
-	eventually(t, "two calls after the failure", func() bool { mu.Lock(); defer mu.Unlock(); return after >= 2 })
-	close(stop)
-	wg.Wait()
-
-	mu.Lock()
-	defer mu.Unlock()
-	for _, err := range failures {
-		require.ErrorIs(t, err, amqp.ErrClosed)
-		require.NotErrorIs(t, err, context.DeadlineExceeded, "a hang, ended by the context")
-	}
-	stored := map[string]bool{}
-	for _, d := range getAll(t, conn, q, depth(t, conn, q)) {
-		stored[d.MessageId] = true
-	}
-	for _, id := range acked {
-		require.True(t, stored[id], "message %s reported acknowledged, not stored", id)
-	}
-	t.Logf("%d messages reported acknowledged, %d stored, %d failed calls, %d dials", len(acked), len(stored), len(failures), dials.Load())
 }
 
 // TestOutboxPublisherEachStalled: a broker that stops answering (the
