@@ -14,13 +14,14 @@ import (
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
+	"github.com/dedup-go/dedup/outbox/outboxtest"
 )
 
 // TestOutboxPublisherEachReturned: PublishEach on a batch of routable
 // messages with unroutable ones among them, through the default exchange
 // and a topic exchange: each returned message is reported failed with the
 // error Publish gives it (ErrReturned), never acknowledged (its
-// basic.return comes before its basic.ack), the others acknowledged, each
+// basic.return comes before its basic.Ack), the others acknowledged, each
 // once; and so for calls at once, each told of its own returns.
 func TestOutboxPublisherEachReturned(t *testing.T) {
 	t.Parallel()
@@ -54,9 +55,9 @@ func TestOutboxPublisherEachReturned(t *testing.T) {
 	}
 
 	msgs, routable := batch("returned", 300, 0)
-	r := newEachReports(t, len(msgs))
-	require.NoError(t, p.PublishEach(ctx, msgs, r.ack), "every message reported")
-	reported := r.done()
+	r := outboxtest.NewReports(t, len(msgs))
+	require.NoError(t, p.PublishEach(ctx, msgs, r.Ack), "every message reported")
+	reported := r.Done()
 	require.Len(t, reported, len(msgs), "every message reported")
 	stored := 0
 	for i, ok := range routable {
@@ -90,12 +91,12 @@ func TestOutboxPublisherEachReturned(t *testing.T) {
 		wg.Go(func() {
 			for round := range rounds {
 				msgs, routable := batch(fmt.Sprintf("c%d-r%d", c, round), 80, c+round)
-				r := newEachReports(t, len(msgs))
-				if err := p.PublishEach(ctx, msgs, r.ack); err != nil {
+				r := outboxtest.NewReports(t, len(msgs))
+				if err := p.PublishEach(ctx, msgs, r.Ack); err != nil {
 					failures <- fmt.Errorf("call %d round %d: %w", c, round, err)
 					return
 				}
-				reported := r.done()
+				reported := r.Done()
 				for i, ok := range routable {
 					if err, in := reported[i]; !in || ok != (err == nil) || !ok && !errors.Is(err, dedupamqp.ErrReturned) {
 						failures <- fmt.Errorf("call %d round %d: message %d (routable %v) reported %v (%v)", c, round, i, ok, in, err)
@@ -127,26 +128,26 @@ func TestOutboxPublisherEachConnectionCut(t *testing.T) {
 	msgs := outboxMessages(q, "each-cut", 50)
 	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
 	defer cancel()
-	first := newEachReports(t, 1)
-	require.NoError(t, p.PublishEach(ctx, msgs[:1], first.ack), "connected")
-	require.Equal(t, map[int]error{0: nil}, first.done())
+	first := outboxtest.NewReports(t, 1)
+	require.NoError(t, p.PublishEach(ctx, msgs[:1], first.Ack), "connected")
+	require.Equal(t, map[int]error{0: nil}, first.Done())
 
 	v.down.hold() // the confirms stay in the valve
-	r := newEachReports(t, len(msgs))
+	r := outboxtest.NewReports(t, len(msgs))
 	done := make(chan error, 1)
-	go func() { done <- p.PublishEach(ctx, msgs, r.ack) }()
+	go func() { done <- p.PublishEach(ctx, msgs, r.Ack) }()
 	eventually(t, "the batch stored, its confirms held", func() bool { return depth(t, conn, q) == len(msgs)+1 })
 	v.cut()
 	err := testenv.Recv(t, done, "PublishEach to return after the cut")
-	require.Empty(t, r.done(), "no message reported: none was confirmed")
+	require.Empty(t, r.Done(), "no message reported: none was confirmed")
 	require.ErrorIs(t, err, amqp.ErrClosed)
 	require.NotErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, outbox.ErrPermanent)
 
 	v.down.release()
-	again := newEachReports(t, len(msgs))
-	require.NoError(t, p.PublishEach(ctx, msgs, again.ack), "the next call reconnects")
-	reported := again.done()
+	again := outboxtest.NewReports(t, len(msgs))
+	require.NoError(t, p.PublishEach(ctx, msgs, again.Ack), "the next call reconnects")
+	reported := again.Done()
 	require.Len(t, reported, len(msgs))
 	for i, err := range reported {
 		require.NoError(t, err, "message %d", i)
@@ -164,9 +165,9 @@ func TestOutboxPublisherEachConnectionCut(t *testing.T) {
 func TestOutboxPublisherEachForcedClose(t *testing.T) {
 	t.Parallel()
 	forcedClose(t, "each-", func(ctx context.Context, p *dedupamqp.OutboxPublisher, msgs []outbox.Message) ([]bool, error) {
-		r := newEachReports(t, len(msgs))
-		err := p.PublishEach(ctx, msgs, r.ack)
-		reported := r.done()
+		r := outboxtest.NewReports(t, len(msgs))
+		err := p.PublishEach(ctx, msgs, r.Ack)
+		reported := r.Done()
 		ok := make([]bool, len(msgs))
 		for i, e := range reported {
 			ok[i] = e == nil
@@ -195,55 +196,18 @@ func TestOutboxPublisherEachStalled(t *testing.T) {
 
 	v.down.hold()
 	msgs := outboxMessages(q, "each-stalled", 10)
-	r := newEachReports(t, len(msgs))
+	r := outboxtest.NewReports(t, len(msgs))
 	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancelShort()
 	done := make(chan error, 1)
-	go func() { done <- p.PublishEach(short, msgs, r.ack) }()
+	go func() { done <- p.PublishEach(short, msgs, r.Ack) }()
 	err := testenv.Recv(t, done, "PublishEach to return at its context's end")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Empty(t, r.done(), "nothing confirmed, nothing reported")
+	require.Empty(t, r.Done(), "nothing confirmed, nothing reported")
 	v.down.release()
 
-	again := newEachReports(t, len(msgs))
-	require.NoError(t, p.PublishEach(ctx, msgs, again.ack))
-	require.Len(t, again.done(), len(msgs))
+	again := outboxtest.NewReports(t, len(msgs))
+	require.NoError(t, p.PublishEach(ctx, msgs, again.Ack))
+	require.Len(t, again.Done(), len(msgs))
 	require.Equal(t, int64(1), v.dials.Load(), "the connection was kept")
-}
-
-// eachReports records what a PublishEach reports, and fails the test on a
-// report that breaks outbox.AckPublisher's contract: an index out of
-// range, a message reported twice, a report after PublishEach returned.
-type eachReports struct {
-	t        *testing.T
-	n        int
-	mu       sync.Mutex
-	errs     map[int]error
-	returned bool
-}
-
-func newEachReports(t *testing.T, n int) *eachReports {
-	return &eachReports{t: t, n: n, errs: map[int]error{}}
-}
-
-func (r *eachReports) ack(i int, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch _, twice := r.errs[i]; {
-	case i < 0 || i >= r.n:
-		r.t.Errorf("report of message %d of %d", i, r.n)
-	case twice:
-		r.t.Errorf("message %d reported twice", i)
-	case r.returned:
-		r.t.Errorf("message %d reported after PublishEach returned", i)
-	}
-	r.errs[i] = err
-}
-
-// done records that PublishEach returned, and returns the reports.
-func (r *eachReports) done() map[int]error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.returned = true
-	return r.errs
 }

@@ -12,20 +12,26 @@ import (
 	"github.com/dedup-go/dedup/outbox"
 )
 
-// reports records what an AckPublisher's PublishEach reports, and fails
-// the test on a report that breaks the contract: an index out of range, a
-// message reported twice, a report after PublishEach returned.
-type reports struct {
-	t        *testing.T
+// Reports records what an AckPublisher's PublishEach reports, for a
+// test of a publisher of one's own: pass its Ack as PublishEach's ack,
+// and call Done once PublishEach returned. It fails the test on a report
+// that breaks outbox.AckPublisher's contract: an index out of range, a
+// message reported twice, a report after PublishEach returned. It is safe
+// for concurrent use.
+type Reports struct {
+	t        testing.TB
 	mu       sync.Mutex
 	errs     map[int]error
 	returned bool
 	n        int
 }
 
-func newReports(t *testing.T, n int) *reports { return &reports{t: t, errs: map[int]error{}, n: n} }
+// NewReports returns the Reports of a PublishEach of n messages.
+func NewReports(t testing.TB, n int) *Reports { return &Reports{t: t, errs: map[int]error{}, n: n} }
 
-func (r *reports) ack(i int, err error) {
+// Ack records message i's report: nil for an acknowledgement, else why
+// not.
+func (r *Reports) Ack(i int, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch _, twice := r.errs[i]; {
@@ -39,8 +45,9 @@ func (r *reports) ack(i int, err error) {
 	r.errs[i] = err
 }
 
-// done records that PublishEach returned, and returns the reports.
-func (r *reports) done() map[int]error {
+// Done records that PublishEach returned, and returns the reports by
+// message index; a message not in the map was not reported.
+func (r *Reports) Done() map[int]error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.returned = true
@@ -68,14 +75,14 @@ func testEach(t *testing.T, tg Target) {
 		msgs = append(msgs, outbox.Message{ID: outbox.MessageID("outboxtest:each", fmt.Sprint(i)), Destination: tg.Destination,
 			OrderingKey: fmt.Sprintf("key-%d", i), Body: fmt.Appendf(nil, "%d", i)})
 	}
-	r := newReports(t, len(msgs))
-	require.NoError(t, p.PublishEach(ctx, msgs, r.ack))
-	errs := r.done()
+	r := NewReports(t, len(msgs))
+	require.NoError(t, p.PublishEach(ctx, msgs, r.Ack))
+	errs := r.Done()
 	require.Len(t, errs, len(msgs), "every message reported")
 	for i, err := range errs {
 		require.NoError(t, err, "message %d", i)
 	}
-	require.NoError(t, p.PublishEach(ctx, nil, r.ack), "nothing to publish")
+	require.NoError(t, p.PublishEach(ctx, nil, r.Ack), "nothing to publish")
 	got, err := tg.Read(ctx, len(msgs))
 	require.NoError(t, err)
 	require.Len(t, got, len(msgs))
@@ -103,9 +110,9 @@ func testEachRefused(t *testing.T, tg Target) {
 	case tg.Unroutable == "":
 		msgs, want = append(msgs[:2], msgs[3]), append(want[:2], want[3])
 	}
-	r := newReports(t, len(msgs))
-	require.NoError(t, p.PublishEach(ctx, msgs, r.ack))
-	errs := r.done()
+	r := NewReports(t, len(msgs))
+	require.NoError(t, p.PublishEach(ctx, msgs, r.Ack))
+	errs := r.Done()
 	require.Len(t, errs, len(msgs), "every message reported")
 	for i, w := range want {
 		err := errs[i]
@@ -131,8 +138,8 @@ func testEachContextEnded(t *testing.T, tg Target) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	msgs := []outbox.Message{{ID: outbox.MessageID("outboxtest:eachcancelled", "1"), Destination: tg.Destination, Body: []byte("x")}}
-	r := newReports(t, len(msgs))
-	err := p.PublishEach(ctx, msgs, r.ack)
+	r := NewReports(t, len(msgs))
+	err := p.PublishEach(ctx, msgs, r.Ack)
 	require.True(t, errors.Is(err, context.Canceled), "PublishEach with an ended context: %v", err)
-	require.Empty(t, r.done(), "nothing reported")
+	require.Empty(t, r.Done(), "nothing reported")
 }
