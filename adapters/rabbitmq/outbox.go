@@ -42,6 +42,9 @@ var (
 // RabbitMQ 4's max_message_size (16 MiB; 3.x allowed 128 MiB).
 const DefaultOutboxMaxBodySize = 16 << 20
 
+// DefaultOutboxMaxChannels is OutboxOptions.MaxChannels's default.
+const DefaultOutboxMaxChannels = 16
+
 // outboxCloseTimeout bounds Close when its context has no deadline.
 const outboxCloseTimeout = 10 * time.Second
 
@@ -59,6 +62,14 @@ type OutboxOptions struct {
 	// channel, which fails every message published after it in the batch,
 	// on every try. Defaults to DefaultOutboxMaxBodySize (16 MiB).
 	MaxBodySize int
+
+	// MaxChannels bounds the channels the publisher has open at once:
+	// each carries one call at a time, and a call waits for one to be
+	// free (at most until its context ends). A pgoutbox relay keeps up to
+	// 256 PublishEach calls in flight; without a bound each would open a
+	// channel of its own. Keep it under the broker's channel_max.
+	// Defaults to DefaultOutboxMaxChannels (16).
+	MaxChannels int
 }
 
 // OutboxPublisher is the outbox.Publisher of RabbitMQ. Each message is
@@ -88,8 +99,9 @@ type OutboxOptions struct {
 //
 // The messages of a Publish are published at once, then their confirms
 // awaited. Concurrent calls publish on channels of their own (an idle one
-// is reused, one more is opened when none is idle), so a return is told
-// apart by the call it belongs to.
+// is reused, one more is opened when none is idle, up to MaxChannels; a
+// call waits for one beyond that), so a return is told apart by the call
+// it belongs to.
 //
 // It is an outbox.AckPublisher: PublishEach is Publish reporting each
 // message as its outcome is known, so that a pgoutbox relay publishes a
@@ -110,6 +122,7 @@ type OutboxPublisher struct {
 	dial    Dialer
 	maxBody int
 	dialing chan struct{} // holds a token while a call dials
+	slots   chan struct{} // a token per channel open and in use, up to MaxChannels
 
 	mu        sync.Mutex
 	conn      *amqp.Connection
@@ -138,11 +151,14 @@ func NewOutboxPublisher(url string, opts *OutboxOptions) (*OutboxPublisher, erro
 		return nil, wrapConfig("url is empty and OutboxOptions.Dial is nil: the publisher cannot connect")
 	case o.MaxBodySize < 0:
 		return nil, wrapConfig("OutboxOptions.MaxBodySize is %d; it must not be negative", o.MaxBodySize)
+	case o.MaxChannels < 0:
+		return nil, wrapConfig("OutboxOptions.MaxChannels is %d; it must not be negative", o.MaxChannels)
 	}
 	return &OutboxPublisher{
 		dial:    o.Dial,
 		maxBody: cmp.Or(o.MaxBodySize, DefaultOutboxMaxBodySize),
 		dialing: make(chan struct{}, 1),
+		slots:   make(chan struct{}, cmp.Or(o.MaxChannels, DefaultOutboxMaxChannels)),
 	}, nil
 }
 
@@ -416,6 +432,12 @@ func (p *OutboxPublisher) send(ctx context.Context, w *connWatch, conn *amqp.Con
 	if !pending {
 		return nil
 	}
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("dedupamqp: waiting for one of the publisher's %d channels: %w", cap(p.slots), ctx.Err())
+	}
+	defer func() { <-p.slots }()
 	oc, err := p.channel(ctx, w, conn)
 	if err != nil {
 		return err

@@ -467,6 +467,9 @@ func TestOutboxPublisherLifecycle(t *testing.T) {
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
 	_, err = dedupamqp.NewOutboxPublisher("amqp://x", &dedupamqp.OutboxOptions{MaxBodySize: -1})
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
+	_, err = dedupamqp.NewOutboxPublisher("amqp://x", &dedupamqp.OutboxOptions{MaxChannels: -1})
+	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
+	require.ErrorContains(t, err, "MaxChannels")
 
 	url := testenv.RabbitMQ.Addr(t)
 	conn := dial(t, url)

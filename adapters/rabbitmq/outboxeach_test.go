@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -210,4 +214,95 @@ func TestOutboxPublisherEachStalled(t *testing.T) {
 	require.NoError(t, p.PublishEach(ctx, msgs, again.Ack))
 	require.Len(t, again.Done(), len(msgs))
 	require.Equal(t, int64(1), v.dials.Load(), "the connection was kept")
+}
+
+// TestOutboxPublisherMaxChannels: with MaxChannels 2, twelve PublishEach
+// calls started at once (a relay keeps up to 256 in flight) all report
+// every message acknowledged, and the broker counts no more than two
+// channels on the publisher's connection (the publisher keeps the
+// channels it opened, idle, for later calls). With the confirms held
+// back and both channels taken, a call whose context ends while it waits
+// for one returns the context's error, saying so, with nothing reported.
+func TestOutboxPublisherMaxChannels(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ.Addr(t)
+	ctl := testenv.Binary(t, "rabbitmqctl", testenv.RabbitMQ.Start)
+	conn := dial(t, url)
+	q := outboxQueue(t, conn, nil)
+	v := startValve(t, url)
+	name := "dedupt-outbox-channels-" + suffix()
+	u, err := amqp.ParseURI(url)
+	require.NoError(t, err)
+	host, port, _ := net.SplitHostPort(v.ln.Addr().String())
+	u.Host = host
+	u.Port, _ = strconv.Atoi(port)
+	p := newOutboxPublisher(t, "", &dedupamqp.OutboxOptions{MaxChannels: 2, Dial: func(ctx context.Context) (*amqp.Connection, error) {
+		return amqp.DialConfig(u.String(), amqp.Config{Properties: amqp.Table{"connection_name": name}})
+	}})
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
+	defer cancel()
+	require.NoError(t, p.Publish(ctx, outboxMessages(q, "channels-first", 1)))
+
+	const calls, perCall = 12, 50
+	reports := make([]*outboxtest.Reports, calls)
+	errs := make(chan error, calls)
+	start := make(chan struct{})
+	for c := range calls {
+		msgs := outboxMessages(q, fmt.Sprintf("channels-%d", c), perCall)
+		reports[c] = outboxtest.NewReports(t, perCall)
+		go func() {
+			<-start
+			errs <- p.PublishEach(ctx, msgs, reports[c].Ack)
+		}()
+	}
+	close(start)
+	for range calls {
+		require.NoError(t, testenv.Recv(t, errs, "a PublishEach call to return"))
+	}
+	for c, r := range reports {
+		got := r.Done()
+		require.Len(t, got, perCall, "call %d", c)
+		for i, err := range got {
+			require.NoError(t, err, "call %d, message %d", c, i)
+		}
+	}
+	require.Equal(t, 1+calls*perCall, depth(t, conn, q))
+	require.LessOrEqual(t, channelsOf(t, ctl, name), 2, "channels open on the publisher's connection")
+
+	// Both channels taken: two calls whose confirms are held back.
+	v.down.hold()
+	for c := range 2 {
+		r := outboxtest.NewReports(t, perCall)
+		msgs := outboxMessages(q, fmt.Sprintf("channels-held-%d", c), perCall)
+		go func() { errs <- p.PublishEach(ctx, msgs, r.Ack) }()
+	}
+	eventually(t, "both held calls' messages stored", func() bool { return depth(t, conn, q) == 1+(calls+2)*perCall })
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	waiting := outboxtest.NewReports(t, 1)
+	err = p.PublishEach(short, outboxMessages(q, "channels-waiting", 1), waiting.Ack)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "waiting for one of the publisher's 2 channels")
+	require.Empty(t, waiting.Done(), "a call that got no channel reports nothing")
+	v.down.release()
+	for range 2 {
+		require.NoError(t, testenv.Recv(t, errs, "a held call to return"))
+	}
+}
+
+// channelsOf returns how many channels the broker counts on the
+// connection named name.
+func channelsOf(t *testing.T, ctl, name string) int {
+	t.Helper()
+	out, err := exec.CommandContext(t.Context(), ctl, "-q", "list_connections", "--no-table-headers", "client_properties", "channels").CombinedOutput()
+	require.NoError(t, err, "rabbitmqctl list_connections: %s", out)
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if strings.Contains(line, `"`+name+`"`) {
+			n, err := strconv.Atoi(strings.TrimSpace(line[strings.LastIndexByte(line, '\t')+1:]))
+			require.NoError(t, err, "channels in %q", line)
+			return n
+		}
+	}
+	t.Fatalf("no connection named %s among:\n%s", name, out)
+	return 0
 }
