@@ -673,15 +673,21 @@ func startValve(t *testing.T, url string) *valve {
 
 // dialer dials the broker of url through the valve, counting the dials.
 func (v *valve) dialer(t *testing.T, url string) dedupamqp.Dialer {
+	through := v.url(t, url)
+	return func(ctx context.Context) (*amqp.Connection, error) {
+		v.dials.Add(1)
+		return dedupamqp.DialURL(through)(ctx)
+	}
+}
+
+// url returns url with the valve in place of the broker.
+func (v *valve) url(t *testing.T, url string) string {
 	u, err := amqp.ParseURI(url)
 	require.NoError(t, err)
 	host, port, _ := net.SplitHostPort(v.ln.Addr().String())
 	u.Host = host
 	u.Port, _ = strconv.Atoi(port)
-	return func(ctx context.Context) (*amqp.Connection, error) {
-		v.dials.Add(1)
-		return dedupamqp.DialURL(u.String())(ctx)
-	}
+	return u.String()
 }
 
 func (v *valve) accept() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -231,13 +230,9 @@ func TestOutboxPublisherMaxChannels(t *testing.T) {
 	q := outboxQueue(t, conn, nil)
 	v := startValve(t, url)
 	name := "dedupt-outbox-channels-" + suffix()
-	u, err := amqp.ParseURI(url)
-	require.NoError(t, err)
-	host, port, _ := net.SplitHostPort(v.ln.Addr().String())
-	u.Host = host
-	u.Port, _ = strconv.Atoi(port)
+	through := v.url(t, url)
 	p := newOutboxPublisher(t, "", &dedupamqp.OutboxOptions{MaxChannels: 2, Dial: func(ctx context.Context) (*amqp.Connection, error) {
-		return amqp.DialConfig(u.String(), amqp.Config{Properties: amqp.Table{"connection_name": name}})
+		return amqp.DialConfig(through, amqp.Config{Properties: amqp.Table{"connection_name": name}})
 	}})
 	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
 	defer cancel()
@@ -280,7 +275,7 @@ func TestOutboxPublisherMaxChannels(t *testing.T) {
 	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancelShort()
 	waiting := outboxtest.NewReports(t, 1)
-	err = p.PublishEach(short, outboxMessages(q, "channels-waiting", 1), waiting.Ack)
+	err := p.PublishEach(short, outboxMessages(q, "channels-waiting", 1), waiting.Ack)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "waiting for one of the publisher's 2 channels")
 	require.Empty(t, waiting.Done(), "a call that got no channel reports nothing")
