@@ -94,7 +94,9 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.started = true
 	work, cancel := context.WithCancel(ctx)
 	r.cancel = cancel
+	watched := make(chan struct{}) // closed once the watch below ran
 	r.stopWatch = context.AfterFunc(work, func() {
+		defer close(watched)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if !r.stopping && ctx.Err() != nil {
@@ -112,7 +114,11 @@ func (r *Relay) Start(ctx context.Context) error {
 	})
 	go func() { // owned by the two above: ends when they do
 		wg.Wait()
-		r.stopWatch()
+		if !r.stopWatch() {
+			// The watch started (work ended): Err must hold what it
+			// records before Stopped is closed.
+			<-watched
+		}
 		cancel()
 		close(r.stopped)
 	}()
