@@ -157,7 +157,9 @@ func (s *Subscriber[T, R]) Start(ctx context.Context) error {
 		return fmt.Errorf("dedupnats: subscribe %q: %w", s.subject, err)
 	}
 	s.started, s.sub, s.cancel = true, sub, cancel
+	watched := make(chan struct{}) // closed once the watch below ran
 	stopWatch := context.AfterFunc(workCtx, func() {
+		defer close(watched)
 		s.mu.Lock()
 		if !s.stopping && s.err == nil && ctx.Err() != nil {
 			// Start's context ended and nobody called Stop: a hard stop
@@ -185,7 +187,9 @@ func (s *Subscriber[T, R]) Start(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		s.wg.Wait()
-		stopWatch()
+		if !stopWatch() {
+			<-watched // Err holds what the watch records before Stopped closes
+		}
 		cancel()
 		close(s.stopped)
 	}()

@@ -130,7 +130,9 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	c.iter = iter
 	workCtx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
+	watched := make(chan struct{}) // closed once the watch below ran
 	c.stopWatch = context.AfterFunc(workCtx, func() {
+		defer close(watched)
 		c.mu.Lock()
 		if !c.stopping && c.err == nil && ctx.Err() != nil {
 			// Start's context ended and nobody called Stop: a hard stop
@@ -149,7 +151,9 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	}
 	go func() { // owned by the workers: ends when the last one does
 		c.wg.Wait()
-		c.stopWatch()
+		if !c.stopWatch() {
+			<-watched // Err holds what the watch records before Stopped closes
+		}
 		cancel()
 		close(c.stopped)
 	}()

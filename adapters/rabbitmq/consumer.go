@@ -135,7 +135,9 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	c.started = true
 	c.cur = s
 	c.logBroker(ctx, s.conn)
+	watched := make(chan struct{}) // closed once the watch below ran
 	stopWatch := context.AfterFunc(ctx, func() {
+		defer close(watched)
 		c.stoppedUnasked(ctx)
 		c.hardCancel()
 	})
@@ -145,7 +147,9 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	}
 	go func() { // the supervisor: owned by the consumer, ends after the workers
 		c.supervise(s)
-		stopWatch()
+		if !stopWatch() {
+			<-watched // Err holds what the watch records before Stopped closes
+		}
 		c.stopCancel()
 		c.hardCancel()
 		close(c.stopped)
