@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/dedup-go/dedup/outbox"
 )
@@ -118,23 +119,29 @@ func (r *Relay) readFetch(br pgx.BatchResults, marks int, exclude map[int64]bool
 	}
 	defer rows.Close()
 	now := time.Now()
-	var out []*pending
+	var (
+		out []*pending
+		age pgtype.Interval
+	)
 	for rows.Next() {
-		var (
-			p   pending
-			age int64
-		)
+		var p pending
 		if err := rows.Scan(&p.seq, &p.msg.ID, &p.msg.Destination, &p.msg.OrderingKey, &p.msg.Body, &p.msg.Header, &age); err != nil {
 			return nil, err
 		}
 		if exclude[p.seq] || len(out) == r.cfg.batch {
 			continue
 		}
-		p.age = time.Duration(age) * time.Microsecond
+		p.age = intervalDuration(age)
 		p.read = now
 		out = append(out, &p)
 	}
 	return out, rows.Err()
+}
+
+// intervalDuration is the duration of an interval that a difference of
+// two timestamps gives: days of 24 hours and microseconds (no months).
+func intervalDuration(i pgtype.Interval) time.Duration {
+	return time.Duration(i.Days)*24*time.Hour + time.Duration(i.Microseconds)*time.Microsecond
 }
 
 // mark marks m alone (no fetch), and waits for its commit: before the
