@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/internal/pgtest"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/memstore"
 	"github.com/dedup-go/dedup/store/pgoutbox"
@@ -71,7 +72,7 @@ type e2eParams struct {
 func runE2E(t *testing.T, b e2eBroker, p e2eParams) {
 	started := time.Now()
 	b.setup(t)
-	srv := startPostgres(t)
+	srv := pgtest.Start(t)
 	pool := connect(t, srv.DSN(), 8)
 	ctx := t.Context()
 	_, err := pgstore.New(ctx, pool, &pgstore.Options{Migrate: true, Logger: quiet})

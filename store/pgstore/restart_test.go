@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/internal/pgtest"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
@@ -24,7 +25,7 @@ import (
 // is dead-lettered.
 func TestRestartMidStream(t *testing.T) {
 	t.Parallel()
-	srv := startPostgres(t)
+	srv := pgtest.Start(t)
 	pool := connect(t, srv.DSN(), 4)
 	s := newStore(t, pool, "dedup_records", &pgstore.Options{Timeout: time.Second})
 	ctx := t.Context()

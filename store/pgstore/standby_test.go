@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dedup-go/dedup/internal/pgtest"
 )
 
 // replication is how a primary of the test's own commits with respect to
@@ -36,7 +38,7 @@ func (r replication) String() string {
 // pgPair is a primary of the test's own and a streaming standby cloned
 // from it, each on a free loopback port.
 type pgPair struct {
-	primary, standby *pgServer
+	primary, standby *pgtest.Server
 	// With a round trip to the standby, the primary is on a host of its
 	// own, which the test may kill (HostDies): the standby streams from it
 	// through replication, and clients reach it through front. Both are
@@ -57,17 +59,17 @@ type pgPair struct {
 // that does not exist, and every commit would hang.
 func startPair(t testing.TB, mode replication, rtt time.Duration) *pgPair {
 	t.Helper()
-	p := &pgPair{primary: startPostgres(t)}
-	p.standby = newPGServer(t)
-	upstream := p.primary.port
+	p := &pgPair{primary: pgtest.Start(t)}
+	p.standby = pgtest.New(t)
+	upstream := p.primary.Port()
 	if rtt > 0 {
-		primary := "127.0.0.1:" + strconv.Itoa(p.primary.port)
+		primary := "127.0.0.1:" + strconv.Itoa(p.primary.Port())
 		p.replication = startLink(t, primary, rtt)
 		p.front = startLink(t, primary, 0)
 		upstream = p.replication.Port()
 	}
-	p.standby.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(upstream), "-U", "postgres",
-		"-D", p.standby.data(), "-R", "-X", "stream", "-c", "fast", "--no-sync")
+	p.standby.Run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(upstream), "-U", "postgres",
+		"-D", p.standby.Data(), "-R", "-X", "stream", "-c", "fast", "--no-sync")
 	p.standby.Start()
 	p.SetMode(t, mode)
 	return p
@@ -112,12 +114,12 @@ func quote(s string) string { return "'" + s + "'" }
 // skips a server that is down or read-only (a standby not yet promoted)
 // and lands on whichever is the primary.
 func (p *pgPair) DSN() string {
-	primary := p.primary.port
+	primary := p.primary.Port()
 	if p.front != nil {
 		primary = p.front.Port()
 	}
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write",
-		primary, p.standby.port)
+		primary, p.standby.Port())
 }
 
 // Isolate cuts the primary off from its standby, losing what was in
@@ -133,10 +135,4 @@ func (p *pgPair) HostDies() {
 	p.Isolate()
 	p.front.Silence()
 	p.primary.Kill()
-}
-
-// Promote makes the standby a primary and waits until it is one.
-func (s *pgServer) Promote() {
-	s.t.Helper()
-	s.run("pg_ctl", "-D", s.data(), "-w", "-t", "60", "promote")
 }
