@@ -1,16 +1,12 @@
 package mysqlstore_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -87,11 +83,16 @@ func TestExactlyOnceKilled(t *testing.T) {
 	killed := map[string]int{}
 	for c := range killCycles {
 		point := killPoints[c%len(killPoints)]
+		began := time.Now()
 		child := startChild(t, d, point)
-		child.await(t, "ready")
+		child.Await(t, "ready")
+		ready := time.Since(began)
 		require.NoError(t, publishAll(t.Context(), q, deliveries[c*chunk:(c+1)*chunk]))
-		child.await(t, "at "+point)
-		child.kill(t)
+		published := time.Since(began)
+		child.Await(t, "at "+point)
+		child.Kill(t)
+		t.Logf("cycle %d: the consumer process ready after %v, the deliveries published after %v, killed at %s after %v",
+			c, ready.Round(time.Millisecond), published.Round(time.Millisecond), point, time.Since(began).Round(time.Millisecond))
 		killed[point]++
 	}
 	require.NoError(t, publishAll(t.Context(), q, deliveries[killCycles*chunk:]))
@@ -133,57 +134,11 @@ func publishAll(ctx context.Context, q *queue, ids []string) error {
 	return nil
 }
 
-// child is a consumer process of TestExactlyOnceKilled.
-type child struct {
-	cmd   *exec.Cmd
-	lines chan string
-	wg    sync.WaitGroup
-}
-
-func startChild(t *testing.T, d *testDB, point string) *child {
+// startChild starts a consumer process of TestExactlyOnceKilled, which
+// stops at point.
+func startChild(t *testing.T, d *testDB, point string) *testenv.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledConsumerChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+point, childDSNEnv+"="+d.cfg.FormatDSN())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	c := &child{cmd: cmd, lines: make(chan string, 16)}
-	c.wg.Go(func() {
-		defer close(c.lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if line, ok := strings.CutPrefix(sc.Text(), childMarker); ok {
-				c.lines <- line
-			}
-		}
-	})
-	t.Cleanup(func() { c.kill(t) })
-	return c
-}
-
-// await waits for the child to report what.
-func (c *child) await(t *testing.T, what string) {
-	t.Helper()
-	for {
-		// A closed channel gives "": the process ended.
-		line := testenv.Recv(t, c.lines, "the consumer process to report "+what)
-		require.NotEmpty(t, line, "the consumer process ended before it reported %s", what)
-		if strings.HasPrefix(line, what) {
-			return
-		}
-	}
-}
-
-// kill kills the child with SIGKILL and reaps it.
-func (c *child) kill(t *testing.T) {
-	t.Helper()
-	if c.cmd.ProcessState != nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	c.wg.Wait()
-	_ = c.cmd.Wait()
+	return testenv.StartChild(t, "^TestKilledConsumerChild$", []string{childEnv + "=" + point, childDSNEnv + "=" + d.cfg.FormatDSN()}, childMarker)
 }
 
 // TestKilledConsumerChild is the consumer process of TestExactlyOnceKilled
@@ -195,8 +150,8 @@ func TestKilledConsumerChild(t *testing.T) {
 	if point == "" {
 		t.Skip("the consumer process of TestExactlyOnceKilled")
 	}
-	// Should the test that kills it die first, it does not outlive it long.
-	time.AfterFunc(testenv.WaitTimeout*4, func() { os.Exit(3) })
+	// Should the test that kills it die first, it does not outlive it.
+	testenv.ExitWithParent()
 	ctx := context.Background()
 	cfg, err := mysql.ParseDSN(os.Getenv(childDSNEnv))
 	require.NoError(t, err)

@@ -1,15 +1,11 @@
 package pgstore_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -87,11 +83,16 @@ func TestExactlyOnceKilled(t *testing.T) {
 	killed := map[string]int{}
 	for c := range killCycles {
 		point := killPoints[c%len(killPoints)]
+		began := time.Now()
 		child := startChild(t, db, point)
-		child.await(t, "ready")
+		child.Await(t, "ready")
+		ready := time.Since(began)
 		require.NoError(t, q.publish(t.Context(), deliveries[c*chunk:(c+1)*chunk]))
-		child.await(t, "at "+point)
-		child.kill(t)
+		published := time.Since(began)
+		child.Await(t, "at "+point)
+		child.Kill(t)
+		t.Logf("cycle %d: the consumer process ready after %v, the deliveries published after %v, killed at %s after %v",
+			c, ready.Round(time.Millisecond), published.Round(time.Millisecond), point, time.Since(began).Round(time.Millisecond))
 		killed[point]++
 	}
 	require.NoError(t, q.publish(t.Context(), deliveries[killCycles*chunk:]))
@@ -120,57 +121,11 @@ func TestExactlyOnceKilled(t *testing.T) {
 	require.Positive(t, db.count(t, "SELECT count(*) FROM "+db.table("dedup_records")+" WHERE attempt > 1"), "killed claims were taken over")
 }
 
-// child is a consumer process of TestExactlyOnceKilled.
-type child struct {
-	cmd   *exec.Cmd
-	lines chan string
-	wg    sync.WaitGroup
-}
-
-func startChild(t *testing.T, db *testDB, point string) *child {
+// startChild starts a consumer process of TestExactlyOnceKilled, which
+// stops at point.
+func startChild(t *testing.T, db *testDB, point string) *testenv.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledConsumerChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+point, childDSNEnv+"="+db.dsn, childSchemaEnv+"="+db.schema)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	c := &child{cmd: cmd, lines: make(chan string, 16)}
-	c.wg.Go(func() {
-		defer close(c.lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if line, ok := strings.CutPrefix(sc.Text(), childMarker); ok {
-				c.lines <- line
-			}
-		}
-	})
-	t.Cleanup(func() { c.kill(t) })
-	return c
-}
-
-// await waits for the child to report what.
-func (c *child) await(t *testing.T, what string) {
-	t.Helper()
-	for {
-		// A closed channel gives "": the process ended.
-		line := testenv.Recv(t, c.lines, "the consumer process to report "+what)
-		require.NotEmpty(t, line, "the consumer process ended before it reported %s", what)
-		if strings.HasPrefix(line, what) {
-			return
-		}
-	}
-}
-
-// kill kills the child with SIGKILL and reaps it.
-func (c *child) kill(t *testing.T) {
-	t.Helper()
-	if c.cmd.ProcessState != nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	c.wg.Wait()
-	_ = c.cmd.Wait()
+	return testenv.StartChild(t, "^TestKilledConsumerChild$", []string{childEnv + "=" + point, childDSNEnv + "=" + db.dsn, childSchemaEnv + "=" + db.schema}, childMarker)
 }
 
 // TestKilledConsumerChild is the consumer process of TestExactlyOnceKilled
@@ -182,8 +137,8 @@ func TestKilledConsumerChild(t *testing.T) {
 	if point == "" {
 		t.Skip("the consumer process of TestExactlyOnceKilled")
 	}
-	// Should the test that kills it die first, it does not outlive it long.
-	time.AfterFunc(testenv.WaitTimeout*4, func() { os.Exit(3) })
+	// Should the test that kills it die first, it does not outlive it.
+	testenv.ExitWithParent()
 	ctx := context.Background()
 	pool := connect(t, os.Getenv(childDSNEnv), 6)
 	schema := os.Getenv(childSchemaEnv)
