@@ -87,7 +87,7 @@ func TestExactlyOnceKilled(t *testing.T) {
 		child := startChild(t, db, point)
 		child.Await(t, "ready")
 		ready := time.Since(began)
-		require.NoError(t, q.publish(t.Context(), deliveries[c*chunk:(c+1)*chunk]))
+		require.NoError(t, q.publish(bounded(t), deliveries[c*chunk:(c+1)*chunk]))
 		published := time.Since(began)
 		child.Await(t, "at "+point)
 		child.Kill(t)
@@ -95,7 +95,7 @@ func TestExactlyOnceKilled(t *testing.T) {
 			c, ready.Round(time.Millisecond), published.Round(time.Millisecond), point, time.Since(began).Round(time.Millisecond))
 		killed[point]++
 	}
-	require.NoError(t, q.publish(t.Context(), deliveries[killCycles*chunk:]))
+	require.NoError(t, q.publish(bounded(t), deliveries[killCycles*chunk:]))
 
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -181,4 +181,12 @@ func TestKilledConsumerChild(t *testing.T) {
 	require.NoError(t, err)
 	fmt.Printf("%sready\n", childMarker)
 	_ = attach(pool, schema, killVisibility).consume(ctx, 4, rcv)
+}
+
+// bounded is t's context, ended after testenv.WaitTimeout: a publish that
+// waits longer fails the test rather than hanging it.
+func bounded(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
+	t.Cleanup(cancel)
+	return ctx
 }
