@@ -118,7 +118,19 @@ func (c *Child) Kill(t testing.TB) {
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
 	_ = c.stdin.Close()
-	Recv(t, c.done, "the killed child process to be reaped")
+	// Its reports nobody awaited are dropped, so that the reader, which
+	// reaps it, is never held by a full channel.
+	timer := time.NewTimer(WaitTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.lines:
+		case <-timer.C:
+			t.Fatalf("timed out after %v waiting for the killed child process to be reaped", WaitTimeout)
+		}
+	}
 }
 
 // recvLine receives from ch as Recv does, and reports whether ch was

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 const (
@@ -29,6 +30,11 @@ func TestChildHelper(t *testing.T) {
 	case "fail":
 		fmt.Println("the child's own failure: the database refused the connection")
 		os.Exit(1)
+	case "chatty": // more reports than the channel holds, then blocks
+		for i := range 100 {
+			fmt.Printf("%sreport %d\n", childMark, i)
+		}
+		select {}
 	case "parent":
 		ExitWithParent()
 		select {} // until its input ends
@@ -113,4 +119,20 @@ func TestChildExitsWithParent(t *testing.T) {
 	if !errors.As(c.err, &ee) || ee.ExitCode() != 3 {
 		t.Fatalf("the child ended with %v, want exit status 3", c.err)
 	}
+}
+
+// TestChildKilledWithReportsUnread: a child that reported more than
+// anybody awaited is still killed and reaped.
+func TestChildKilledWithReportsUnread(t *testing.T) {
+	c := StartChild(t, "^TestChildHelper$", []string{childModeEnv + "=chatty"}, childMark)
+	c.Await(t, "ready")
+	deadline := time.Now().Add(WaitTimeout)
+	for len(c.lines) < cap(c.lines) { // the reader is held by a full channel
+		if time.Now().After(deadline) {
+			t.Fatalf("the child's reports did not fill the channel within %v", WaitTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.Kill(t)
+	Recv(t, c.done, "the child reaped")
 }
