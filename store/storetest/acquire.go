@@ -98,11 +98,23 @@ func (f *fixture) requireOneWinner(t *testing.T, key string, claims []store.Clai
 	require.NotEmpty(t, winners, "%d concurrent Acquires of %q: one must claim it", len(claims), key)
 	// Two winners, or attempts other than expected, are legitimate only
 	// once the first winner's lease or the record the race replaced ended.
+	//
+	// The race replaced a record only when one was noted for key; a new
+	// key's deadline is its first winner's lease alone (a later winner can
+	// only have taken it over once that ran out, the machine being slow
+	// to hand out connections). Winners that share an attempt number did
+	// not take over from each other: that fails whatever the clock says.
 	deadline := f.deadlines[key]
-	for _, w := range winners {
+	attempts := map[int]bool{}
+	for i, w := range winners {
+		if i == 0 && deadline.IsZero() {
+			deadline = w.Record.LeaseUntil
+		}
 		deadline = earlier(deadline, w.Record.LeaseUntil)
+		require.False(t, attempts[w.Record.Attempt], "%d concurrent Acquires of %q: %d claimed it, two of them as attempt %d", len(claims), key, len(winners), w.Record.Attempt)
+		attempts[w.Record.Attempt] = true
 	}
-	f.expect(t, len(winners) == 1, deadline, "%d concurrent Acquires of %q: exactly one must claim it, %d did", len(claims), key, len(winners))
+	f.expect(t, len(winners) == 1, deadline, "%d concurrent Acquires of %q: exactly one must claim it, %d did (attempts %v)", len(claims), key, len(winners), attempts)
 	w := winners[0]
 	require.False(t, w.Token.IsZero())
 	for _, c := range claims {
