@@ -29,6 +29,11 @@
 //   - A lease is held while the store's clock reads before LeaseUntil; at
 //     LeaseUntil exactly it has expired, and the next Acquire takes the key
 //     over with a new token and the attempt count plus one.
+//   - A retried claim recognises its own: an Acquire with a caller's
+//     token (AcquireRequest.Token) that finds the key processing under
+//     that same token is granted again without another attempt, its lease
+//     running from now; any other token still finds the key held. A lost
+//     answer to a claim therefore costs one retry, not a lease.
 //   - Extend sets LeaseUntil to now + lease, even when that is earlier than
 //     the deadline it had.
 //   - A completed or failed record is kept while the store's clock reads

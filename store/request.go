@@ -13,6 +13,22 @@ type AcquireRequest struct {
 	// stored record have one and they differ, Acquire returns ErrKeyReused
 	// and claims nothing. Empty means "do not check".
 	Fingerprint string
+	// Token, when not zero, is the token the claim is made with: chosen by
+	// the caller (NewToken) and kept across the retries of one delivery,
+	// so that an Acquire whose answer was lost after the store wrote it (a
+	// timeout, a connection reset, a failover) can be asked again and
+	// recognise its own claim. An Acquire that finds the key processing
+	// under this very token, its lease live or ended, is granted again as
+	// the same claim: the attempt count stays, and the lease runs
+	// req.Lease from now. A claim held under any other token is refused
+	// (or taken over once its lease ended) as usual. A fingerprint
+	// mismatch is still ErrKeyReused. Zero means the store draws a fresh
+	// token for every Acquire. A token names one claim: send it again only
+	// to ask for the claim it was first sent for, never once that claim
+	// was completed or released (a store may then count it as a new
+	// claim, and a cache in front of it, tieredstore, would not know),
+	// and never from two callers at once.
+	Token Token
 }
 
 // AcquireOutcome is the answer to one request of AcquireBatch.

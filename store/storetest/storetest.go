@@ -92,6 +92,7 @@ var groups = []struct {
 	cases []testCase
 }{
 	{"Acquire", acquireCases},
+	{"OwnToken", ownTokenCases},
 	{"Lifecycle", lifecycleCases},
 	{"Deadlines", deadlineCases},
 	{"Fencing", fencingCases},
@@ -266,12 +267,19 @@ func (f *fixture) failOnTime(t *testing.T, deadline time.Time, format string, ar
 // hold the key until lease after the call; its deadline is noted.
 func (f *fixture) acquireFor(t *testing.T, key, fingerprint string, lease time.Duration) store.Claim {
 	t.Helper()
+	return f.acquireWith(t, key, fingerprint, store.Token{}, lease)
+}
+
+// acquireWith is acquireFor with the caller's token (zero: the store draws
+// one).
+func (f *fixture) acquireWith(t *testing.T, key, fingerprint string, token store.Token, lease time.Duration) store.Claim {
+	t.Helper()
 	var (
 		c   store.Claim
 		err error
 	)
 	w := f.during(func() {
-		c, err = f.store.Acquire(f.ctx, store.AcquireRequest{Key: key, Lease: lease, Fingerprint: fingerprint})
+		c, err = f.store.Acquire(f.ctx, store.AcquireRequest{Key: key, Lease: lease, Fingerprint: fingerprint, Token: token})
 	})
 	require.NoError(t, err, "Acquire(%q)", key)
 	if c.Acquired {

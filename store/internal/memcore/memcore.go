@@ -250,6 +250,14 @@ func (s *shard) acquire(req store.AcquireRequest, k lkey, now time.Time) (store.
 		if reused(c.fingerprint, req.Fingerprint) {
 			return store.Claim{}, errReused(key, store.StateProcessing)
 		}
+		if !req.Token.IsZero() && req.Token == c.token {
+			// The caller asks again for its own claim, whose answer it
+			// lost: the same claim, its lease from now.
+			c.leaseUntil = now.Add(req.Lease)
+			s.claims[key] = c
+			s.noteLease(c.leaseUntil)
+			return store.Claim{Acquired: true, Token: c.token, Record: c.record(key)}, nil
+		}
 		if now.Before(c.leaseUntil) {
 			// Refused: the answer leaves out the live holder's token,
 			// which fences its claim.
@@ -259,7 +267,7 @@ func (s *shard) acquire(req store.AcquireRequest, k lkey, now time.Time) (store.
 		}
 		// The holder's lease expired: take the key over in place, which
 		// needs no room.
-		c.token = store.NewToken()
+		c.token = tokenOf(req)
 		c.attempt++
 		c.fingerprint = cmp.Or(c.fingerprint, req.Fingerprint)
 		c.leaseUntil = now.Add(req.Lease)
@@ -287,7 +295,7 @@ func (s *shard) acquire(req store.AcquireRequest, k lkey, now time.Time) (store.
 		return store.Claim{}, fmt.Errorf("memstore: acquire %q: %w: Options.Capacity (%d) records are processing", key, store.ErrUnavailable, s.store.capacity)
 	}
 	c := claim{
-		token:       store.NewToken(),
+		token:       tokenOf(req),
 		attempt:     1,
 		fingerprint: req.Fingerprint,
 		leaseUntil:  now.Add(req.Lease),
@@ -663,4 +671,13 @@ func errLeaseLost(op, key string) error {
 
 func errEmptyKey(op string) error {
 	return fmt.Errorf("memstore: %s: %w: the key is empty", op, store.ErrInvalidKey)
+}
+
+// tokenOf is the token a claim of req is made with: the caller's, or a
+// fresh one.
+func tokenOf(req store.AcquireRequest) store.Token {
+	if req.Token.IsZero() {
+		return store.NewToken()
+	}
+	return req.Token
 }
