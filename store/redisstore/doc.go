@@ -23,6 +23,12 @@
 //     its LeaseUntil; the next Acquire then takes the key over (attempt
 //     plus one, new token). Until that happens, Complete, Release and
 //     Extend with the old token still succeed with their full effect.
+//   - An Acquire with the caller's own token ([store.AcquireRequest].Token)
+//     that finds the key processing under that token, its lease live or
+//     ended, is granted the same claim again: the same attempt count, the
+//     lease running from now. A claim whose answer was lost (a timeout, a
+//     reset connection, a failover) costs its retry one more round trip,
+//     not a lease.
 //   - Extend sets the lease to now plus the given lease, even when that is
 //     earlier than the deadline it had.
 //   - A completed or failed record is gone at its ExpiresAt, by the
@@ -62,8 +68,9 @@
 // script: for a new key it writes the processing record; for a taken key
 // it writes nothing and answers the record, so a duplicate of a completed
 // message, a claim in flight and a reused key cost that one command too.
-// Only a failed record or an ended lease goes on to a script, which takes
-// the key over if the record it reads then still allows it. The completion
+// Only a failed record, an ended lease or the caller's own claim asked
+// for again goes on to a script, which takes the key over (or grants the
+// caller's claim again) if the record it reads then still allows it. The completion
 // is one short script (GET, compare the token, SET with PXAT). Measured
 // with INFO commandstats on Redis 7.0 (BenchmarkRedisCPU, on a busy shared
 // 2-core machine), a new message costs 8 to 12µs of Redis's CPU (the claim
@@ -153,8 +160,9 @@
 // # Batches
 //
 // The Store is a [store.BatchStore]. [Store.AcquireBatch] sends one
-// pipeline of SET NX GET and, only for keys that found a failed record or
-// an ended lease, a second round trip of the takeover script.
+// pipeline of SET NX GET and, only for keys that found a failed record,
+// an ended lease or the caller's own claim, a second round trip of the
+// takeover script.
 // [Store.CompleteBatch] and [Store.ExtendBatch] take one round trip for a
 // whole batch: on a single server (or Sentinel's master) one script run
 // handles every key in order (up to 1,000 a run, so that one batch never

@@ -195,13 +195,17 @@ func (s *Store) Prefix() string { return s.core.Prefix }
 func (s *Store) RedisKey(key string) string { return s.core.RedisKey(key) }
 
 // Acquire claims req.Key if it is absent, failed, or processing under a
-// lease that has ended, and reports the record holding it otherwise. A new
-// key takes one plain command, SET NX GET, which also answers the record
-// of a key that is taken: a duplicate of a completed message, a claim in
-// flight or a reused key cost that one command. Only a failed record or an
-// ended lease takes a second call, a script that decides again on the
-// record as it is then. A fingerprint that differs from the record's is
-// store.ErrKeyReused in every state.
+// lease that has ended, and reports the record holding it otherwise; the
+// claim is made with req.Token when it is not zero. A key processing under
+// req.Token itself, its lease live or ended, is the caller's own claim
+// asked for again: it is granted again with its attempt count, its lease
+// running req.Lease from now. A new key takes one plain command, SET NX
+// GET, which also answers the record of a key that is taken: a duplicate
+// of a completed message, a claim in flight or a reused key cost that one
+// command. Only a failed record, an ended lease or the caller's own claim
+// takes a second call, a script that decides again on the record as it is
+// then. A fingerprint that differs from the record's is
+// store.ErrKeyReused in every state, whatever the token.
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
 	if err := s.core.CheckAcquire(req); err != nil {
 		return store.Claim{}, err

@@ -46,7 +46,10 @@ func requireNotReplicated(t *testing.T, err error, msg ...any) {
 // included), an extension, a completion, a release. A duplicate's answer,
 // which writes nothing, is not refused. Once the replica is back, a
 // completion refused before succeeds when tried again, though it finds the
-// record completed by its own token (its write is confirmed anew).
+// record completed by its own token (its write is confirmed anew), and an
+// Acquire refused before, tried again with its own token, claims the key
+// as it first would have: a claim given back is not the token's to be
+// granted again with the attempt count of the claim before it.
 func TestMinReplicasRefusesUnreplicatedWrites(t *testing.T) {
 	t.Parallel()
 	c, replica, ok := replicated(t)
@@ -81,7 +84,8 @@ func TestMinReplicasRefusesUnreplicatedWrites(t *testing.T) {
 	_, err = s.Get(ctx, "new")
 	require.ErrorIs(t, err, store.ErrNotFound, "a first claim given back is deleted")
 
-	_, err = s.Acquire(ctx, store.AcquireRequest{Key: "failed", Lease: lease})
+	own := store.NewToken() // the caller's, kept for the retry below
+	_, err = s.Acquire(ctx, store.AcquireRequest{Key: "failed", Lease: lease, Token: own})
 	requireNotReplicated(t, err)
 	rec, err := s.Get(ctx, "failed")
 	require.NoError(t, err)
@@ -122,9 +126,10 @@ func TestMinReplicasRefusesUnreplicatedWrites(t *testing.T) {
 		require.NoError(t, o.Err)
 		require.Equal(t, store.CompletionUnchanged, o.Completion)
 	}
-	retry, err := ok.Acquire(ctx, store.AcquireRequest{Key: "failed", Lease: lease})
+	retry, err := ok.Acquire(ctx, store.AcquireRequest{Key: "failed", Lease: lease, Token: own})
 	require.NoError(t, err)
 	require.True(t, retry.Acquired)
+	require.Equal(t, own, retry.Token, "the retry claims with the caller's token")
 	require.Equal(t, 2, retry.Record.Attempt, "the takeover given back is taken over at once, counting its attempt once")
 }
 

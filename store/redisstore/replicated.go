@@ -27,8 +27,9 @@ func (s *Store) acquireReplicated(ctx context.Context, req store.AcquireRequest)
 
 // acquireWaited runs the acquisitions acqs[i] into out[i] (a nil one is
 // skipped): SET NX GET for every key, then the takeover script for those
-// that found a failed record or an ended lease, each round trip with its
-// WAITs. Only a claim that wrote needs its WAIT.
+// that found a failed record, an ended lease or the caller's own claim,
+// each round trip with its WAITs. Only a claim that wrote needs its WAIT
+// (a claim granted again wrote its new lease).
 func (s *Store) acquireWaited(ctx context.Context, acqs []*rediscore.Acquisition, out []store.AcquireOutcome) {
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -13,9 +13,10 @@ import (
 
 // AcquireBatch runs Acquire for every request: one round trip of SET NX
 // GET for all of them (one pipeline per node), and, only for the keys that
-// found a failed record or an ended lease, a second round trip of the
-// takeover script. A key repeated in reqs is claimed by its first request,
-// which the later ones find holding it. A request with bad input gets the
+// found a failed record, an ended lease or the caller's own claim
+// (AcquireRequest.Token), a second round trip of the takeover script. A
+// key repeated in reqs is claimed by its first request, which the later
+// ones find holding it (or, with its token, granted again). A request with bad input gets the
 // error Acquire would give it, and a cancelled context fails every other
 // request with its error.
 func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {

@@ -44,7 +44,8 @@
 // guarantees", "Cost" and "Keys and versions" holds here: the records
 // are those bytes, written by the same commands (a plain SET NX GET
 // claims a new key; a script takes over a failed record or an ended
-// lease; a script completes, releases, extends), so of any number of
+// lease, or grants again the claim of the caller's own token; a script
+// completes, releases, extends), so of any number of
 // processes delivering a message at once exactly one runs it, a worker
 // whose lease was taken over is fenced off by its token
 // ([store.ErrLeaseLost]), a completed or failed record is gone at its

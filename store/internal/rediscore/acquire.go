@@ -21,11 +21,16 @@ type Acquisition struct {
 	Record string
 }
 
-// InitAcquisition prepares req at now into a, with a fresh token, but for
-// its Record. The lease is measured on the caller's clock; the key lives
-// the lease plus AbandonedTTL on the server's.
+// InitAcquisition prepares req at now into a, with the caller's token
+// (req.Token) or else a fresh one, but for its Record. The lease is
+// measured on the caller's clock; the key lives the lease plus
+// AbandonedTTL on the server's.
 func (c *Core) InitAcquisition(a *Acquisition, req store.AcquireRequest, now time.Time) {
-	*a = Acquisition{Req: req, Token: store.NewToken(), Now: now.UnixMilli()}
+	token := req.Token
+	if token.IsZero() {
+		token = store.NewToken()
+	}
+	*a = Acquisition{Req: req, Token: token, Now: now.UnixMilli()}
 	a.Deadline = a.Now + MS(req.Lease)
 	a.TTL = time.Duration(MS(req.Lease)+MS(c.AbandonedTTL)) * time.Millisecond
 }
@@ -39,9 +44,12 @@ func (a *Acquisition) Pack() {
 // record (the key is claimed); a record held by a live lease or completed
 // is the answer (refused, without a live holder's token); one of another
 // fingerprint is an error matching store.ErrKeyReused; again reports that
-// the record is failed or its lease ended, which AcquireScript must
-// decide. A value this package did not write is an error of its own,
-// for the store to report as unavailable.
+// the record is failed, its lease ended, or it is processing under the
+// caller's own token (req.Token: a claim whose answer the caller lost),
+// which AcquireScript must decide: SET NX GET wrote nothing, and the
+// claim granted again needs its new lease written. A value this package
+// did not write is an error of its own, for the store to report as
+// unavailable.
 func (c *Core) Claimed(a *Acquisition, old string, found bool) (cl store.Claim, again bool, _ error) {
 	if !found {
 		return store.Claim{Acquired: true, Token: a.Token, Record: store.Record{
@@ -60,8 +68,14 @@ func (c *Core) Claimed(a *Acquisition, old string, found bool) (cl store.Claim, 
 		return store.Claim{}, false, err
 	case rec.Fingerprint != "" && a.Req.Fingerprint != "" && rec.Fingerprint != a.Req.Fingerprint:
 		return store.Claim{}, false, c.Reused(a.Req.Key, rec.State)
-	case rec.State == store.StateCompleted,
-		rec.State == store.StateProcessing && a.Now < rec.LeaseUntil.UnixMilli():
+	case rec.State == store.StateCompleted:
+		return Refused(rec), false, nil
+	case rec.State == store.StateProcessing && !a.Req.Token.IsZero() && rec.Token == a.Token:
+		// Most likely this very claim's own SET NX, whose answer was lost
+		// and which the caller sends again: granted again by the script,
+		// which writes its new lease, whether the old one is live or not.
+		return store.Claim{}, true, nil
+	case rec.State == store.StateProcessing && a.Now < rec.LeaseUntil.UnixMilli():
 		return Refused(rec), false, nil
 	}
 	return store.Claim{}, true, nil
@@ -86,7 +100,9 @@ func (a *Acquisition) Args() []string {
 }
 
 // Retaken reads the answer of AcquireScript, {code, v}: 1 the new record
-// v, 0 the record v holding the key, 2 a record of another fingerprint.
+// v (a new claim, or the caller's own granted again, which a.Token holds
+// either way), 0 the record v holding the key, 2 a record of another
+// fingerprint.
 func (c *Core) Retaken(a *Acquisition, code int64, v string) (store.Claim, error) {
 	rec, err := Unpack(a.Req.Key, v)
 	if err != nil {

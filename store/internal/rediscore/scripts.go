@@ -200,10 +200,19 @@ end
 // its lease has ended by now (ms in decimal, the caller's clock, as
 // deadline is), counting the attempt, keeping the creation time, the first
 // fingerprint and the last error, the key living ttl; or, created at
-// created (a time of the record), if the record is gone by now. It answers
-// {1, the new record}, {0, the record holding the key}, or {2, the record}
-// when the fingerprints differ, which wins over a retry or a takeover. A
-// completed record in the short form has no fingerprint to differ.
+// created (a time of the record), if the record is gone by now. A record
+// processing under token itself, its lease live or ended, is the caller's
+// own claim asked for again (AcquireRequest.Token): it is granted again as
+// it is, its deadline set as extend sets it, no attempt counted. The
+// script needs no word on whether token is the caller's: a fresh one
+// (NewToken, 128 random bits) is on no record. A claim given back
+// (abandonLua: its deadline zeroed, its attempt count as before it) is
+// no longer the token's own: its retry takes it over, counting the
+// attempt again, as the claim given back had. It answers {1, the new
+// record}, {0, the record holding the key}, or {2, the record} when the
+// fingerprints differ, which wins over a retry, a takeover or the
+// caller's own token. A completed record in the short form has no
+// fingerprint to differ.
 const acquireLua = n48Lua + `
 local function acquire(key, token, deadline, fp, ttl, now, created)
 	local v = redis.call('GET', key)
@@ -226,6 +235,11 @@ local function acquire(key, token, deadline, fp, ttl, now, created)
 		local stored = string.sub(v, at, at + fpLen - 1)
 		if stored ~= '' and fp ~= '' and stored ~= fp then
 			return {2, v}
+		end
+		if (state == 113 or state == 112) and string.sub(v, 2, 17) == token and n48(v, 18) > 0 then
+			local rec = string.sub(v, 1, 17) .. deadline .. string.sub(v, 24)
+			redis.call('SET', key, rec, 'PX', ttl)
+			return {1, rec}
 		end
 		if not (state == 102 or ((state == 113 or state == 112) and n48(v, 18) <= tonumber(now))) then
 			return {0, v}
@@ -285,8 +299,11 @@ end
 // Acquire need not wait for its lease: a first attempt's record is
 // deleted; a takeover's is left processing with its lease ended and the
 // attempt count it had before the takeover (the handler never ran), so the
-// next Acquire takes it over at once and counts that attempt again. It
-// answers 1, or 0 when token does not hold the key.
+// next Acquire takes it over at once and counts that attempt again. Its
+// deadline is zero, which no claim's is: acquireLua reads it as given
+// back, so that the retry of the Acquire with its own token takes it over
+// too, instead of being granted the attempt count of the claim before it.
+// It answers 1, or 0 when token does not hold the key.
 const abandonLua = `
 local function abandon(key, token)
 	local v = redis.call('GET', key)
@@ -385,7 +402,8 @@ var (
 	ExtendScript     = one("", extendLua, "extend", 3)
 	ExtendManyScript = many("", extendLua, "extend", 3)
 	// AcquireScript: KEYS[1], ARGV Acquisition.Args; answers {code,
-	// record} (see Core.Retaken).
+	// record} (see Core.Retaken): a takeover, a retry, or the caller's own
+	// claim granted again.
 	AcquireScript     = one("", acquireLua, "acquire", 6)
 	AcquireManyScript = many("", acquireLua, "acquire", 6)
 	// DeleteIfScript: KEYS[1], ARGV Core.DeleteIfArgs; answers {} or
