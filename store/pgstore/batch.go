@@ -16,7 +16,8 @@ import (
 // INSERT ... ON CONFLICT over the batch, its rows claimed in key order.
 // A key repeated in reqs is claimed by its first request, which the later
 // ones find holding it; a later request that could claim what the first
-// one could not (another fingerprint, refused as reused) goes to a second
+// one could not (another fingerprint, refused as reused), or that may hold
+// the claim by its own token (AcquireRequest.Token), goes to a second
 // statement. A request with bad input gets the error Acquire would give
 // it, and a cancelled context fails every other request with its error.
 func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) []store.AcquireOutcome {
@@ -53,7 +54,7 @@ func (s *Store) acquireRound(ctx context.Context, reqs []store.AcquireRequest, p
 	}
 	tokens := make(map[int]store.Token, len(round))
 	for _, i := range round {
-		tokens[i] = store.NewToken()
+		tokens[i] = tokenOf(reqs[i])
 	}
 	rows, err := s.acquireMany(ctx, reqs, round, tokens)
 	for _, i := range round {
@@ -81,7 +82,8 @@ func (s *Store) acquireRound(ctx context.Context, reqs []store.AcquireRequest, p
 		out[j] = later(out[i], reqs[j])
 		if out[j].Err == nil && !out[j].Claim.Acquired && out[j].Claim.Record.State == 0 {
 			// The first request was refused for its fingerprint and left
-			// the record as it was, which this one may claim.
+			// the record as it was, which this one may claim; or this one
+			// may hold the claim by its own token.
 			deferred[key] = true
 			next = append(next, j)
 		}
@@ -91,8 +93,12 @@ func (s *Store) acquireRound(ctx context.Context, reqs []store.AcquireRequest, p
 
 // later answers a request whose key an earlier request of the batch just
 // claimed or found held, as the store would have answered it right after:
-// the record is the same, so only the fingerprint may differ. A zero
-// outcome means it cannot be answered without the store.
+// the record is the same, so only the fingerprint may differ, or the
+// token. A zero outcome means it cannot be answered without the store: a
+// request with a token of its own that may be the one holding the claim
+// (the token the first request just claimed with, or that of the holder
+// that refused it, which the refusal does not name) is granted the claim
+// again by the store, its lease from then.
 func later(first store.AcquireOutcome, req store.AcquireRequest) store.AcquireOutcome {
 	switch {
 	case first.Err != nil && !isReused(first.Err):
@@ -104,6 +110,12 @@ func later(first store.AcquireOutcome, req store.AcquireRequest) store.AcquireOu
 	if reused(rec.Fingerprint, req.Fingerprint) {
 		return store.AcquireOutcome{Err: errReused(req.Key, rec.State)}
 	}
+	if !req.Token.IsZero() && rec.State == store.StateProcessing && (!first.Claim.Acquired || first.Claim.Token == req.Token) {
+		return store.AcquireOutcome{}
+	}
+	// The token of a claim is its holder's alone, as in Acquire's
+	// refusals.
+	rec.Token = store.Token{}
 	return store.AcquireOutcome{Claim: store.Claim{Record: rec}}
 }
 

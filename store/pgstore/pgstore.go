@@ -118,7 +118,10 @@ WHERE attrelid = to_regclass($1::text) AND attname = ANY($2::text[]) AND NOT att
 // Acquire claims req.Key if it is absent, failed, or processing under a
 // lease that has ended, and reports the record holding it otherwise, in
 // one INSERT ... ON CONFLICT DO UPDATE statement. A fingerprint that
-// differs from the record's is store.ErrKeyReused in every state.
+// differs from the record's is store.ErrKeyReused in every state. The
+// claim is made with req.Token when it is not zero, and a record
+// processing under that very token (not gone) is granted again in the
+// same statement: the same attempt, its lease running req.Lease from now.
 //
 // Contention always ends in an answer: the statement returns the record
 // as the row lock found it, so a claim that lost the race to a concurrent
@@ -135,7 +138,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Cl
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
-	token := store.NewToken()
+	token := tokenOf(req)
 	for {
 		row, found, err := s.scanRow(s.pool.QueryRow(cctx, s.sql.acquire, s.cfg.mode,
 			req.Key, token, fingerprint(req.Fingerprint), micros(req.Lease), micros(s.cfg.abandonedTTL)), true)
@@ -147,6 +150,15 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Cl
 		}
 		return row.claim(req, token, found)
 	}
+}
+
+// tokenOf is the token a claim of req is made with: the caller's, or a
+// fresh one.
+func tokenOf(req store.AcquireRequest) store.Token {
+	if req.Token.IsZero() {
+		return store.NewToken()
+	}
+	return req.Token
 }
 
 // row is a record as a statement answers it, with the database's clock.

@@ -11,9 +11,9 @@ import (
 //	key          the key; COLLATE "C" so that keys sort by their bytes and a
 //	             prefix is a key range (Scan)
 //	state        'processing', 'completed' or 'failed'
-//	token        the token of the last claim; a completed record keeps the
-//	             token that completed it, so that the same Complete again
-//	             succeeds
+//	token        the token of the last claim (the caller's, or one the
+//	             store drew); a completed record keeps the token that
+//	             completed it, so that the same Complete again succeeds
 //	attempt      claims made so far, less those whose transaction the
 //	             database failed (TxHandler gives them back)
 //	fingerprint  fingerprint of the first claim that had one (bytes: the
@@ -69,28 +69,44 @@ var upgradeColumns = []string{"created_at", "completed_at"}
 // us turns a bigint of microseconds into an interval.
 const us = `* interval '1 microsecond'`
 
+// agrees is true when the fingerprints of the record r and of the claim
+// (excluded) do not differ: equal, or either empty.
+const agrees = `(r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint)`
+
 // claimable is true of the record r that a claim at now conflicts with,
-// as it is once the claim holds its row lock: gone, or failed, or
-// processing under an ended lease, and the fingerprints agree (a gone
-// record is claimed afresh, whatever its fingerprint).
+// as it is once the claim holds its row lock, when the claim takes it
+// over: gone, or failed, or processing under an ended lease of another
+// token, and the fingerprints agree (a gone record is claimed afresh,
+// whatever its fingerprint). A processing record of the claim's own
+// token is not taken over but granted again (own).
 const claimable = `(r.expires_at <= (SELECT t FROM now)
-		OR ((r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint)
-			AND (r.state = 'failed' OR (r.state = 'processing' AND r.lease_until <= (SELECT t FROM now)))))`
+		OR (` + agrees + `
+			AND (r.state = 'failed' OR (r.state = 'processing' AND r.lease_until <= (SELECT t FROM now) AND r.token <> excluded.token))))`
+
+// own is true of the record r that the claim already holds: processing
+// under the claim's token (one of the caller's, AcquireRequest.Token,
+// asked again after its answer was lost), its lease live or ended, not
+// gone, and the fingerprints agree. The claim is granted again as it is,
+// its attempt not counted: only its lease and expiry run from now, as an
+// Extend would set them. A token the store drew never finds its own.
+const own = `(r.state = 'processing' AND r.token = excluded.token AND r.expires_at > (SELECT t FROM now) AND ` + agrees + `)`
 
 // gone is true of a record r past its expiry at now.
 const gone = `r.expires_at <= (SELECT t FROM now)`
 
 // The ON CONFLICT part of a claim. A claimable row is taken over: afresh
 // when it is gone (attempt 1, no past, created now), else with attempt
-// plus one, keeping its creation time and dropping its completion time. Any
-// other row is written back as it is, so that the statement returns it,
-// read under the row lock: a claim that waited for the lock of a
-// concurrent claim always answers with the record that refused it, never
-// with an older version that its snapshot saw. Such a row is updated only
-// when the claim found it locked or changed after its snapshot (the
-// settled check below answers every other refusal without writing), so
-// the rewrite costs one row version, under contention only. The claim
-// acquired the record when the row's token is its own.
+// plus one, keeping its creation time and dropping its completion time. A
+// row the claim already holds (own) keeps all but its lease and expiry,
+// which run from now. Any other row is written back as it is, so that the
+// statement returns it, read under the row lock: a claim that waited for
+// the lock of a concurrent claim always answers with the record that
+// refused it, never with an older version that its snapshot saw. Such a
+// row is updated only when the claim found it locked or changed after its
+// snapshot (the settled check below answers every other refusal without
+// writing, but one for a fingerprint), so the rewrite costs one row
+// version, under contention only. Whether the claim holds the row it
+// returns is acquired's to say.
 const claimConflict = `ON CONFLICT (key) DO UPDATE SET
 		state = CASE WHEN ` + claimable + ` THEN 'processing' ELSE r.state END,
 		token = CASE WHEN ` + claimable + ` THEN excluded.token ELSE r.token END,
@@ -98,18 +114,32 @@ const claimConflict = `ON CONFLICT (key) DO UPDATE SET
 		fingerprint = CASE WHEN ` + gone + ` OR (r.fingerprint = '' AND ` + claimable + `) THEN excluded.fingerprint ELSE r.fingerprint END,
 		result = CASE WHEN ` + claimable + ` THEN NULL ELSE r.result END,
 		last_error = CASE WHEN ` + gone + ` THEN '' ELSE r.last_error END,
-		lease_until = CASE WHEN ` + claimable + ` THEN excluded.lease_until ELSE r.lease_until END,
-		expires_at = CASE WHEN ` + claimable + ` THEN excluded.expires_at ELSE r.expires_at END,
+		lease_until = CASE WHEN ` + claimable + ` OR ` + own + ` THEN excluded.lease_until ELSE r.lease_until END,
+		expires_at = CASE WHEN ` + claimable + ` OR ` + own + ` THEN excluded.expires_at ELSE r.expires_at END,
 		created_at = CASE WHEN ` + gone + ` THEN excluded.created_at ELSE r.created_at END,
 		completed_at = CASE WHEN ` + claimable + ` THEN NULL ELSE r.completed_at END`
 
 // settled is true of a record h, as the statement's snapshot sees it at
-// n.t, that a claim need not even try: completed and not gone (completed
-// records are immutable), or processing under a live lease. A duplicate is
-// then answered by a read alone: the INSERT inserts nothing and locks no
-// row, so the statement writes nothing, not even the commit record that a
-// row lock would cost (a WAL flush under synchronous_commit).
-const settled = `h.expires_at > n.t AND (h.state = 'completed' OR (h.state = 'processing' AND h.lease_until > n.t))`
+// n.t, that a claim of token tok need not even try: completed and not
+// gone (completed records are immutable), or processing under a live
+// lease of another token (the claim's own is granted again, which
+// writes). A duplicate is then answered by a read alone: the INSERT
+// inserts nothing and locks no row, so the statement writes nothing, not
+// even the commit record that a row lock would cost (a WAL flush under
+// synchronous_commit).
+func settled(tok string) string {
+	return `h.expires_at > n.t AND (h.state = 'completed' OR (h.state = 'processing' AND h.lease_until > n.t AND h.token <> ` + tok + `))`
+}
+
+// acquired is true of the row c that a claim of token tok and
+// fingerprint fp returns when the claim holds it: taken, made, or its
+// own granted again. A row written back as it was carries tok too when
+// the caller's token last held it (completed since, or refused for its
+// fingerprint), and is no claim.
+func acquired(c, tok, fp string) string {
+	return c + `.state = 'processing' AND ` + c + `.token = ` + tok +
+		` AND (` + c + `.fingerprint = '' OR ` + fp + ` = '' OR ` + c + `.fingerprint = ` + fp + `)`
+}
 
 // recordCols are the columns a statement answers a record with.
 const recordCols = `state, token, attempt, fingerprint, result, last_error, lease_until, expires_at, created_at, completed_at`
@@ -154,9 +184,9 @@ func newStatements(t tableName) statements {
 claimed AS (
 	INSERT INTO %[1]s AS r (key, state, token, attempt, fingerprint, last_error, lease_until, expires_at, created_at)
 	SELECT $1::text, 'processing', $2::uuid, 1, $3::bytea, '', n.t + $4::bigint ` + us + `, n.t + ($4::bigint + $5::bigint) ` + us + `, n.t FROM now n
-	WHERE NOT EXISTS (SELECT FROM %[1]s h WHERE h.key = $1::text AND ` + settled + `)
+	WHERE NOT EXISTS (SELECT FROM %[1]s h WHERE h.key = $1::text AND ` + settled("$2::uuid") + `)
 	` + claimConflict + `
-	RETURNING token = $2::uuid AS acquired, ` + recordCols + `
+	RETURNING ` + acquired("r", "$2::uuid", "$3::bytea") + ` AS acquired, ` + recordCols + `
 )
 SELECT acquired, ` + recordCols + `, (SELECT t FROM now) FROM claimed
 UNION ALL
@@ -173,12 +203,12 @@ req AS (SELECT * FROM unnest($1::text[], $2::uuid[], $3::bytea[], $4::bigint[]) 
 claimed AS (
 	INSERT INTO %[1]s AS r (key, state, token, attempt, fingerprint, last_error, lease_until, expires_at, created_at)
 	SELECT q.key, 'processing', q.token, 1, q.fingerprint, '', n.t + q.lease ` + us + `, n.t + (q.lease + $5::bigint) ` + us + `, n.t
-	FROM req q, now n WHERE NOT EXISTS (SELECT FROM %[1]s h WHERE h.key = q.key AND ` + settled + `)
+	FROM req q, now n WHERE NOT EXISTS (SELECT FROM %[1]s h WHERE h.key = q.key AND ` + settled("q.token") + `)
 	ORDER BY q.key
 	` + claimConflict + `
 	RETURNING key, ` + recordCols + `
 )
-SELECT c.key, c.token = q.token, ` + qualified("c") + `, (SELECT t FROM now) FROM claimed c JOIN req q ON q.key = c.key
+SELECT c.key, ` + acquired("c", "q.token", "q.fingerprint") + `, ` + qualified("c") + `, (SELECT t FROM now) FROM claimed c JOIN req q ON q.key = c.key
 UNION ALL
 SELECT r.key, false, ` + recordCols + `, (SELECT t FROM now) FROM %[1]s r
 WHERE r.key IN (SELECT key FROM req) AND r.key NOT IN (SELECT key FROM claimed)`),
