@@ -21,3 +21,7 @@ func ClaimSQL(s *Store) string { return s.sql.claim(1) }
 // fingerprint, the read's clock, lease (µs), the clock again, lease plus
 // AbandonedTTL (µs), the clock again (created_at).
 func InsertSQL(s *Store) string { return s.sql.insert }
+
+// StallClaims makes s run stall between each claim statement and the read
+// of the rows it left (nil: no stall).
+func StallClaims(s *Store, stall func()) { s.claimed = stall }

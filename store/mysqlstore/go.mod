@@ -3,6 +3,7 @@ module github.com/dedup-go/dedup/store/mysqlstore
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/dedup-go/dedup v0.1.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/stretchr/testify v1.12.1

@@ -33,6 +33,10 @@ type Store struct {
 	// again after a deadlock or a lock wait timeout (for the tests that
 	// measure them).
 	retried atomic.Int64
+
+	// claimed, when set (by a test), runs between a claim statement and
+	// the read of the rows it left: a claimer that stalls there.
+	claimed func()
 }
 
 var (
@@ -240,12 +244,17 @@ func (s *Store) CallTimeout() time.Duration { return s.cfg.timeout }
 // claim is one INSERT ... ON DUPLICATE KEY UPDATE statement, which takes
 // the record over under its row lock when it is gone, failed or processing
 // under an ended lease (and the fingerprints agree), and leaves it as it
-// is otherwise; a read of the row then tells whether the claim's token is
-// in it. A claim that lost the race to a concurrent one reports that
-// claim (in flight); one that found the record changed between its
-// statements (a lease that ended meanwhile) claims again, within
-// Options.Timeout. A deadlock or a lock wait timeout runs the statement
-// again.
+// is otherwise; a locking read of the row, in the same transaction, then
+// tells whether the claim's token is in it: the claim and its answer are
+// one atomic step, however long the claimer stalls between them. A claim
+// that lost the race to a concurrent one reports that claim (in flight);
+// one that found a live lease ended by the time of its read claims again,
+// within Options.Timeout. A deadlock or a lock wait timeout runs the
+// transaction again.
+//
+// With req.Token set, a record that this token holds (processing, its
+// lease live or ended, not taken over) is granted again by the claim
+// statement: the same attempt, its lease from now.
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Claim, error) {
 	if err := checkAcquire(req); err != nil {
 		return store.Claim{}, err
@@ -267,8 +276,11 @@ func (s *Store) acquireKeys(ctx context.Context, reqs []store.AcquireRequest) []
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
 	tokens := make([]store.Token, len(reqs))
-	for i := range tokens {
-		tokens[i] = store.NewToken()
+	for i, req := range reqs {
+		tokens[i] = req.Token
+		if tokens[i].IsZero() {
+			tokens[i] = store.NewToken()
+		}
 	}
 	pending := make([]int, len(reqs))
 	for i := range pending {
@@ -289,6 +301,8 @@ func (s *Store) acquireKeys(ctx context.Context, reqs []store.AcquireRequest) []
 		for _, i := range pending {
 			r, found := rows[reqs[i].Key]
 			if !s.answer(reqs[i], r, found, store.Token{}, &out[i]) {
+				// Also the caller's own claim, read before it was granted
+				// again: the claim statement renews its lease.
 				claim = append(claim, i)
 			}
 		}
@@ -310,11 +324,7 @@ func (s *Store) acquireKeys(ctx context.Context, reqs []store.AcquireRequest) []
 			return out
 		}
 		slices.SortFunc(claim, func(a, b int) int { return strings.Compare(reqs[a].Key, reqs[b].Key) })
-		if err := s.claim(cctx, reqs, tokens, claim); err != nil {
-			failAll(claim, err)
-			return out
-		}
-		if rows, _, err = s.readKeys(cctx, reqs, claim); err != nil {
+		if rows, err = s.claim(cctx, reqs, tokens, claim); err != nil {
 			failAll(claim, err)
 			return out
 		}
@@ -332,15 +342,22 @@ func (s *Store) acquireKeys(ctx context.Context, reqs []store.AcquireRequest) []
 // answer sets o from r, the row of req's key as a read found it (found
 // false: none), and reports whether that answers req: the row holds
 // token (acquired: the record carries it), or refuses the claim (in
-// flight, completed, another fingerprint: no token). A row the claim could take (none, gone, failed, an ended
-// lease) answers nothing.
+// flight, completed, another fingerprint: no token). A row the claim
+// could take (none, gone, failed, an ended lease) answers nothing, nor
+// does one that req's own token holds, unless it is token (the claim
+// granted it again).
 func (s *Store) answer(req store.AcquireRequest, r row, found bool, token store.Token, o *store.AcquireOutcome) bool {
-	if found && !token.IsZero() && r.token == token && r.rec.State == store.StateProcessing && r.now.Before(r.expires) {
+	processing := found && r.rec.State == store.StateProcessing && r.now.Before(r.expires)
+	if processing && !token.IsZero() && r.token == token && !reused(r.rec.Fingerprint, req.Fingerprint) {
 		r.rec.Key = req.Key
 		*o = store.AcquireOutcome{Claim: store.Claim{Acquired: true, Token: token, Record: r.rec}}
 		return true
 	}
-	switch judge(r, found, req.Fingerprint) {
+	verdict := judge(r, found, req.Fingerprint)
+	if verdict == refused && processing && !req.Token.IsZero() && r.token == req.Token {
+		return false
+	}
+	switch verdict {
 	case reusedKey:
 		*o = store.AcquireOutcome{Err: errReused(req.Key, r.rec.State)}
 		return true
@@ -425,27 +442,94 @@ func (s *Store) readKeys(ctx context.Context, reqs []store.AcquireRequest, idx [
 }
 
 // claim runs the claim statement for the requests at idx, in key order,
-// each with its token; a deadlock or a lock wait timeout runs it again.
-func (s *Store) claim(ctx context.Context, reqs []store.AcquireRequest, tokens []store.Token, idx []int) error {
+// each with its token, and reads the rows it left, by key, in one
+// transaction: the statement's row locks hold until the read, so the read
+// finds each row as the claim left it, whether it took the row or not,
+// however long the claimer stalls in between (without them, a claimer
+// whose lease ended before its read could find a later claim in its place
+// and answer "held" about its own claim, its attempt counted). A deadlock
+// or a lock wait timeout runs the transaction again.
+func (s *Store) claim(ctx context.Context, reqs []store.AcquireRequest, tokens []store.Token, idx []int) (map[string]row, error) {
 	args := make([]any, 0, 5*len(idx))
-	for _, i := range idx {
+	keys := make([]any, len(idx))
+	for n, i := range idx {
 		args = append(args, []byte(reqs[i].Key), tokens[i][:], fingerprint(reqs[i].Fingerprint),
 			micros(reqs[i].Lease), micros(reqs[i].Lease)+micros(s.cfg.abandonedTTL))
+		keys[n] = []byte(reqs[i].Key)
 	}
-	q := s.sql.claim(len(idx))
-	run := func() error {
-		if len(idx) == 1 {
-			_, err := s.exec(ctx, q, args...)
-			return err
+	c := claimSQL{claim: s.sql.claim(len(idx)), read: s.sql.readLocked(len(idx))}
+	if len(idx) == 1 {
+		// A single key's statements run often: prepared, before the
+		// transaction takes its connection (preparing takes one of the
+		// pool's, which a transaction waiting for a row lock must not
+		// hold meanwhile: all of them doing so would wait for each other).
+		var err error
+		if c.claimStmt, err = s.stmt(ctx, c.claim); err != nil {
+			return nil, err
 		}
-		_, err := s.db.ExecContext(ctx, q, args...)
-		return err
+		if c.readStmt, err = s.stmt(ctx, c.read); err != nil {
+			return nil, err
+		}
 	}
-	err := run()
+	rows, err := s.claimTx(ctx, c, args, keys)
 	for s.again(ctx, err) {
-		err = run()
+		rows, err = s.claimTx(ctx, c, args, keys)
 	}
-	return err
+	return rows, err
+}
+
+// claimSQL is a claim statement and its locking read, each prepared
+// (single keys) or not (a batch's, which differ with its size).
+type claimSQL struct {
+	claim, read         string
+	claimStmt, readStmt *sql.Stmt
+}
+
+// claimTx runs c's claim statement with args and its locking read of keys
+// in one transaction.
+func (s *Store) claimTx(ctx context.Context, c claimSQL, args, keys []any) (_ map[string]row, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if c.claimStmt != nil {
+		_, err = tx.StmtContext(ctx, c.claimStmt).ExecContext(ctx, args...)
+	} else {
+		_, err = tx.ExecContext(ctx, c.claim, args...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.claimed != nil {
+		s.claimed()
+	}
+	var rows *sql.Rows
+	if c.readStmt != nil {
+		rows, err = tx.StmtContext(ctx, c.readStmt).QueryContext(ctx, keys...)
+	} else {
+		rows, err = tx.QueryContext(ctx, c.read, keys...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]row, len(keys))
+	for rows.Next() {
+		var rw row
+		if rw, err = scanRow(rows, true); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+		out[rw.rec.Key] = rw
+	}
+	if err = errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	return out, tx.Commit()
 }
 
 // again reports whether a statement of the store's own that failed with

@@ -110,31 +110,48 @@ const claimable = `expires_at <= ` + now + `
 		OR ((fingerprint = '' OR VALUES(fingerprint) = '' OR fingerprint = VALUES(fingerprint))
 			AND (state = 'failed' OR (state = 'processing' AND lease_until <= ` + now + `)))`
 
-// mine is true once the row's token is the claim's own: the assignments of
-// ON DUPLICATE KEY UPDATE run in order, each seeing the columns that the
-// ones before it set, so the first one decides (claimable, on the row as
-// it was) and writes the claim's token, and the others follow the token.
-// expires_at, which gone reads, is set last.
-const mine = `token = VALUES(token)`
+// own is true of a row that the claim's own token holds, processing and
+// not gone, with agreeing fingerprints: the claimer asks again for a claim
+// whose answer it lost (store.AcquireRequest.Token), and is granted the
+// same claim, its attempt uncounted and its lease from now.
+const own = `(token = VALUES(token) AND state = 'processing' AND expires_at > ` + now + `
+		AND (fingerprint = '' OR VALUES(fingerprint) = '' OR fingerprint = VALUES(fingerprint)))`
 
-// claimConflict is the ON DUPLICATE KEY UPDATE part of a claim. A
-// claimable row is taken over: afresh when it is gone (attempt 1, no
-// past, created now), else with attempt plus one, keeping its creation
-// time and dropping its completion time; any other row is left as it is.
+// takes is true of a row the claim takes: claimable, or its own.
+const takes = `(` + claimable + `) OR ` + own
+
+// claimConflict is the ON DUPLICATE KEY UPDATE part of a claim. A row the
+// claim takes (takes) is taken over: afresh when it is gone (attempt 1,
+// no past, created now), else with attempt plus one, keeping its creation
+// time and dropping its completion time, or, when the claim's own token
+// holds it, with its attempt kept; either way under the claim's token and
+// lease. Any other row is left as it is.
+//
+// The assignments of ON DUPLICATE KEY UPDATE run in order, each seeing the
+// columns that the ones before it set, so every one asks takes again, and
+// the order keeps its answer: while it is false nothing changes; once it
+// is true, it stays true through every change made before it is asked
+// again. The attempt comes first (it tells own from a takeover on the row
+// as it was), then the columns takes does not read, then the fingerprint
+// (which then agrees), the token (which makes own true of the claim), the
+// state (processing: own, if a failed row is no longer claimable), the
+// lease (own, for a processing row whose ended lease no longer is), and
+// expires_at, which gone reads, last. A token equal to the claim's cannot
+// decide alone: a record that this token completed keeps it.
 // VALUES(col) is the value the row of the INSERT would have had: MySQL
 // 8.0.20+ warns that it is deprecated in favour of a row alias, which
 // MariaDB does not have.
 const claimConflict = `ON DUPLICATE KEY UPDATE
-	token = IF(` + claimable + `, VALUES(token), token),
-	attempt = IF(` + mine + `, IF(expires_at <= ` + now + `, 1, attempt + 1), attempt),
-	fingerprint = IF(` + mine + ` AND (expires_at <= ` + now + ` OR fingerprint = ''), VALUES(fingerprint), fingerprint),
-	last_error = IF(` + mine + ` AND expires_at <= ` + now + `, '', last_error),
-	result = IF(` + mine + `, NULL, result),
-	state = IF(` + mine + `, 'processing', state),
-	lease_until = IF(` + mine + `, VALUES(lease_until), lease_until),
-	created_at = IF(` + mine + ` AND expires_at <= ` + now + `, VALUES(created_at), created_at),
-	completed_at = IF(` + mine + `, NULL, completed_at),
-	expires_at = IF(` + mine + `, VALUES(expires_at), expires_at)`
+	attempt = IF(` + takes + `, IF(expires_at <= ` + now + `, 1, IF(` + own + `, attempt, attempt + 1)), attempt),
+	last_error = IF((` + takes + `) AND expires_at <= ` + now + `, '', last_error),
+	result = IF(` + takes + `, NULL, result),
+	created_at = IF((` + takes + `) AND expires_at <= ` + now + `, VALUES(created_at), created_at),
+	completed_at = IF(` + takes + `, NULL, completed_at),
+	fingerprint = IF((` + takes + `) AND (expires_at <= ` + now + ` OR fingerprint = ''), VALUES(fingerprint), fingerprint),
+	token = IF(` + takes + `, VALUES(token), token),
+	state = IF(` + takes + `, 'processing', state),
+	lease_until = IF(` + takes + `, VALUES(lease_until), lease_until),
+	expires_at = IF(` + takes + `, VALUES(expires_at), expires_at)`
 
 // claimRow is one row of a claim's VALUES: key, token, fingerprint, lease
 // (µs), lease plus AbandonedTTL (µs); created now.
@@ -154,7 +171,7 @@ type statements struct {
 	holdsTx  string // holds, as a locking read inside a transaction
 	giveBack string
 	del      string
-	lockRow  string // key: the row, locked, with now
+	lockRow  string // key: the row, locked, with now (DeleteIf's and a claim's read)
 	cleanup  string
 }
 
@@ -220,6 +237,16 @@ func (q statements) readMany(n int) string {
 		return q.read
 	}
 	return "SELECT `key`, " + recordCols + ", " + now + " FROM " + q.table + " WHERE `key` IN (" + placeholders("?", n) + ")"
+}
+
+// readLocked reads the rows of n keys, with now, as a locking read: the
+// rows as the claim statement before it, in the same transaction, left
+// them.
+func (q statements) readLocked(n int) string {
+	if n == 1 {
+		return q.lockRow
+	}
+	return "SELECT `key`, " + recordCols + ", " + now + " FROM " + q.table + " WHERE `key` IN (" + placeholders("?", n) + ") ORDER BY `key` FOR UPDATE"
 }
 
 // claim claims n rows, given in key order.
