@@ -90,6 +90,7 @@ func (r *Receiver[M, R]) handleBatch(ctx context.Context, msgs []M, ctxs []conte
 	first := make(map[string]int, len(msgs)) // key -> index of its first message
 	todo := make([]int, 0, len(msgs))        // indexes that go to the store
 	reqs := make([]store.AcquireRequest, 0, len(msgs))
+	now := r.cfg.Clock.Now()
 	for i, m := range msgs {
 		id, err := r.idOf(m)
 		if err != nil {
@@ -113,7 +114,7 @@ func (r *Receiver[M, R]) handleBatch(ctx context.Context, msgs []M, ctxs []conte
 			}
 		}
 		todo = append(todo, i)
-		reqs = append(reqs, store.AcquireRequest{Key: key, Lease: r.cfg.Lease, Fingerprint: fps[i]})
+		reqs = append(reqs, store.AcquireRequest{Key: key, Lease: r.cfg.Lease, Fingerprint: fps[i], Token: r.lost.take(key, now)})
 	}
 
 	if len(reqs) > 0 {
@@ -153,6 +154,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 		}
 	}
 	for k := range claims {
+		r.lost.settle(reqs[k].Key, reqs[k].Token, claims[k].Err, sent, r.cfg.Lease)
 		if claims[k].Err == nil {
 			claims[k].Err = r.checkClaim(reqs[k].Key, &claims[k].Claim, sent)
 		}

@@ -51,6 +51,7 @@ type Receiver[M, R any] struct {
 	injector     Injector // the Observer's, even a quiet one's
 	storeName    string   // Event.Store
 	waits        inFlightWaits
+	lost         lostClaims
 	beatCfg      beatConfig
 	beats        *beatQueue // the heartbeats of single deliveries, until their first beat
 	deliveries   deliveryPool[R]
@@ -395,8 +396,10 @@ func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M,
 	}
 	t := tm.start()
 	sent := r.cfg.Clock.Now()
-	claim, err := r.store.Acquire(ctx, store.AcquireRequest{Key: key, Lease: r.cfg.Lease, Fingerprint: fp})
+	token := r.lost.take(key, sent)
+	claim, err := r.store.Acquire(ctx, store.AcquireRequest{Key: key, Lease: r.cfg.Lease, Fingerprint: fp, Token: token})
 	tm.addClaim(t)
+	r.lost.settle(key, token, err, sent, r.cfg.Lease)
 	if err == nil {
 		err = r.checkClaim(key, &claim, sent)
 	}
