@@ -68,12 +68,18 @@
 //     row exclusively and evaluates the update on its latest committed
 //     version, whatever the isolation level, so of any number of processes
 //     delivering a message at once exactly one claims it; the others wait
-//     on its row lock for the moment it takes, then see its claim. A read
-//     of the row then tells the caller whether its token is the row's (no
-//     RETURNING in MySQL). A record that changed between the statements (a
-//     lease that ended meanwhile) is claimed again, within Options.Timeout.
-//     A new message costs two statements (the read, the INSERT) and one
-//     commit; a takeover three.
+//     on its row lock for the moment it takes, then see its claim. A
+//     locking read of the row, in the same transaction as that statement,
+//     then tells the caller whether its token is the row's (no RETURNING in
+//     MySQL): the row lock holds until the read, so the claim and its
+//     answer are one step however long the claimer stalls in between. A
+//     live lease that ended by the read is claimed again, within
+//     Options.Timeout. A new message costs two statements (the read, the
+//     INSERT) and one commit; a takeover five round trips (the read, and
+//     the transaction: begin, claim, read, commit).
+//   - A claim with the caller's token (store.AcquireRequest.Token) that
+//     finds its own record processing is granted again by the same
+//     statement: its attempt kept, its lease from now.
 //   - The database's clock is the only clock of leases, expiry and the
 //     records' creation and completion times: UTC_TIMESTAMP(6), which
 //     MySQL and MariaDB fix once per statement, so

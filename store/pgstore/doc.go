@@ -137,8 +137,10 @@
 //     (result not stored), and a copy takes the claim over.
 //
 // A claim whose commit reached the standby but whose answer was lost with
-// the primary is an orphan: its key waits for the lease to end, then the
-// next copy takes it over. A delay, never a double.
+// the primary is granted again to the receiver that asks again with its
+// token (store.AcquireRequest.Token): a delay of one store retry. A copy
+// delivered to another process meanwhile waits for the lease to end, then
+// takes it over. A delay, never a double.
 //
 // The clients find the new primary when their connection string lists
 // every server with target_session_attrs=read-write (pgx and libpq try
