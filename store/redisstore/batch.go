@@ -2,7 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -387,14 +387,18 @@ func (s *Store) pipeline(ctx context.Context, op string, calls []scriptCall, don
 	if len(again) == 0 {
 		return
 	}
-	loadErr := s.loadScripts(cctx)
+	if err := s.loadScripts(cctx); err != nil {
+		// The cause is the load that failed: the NOSCRIPT a second run
+		// would get again only names the script cache being recovered.
+		for _, c := range again {
+			done(c.index, nil, s.fail(ctx, op, c.key, errReload(err)))
+		}
+		return
+	}
 	cmds = s.exec(cctx, again)
 	for i, c := range again {
 		reply, err := cmds[i].Result()
 		if err != nil {
-			if loadErr != nil {
-				err = errors.Join(loadErr, err)
-			}
 			err = s.fail(ctx, op, c.key, err)
 		}
 		done(c.index, reply, err)
@@ -411,6 +415,12 @@ func (s *Store) exec(ctx context.Context, calls []scriptCall) []*redis.Cmd {
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	return cmds
+}
+
+// errReload is the error of the scripts that could not be loaded again
+// after the server answered NOSCRIPT: err, the load's, is the cause.
+func errReload(err error) error {
+	return fmt.Errorf("load the scripts the server lost (NOSCRIPT): %w", err)
 }
 
 // loadScripts loads every script of the package, as New does.

@@ -311,7 +311,7 @@ func (s *Store) evalWaited(ctx context.Context, keys []string, argvs [][]any) ([
 	}
 	if err := s.loadScripts(ctx); err != nil {
 		for _, i := range again {
-			cmds[i].SetErr(errors.Join(err, cmds[i].Err()))
+			cmds[i].SetErr(errReload(err))
 		}
 		return cmds, waits
 	}
