@@ -47,6 +47,7 @@ func (r *Receiver[M, R]) DeliverBatch(ctx context.Context, msgs []M) []Delivery[
 	if r.cfg.Observer == nil {
 		for i, o := range r.handleBatch(ctx, msgs, nil) {
 			ds[i] = Delivery[R]{Result: o.Result, Err: o.Err, Decision: r.Decide(o.Result, o.Err), ctx: ctx, rcv: r}
+			r.noteDeadLetter(&ds[i], msgs[i])
 		}
 		return ds
 	}

@@ -103,7 +103,9 @@ func (d *Delivery[R]) Settled(s Settlement) {
 func (r *Receiver[M, R]) Deliver(ctx context.Context, msg M) Delivery[R] {
 	if r.cfg.Observer == nil {
 		res, err := r.handle(ctx, msg, nil)
-		return Delivery[R]{Result: res, Err: err, Decision: r.Decide(res, err), ctx: ctx, rcv: r}
+		d := Delivery[R]{Result: res, Err: err, Decision: r.Decide(res, err), ctx: ctx, rcv: r}
+		r.noteDeadLetter(&d, msg)
+		return d
 	}
 	return r.deliverObserved(ctx, msg)
 }
@@ -113,6 +115,7 @@ func (r *Receiver[M, R]) Deliver(ctx context.Context, msg M) Delivery[R] {
 // Decision is Decide's for err.
 func (r *Receiver[M, R]) Refused(ctx context.Context, msg M, err error) Delivery[R] {
 	d := Delivery[R]{Err: err, Decision: r.Decide(Result[R]{}, err), ctx: ctx, rcv: r}
+	r.noteDeadLetter(&d, msg)
 	if r.cfg.Observer != nil {
 		d.ctx, d.ev.Origin = r.startDelivery(ctx, msg)
 		d.ev.Namespace, d.ev.Err, d.ev.Decision, d.observed = r.cfg.Namespace, err, d.Decision, true
@@ -194,6 +197,7 @@ func (r *Receiver[M, R]) handleObserved(ctx context.Context, msg M) (Result[R], 
 func (r *Receiver[M, R]) settle(ctx context.Context, e *Event, observed bool) {
 	if e.Decision.Action == DeadLetter && e.SettleErr == nil {
 		r.stats.deadLettered(e.Decision.Reason)
+		r.logDeadLetter(ctx, e)
 	}
 	if observed {
 		r.emit(ctx, e)
