@@ -1,20 +1,26 @@
 // Package deduptest tests a handler the way a broker treats it: every
-// message delivered several times, concurrently and out of order, retried
-// as the receiver decides, with the store failing under it, and a worker
-// crashing between its effect and the record.
+// message delivered several times, concurrently and out of order, to more
+// than one process, retried as the receiver decides, with the store
+// failing under it, and a worker crashing between its effect and the
+// record.
 //
 // [Run] is the redelivery harness. It delivers each message Copies times
-// (3 by default) from several workers in shuffled order to a
-// *dedup.Receiver (or any [Target]), on a [clock.Fake] that it moves
-// itself: a Retry is redelivered once the clock reaches its delay, a dead
-// letter is recorded, until every copy is acknowledged or dead-lettered.
-// It returns a [Report]: per message, every delivery's status, decision
-// and replayed result, the handler runs, the effects counted, and the
-// problems found (a double effect, an acknowledged message whose effect
-// never happened, a duplicate replayed another result than the first, a
-// copy never settled, a delivery that did not return). A Report is a
-// value: inspect it, print it, or fail a test with [Report.Check], which
-// takes any [TB].
+// (3 by default) from several workers in shuffled order to the processes
+// of a service ([Replicas]: two receivers over one store by default; or a
+// single *dedup.Receiver, or any [Target]), on a [clock.Fake] that it
+// moves itself: a Retry is redelivered once the clock reaches its delay, a
+// dead letter is recorded, until every copy is acknowledged or
+// dead-lettered. Give it Replicas: copies in one receiver wait for the
+// first instead of taking the key over once its lease is lost, so only a
+// second process shows a handler that goes on after losing its lease.
+// It returns a [Report]: per message, every delivery's status, decision,
+// key, replica and replayed result, the handler runs, the effects
+// counted, and the problems found, the causes first (a delivery that did
+// not return, copies that got different keys, a double effect, an
+// acknowledged message whose effect never happened, a duplicate replayed
+// another result than the first, a copy never settled, a fault asked for
+// that never fired). A Report is a value: inspect it, print it, or fail a
+// test with [Report.Check], which takes any [TB].
 //
 // [FaultStore] wraps a store.Store (memstore, or the store you deploy)
 // and fails, delays or hangs chosen operations by call number or
@@ -22,7 +28,11 @@
 // store.ErrLeaseLost, or crashes the worker after the effect ([Crash]):
 // the completion is dropped, and Run redelivers the message once the
 // lease has run out, so you see what the handler does when a worker dies
-// between its effect and the record.
+// between its effect and the record. Give Run the FaultStore
+// (Options.Faults) and a fault that never fired is a problem
+// ([FaultNotInjected]): a Crash fault never reaches a handler that
+// completes the record itself (pgstore's TxHandler), which is crashed
+// from inside instead, by returning an error that wraps [ErrCrashed].
 //
 // [Effects] counts a handler's effects by message id: for Run
 // (Options.Effects), or, when a real broker or client delivered the

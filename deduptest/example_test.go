@@ -68,16 +68,15 @@ func (f *flaky) step(id string) error {
 	return nil
 }
 
-// setup builds a receiver over s on clk, keyed by key.
-func setup(clk *clock.Fake, s store.Store, key dedup.KeyFunc[Order], h dedup.Handler[Order, string]) *dedup.Receiver[Order, string] {
-	rcv, err := dedup.NewReceiver(s, key, h, &dedup.Config{
-		Namespace: "payments", Lease: 10 * time.Second, Clock: clk,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+// replicas builds, for each process of the service, its receiver over
+// the shared store s on clk, keyed by key.
+func replicas(clk *clock.Fake, s store.Store, key dedup.KeyFunc[Order], h dedup.Handler[Order, string]) deduptest.Target[Order, string] {
+	return deduptest.Replicas(func(replica int) (*dedup.Receiver[Order, string], error) {
+		return dedup.NewReceiver(s, key, h, &dedup.Config{
+			Namespace: "payments", Lease: 10 * time.Second, Clock: clk,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
 	})
-	if err != nil {
-		panic(err)
-	}
-	return rcv
 }
 
 func byID(o Order) (string, error) { return o.ID, nil }
@@ -103,14 +102,15 @@ func ExampleRun_safe() {
 	mem, _ := memstore.New(&memstore.Options{Clock: clk})
 	var psp provider
 	var ledger flaky
-	rcv := setup(clk, mem, byID, func(ctx context.Context, o Order) (string, error) {
+	service := replicas(clk, mem, byID, func(ctx context.Context, o Order) (string, error) {
 		if err := ledger.step(o.ID); err != nil {
 			return "", err // nothing charged yet
 		}
 		psp.charge(o, "")
 		return "receipt-" + o.ID, nil
 	})
-	rep, err := deduptest.Run(context.Background(), clk, rcv, orders(), &deduptest.Options[Order]{
+	// Two processes (Options.Replicas' default) share the store.
+	rep, err := deduptest.Run(context.Background(), clk, service, orders(), &deduptest.Options[Order]{
 		ID: func(o Order) string { return o.ID }, Effects: psp.charges.Count, Lease: 10 * time.Second, Workers: 1,
 	})
 	if err != nil {
@@ -130,14 +130,14 @@ func ExampleRun_unsafe() {
 	mem, _ := memstore.New(&memstore.Options{Clock: clk})
 	var psp provider
 	var ledger flaky
-	rcv := setup(clk, mem, byID, func(ctx context.Context, o Order) (string, error) {
+	service := replicas(clk, mem, byID, func(ctx context.Context, o Order) (string, error) {
 		psp.charge(o, "")
 		if err := ledger.step(o.ID); err != nil {
 			return "", err // charged, yet retried
 		}
 		return "receipt-" + o.ID, nil
 	})
-	rep, _ := deduptest.Run(context.Background(), clk, rcv, orders(), &deduptest.Options[Order]{
+	rep, _ := deduptest.Run(context.Background(), clk, service, orders(), &deduptest.Options[Order]{
 		ID: func(o Order) string { return o.ID }, Effects: psp.charges.Count, Lease: 10 * time.Second, Workers: 1,
 	})
 	summarize(rep)
@@ -160,7 +160,7 @@ func ExampleRun_crash() {
 			Op: deduptest.OpComplete, Kind: deduptest.Crash, Key: "o1", Calls: []int{1},
 		})
 		var psp provider
-		rcv := setup(clk, fs, byID, func(ctx context.Context, o Order) (string, error) {
+		service := replicas(clk, fs, byID, func(ctx context.Context, o Order) (string, error) {
 			key := ""
 			if idempotent {
 				key = o.ID
@@ -168,8 +168,9 @@ func ExampleRun_crash() {
 			psp.charge(o, key)
 			return "receipt-" + o.ID, nil
 		})
-		rep, _ := deduptest.Run(context.Background(), clk, rcv, orders(), &deduptest.Options[Order]{
+		rep, _ := deduptest.Run(context.Background(), clk, service, orders(), &deduptest.Options[Order]{
 			ID: func(o Order) string { return o.ID }, Effects: psp.charges.Count, Lease: 10 * time.Second, Workers: 1,
+			Faults: []*deduptest.FaultStore{fs}, // a fault that never fired is a problem
 		})
 		fmt.Println("idempotency key:", idempotent)
 		summarize(rep)
@@ -188,11 +189,13 @@ func ExampleRun_crash() {
 
 // A key on a field that differs between copies (the broker's delivery
 // tag): every copy is a new message to the receiver, and each charges.
+// The report names the cause, with two of the keys.
 func ExampleRun_keyDiffersBetweenCopies() {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	mem, _ := memstore.New(&memstore.Options{Clock: clk})
 	var psp provider
-	rcv := setup(clk, mem, func(o Order) (string, error) { return fmt.Sprint(o.Tag), nil }, func(ctx context.Context, o Order) (string, error) {
+	byTag := func(o Order) (string, error) { return fmt.Sprint("tag-", o.Tag), nil }
+	service := replicas(clk, mem, byTag, func(ctx context.Context, o Order) (string, error) {
 		psp.charge(o, "")
 		return "receipt-" + o.ID, nil
 	})
@@ -200,15 +203,16 @@ func ExampleRun_keyDiffersBetweenCopies() {
 	var tags atomic.Int64
 	broker := deduptest.TargetFunc[Order, string](func(ctx context.Context, o Order) dedup.Delivery[string] {
 		o.Tag = tags.Add(1)
-		return rcv.Deliver(ctx, o)
+		return service.Deliver(ctx, o)
 	})
-	rep, _ := deduptest.Run(context.Background(), clk, broker, orders(), &deduptest.Options[Order]{
-		ID: func(o Order) string { return o.ID }, Effects: psp.charges.Count, Lease: 10 * time.Second,
+	rep, _ := deduptest.Run(context.Background(), clk, broker, orders()[:1], &deduptest.Options[Order]{
+		ID: func(o Order) string { return o.ID }, Effects: psp.charges.Count, Lease: 10 * time.Second, Workers: 1,
 	})
 	summarize(rep)
+	fmt.Println(rep.ProblemsOf(deduptest.KeyDiffers)[0])
 	// Output:
 	// o1: charged 3 time(s), handler ran 3 time(s), 3 of 3 copies acked
-	// o2: charged 3 time(s), handler ran 3 time(s), 3 of 3 copies acked
+	// problem: o1 key-differs
 	// problem: o1 double-effect
-	// problem: o2 double-effect
+	// message o1: key-differs: copies of the message got different keys ("payments:tag-1" for copy 1, "payments:tag-2" for copy 2; 3 keys in all), each a new message to the receiver: take the key from what every copy carries alike (the producer's id, a hash of the fields that do not change between sends), not from a delivery tag or a send time
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,10 +68,15 @@ const (
 	// ErrCrashed, which Run recognizes: it does not settle the delivery,
 	// and redelivers it once the claim's lease has run out, as a broker
 	// would after a worker died. A handler that completes the record
-	// itself (pgstore's TxHandler) never reaches the receiver's Complete,
-	// so this fault does not reach it: to crash such a handler at the same
-	// point, have it return an error wrapping ErrCrashed after its work
-	// (store/pgstore's deduptest_test.go does).
+	// itself (pgstore's and mysqlstore's TxHandler) never reaches the
+	// receiver's Complete, so this fault never fires for it, and Run
+	// reports it so (FaultNotInjected, when the FaultStore is among
+	// Options.Faults). To crash such a handler, crash it from the handler:
+	// return an error wrapping ErrCrashed from the function the
+	// transaction runs, after its writes (the transaction rolls back: a
+	// worker dead before the commit), or from a handler wrapped around
+	// the one TxHandler returns (after the commit: the crash this fault
+	// stands for). store/pgstore's deduptest_test.go does both.
 	Crash
 )
 
@@ -159,7 +166,8 @@ type FaultStore struct {
 
 type faultState struct {
 	Fault
-	calls int
+	calls    int // the calls that reached the fault and matched it
+	injected int // the calls it hit
 }
 
 var _ store.BatchStore = (*FaultStore)(nil)
@@ -190,6 +198,8 @@ func (f *FaultStore) Add(ft Fault) error {
 		return fmt.Errorf("deduptest: Fault.Kind %d is not a kind", ft.Kind)
 	case ft.Probability < 0 || ft.Delay < 0:
 		return errors.New("deduptest: Fault.Probability and Fault.Delay must not be negative")
+	case slices.ContainsFunc(ft.Calls, func(c int) bool { return c < 1 }):
+		return fmt.Errorf("deduptest: Fault.Calls %v: calls count from 1", ft.Calls)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -221,12 +231,13 @@ func (f *FaultStore) pick(op Op, key string) *Fault {
 			continue
 		}
 		s.calls++
-		if len(s.Calls) > 0 && !containsInt(s.Calls, s.calls) {
+		if len(s.Calls) > 0 && !slices.Contains(s.Calls, s.calls) {
 			continue
 		}
 		if s.Probability > 0 && f.rng.Float64() >= s.Probability {
 			continue
 		}
+		s.injected++
 		f.injected = append(f.injected, Injection{Op: op, Kind: s.Kind, Key: key, Call: s.calls})
 		ft := s.Fault
 		return &ft
@@ -234,13 +245,76 @@ func (f *FaultStore) pick(op Op, key string) *Fault {
 	return nil
 }
 
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
+// unfired describes each fault that was not injected as asked: one that
+// hit no call, or one whose Calls lists a call that never came. Run
+// reports them (FaultNotInjected).
+func (f *FaultStore) unfired() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, s := range f.faults {
+		var never []int
+		if s.Probability == 0 {
+			for _, c := range s.Calls {
+				if c > s.calls {
+					never = append(never, c)
+				}
+			}
 		}
+		var why string
+		switch {
+		case s.calls == 0:
+			why = fmt.Sprintf("no %s call matched it", s.Op)
+			if s.Key != "" {
+				why += " (Key is the full key or the message id)"
+			}
+			why += unreached(s.Op)
+		case s.injected == 0:
+			why = fmt.Sprintf("none of the %d %s calls that matched it was hit at Probability %v", s.calls, s.Op, s.Probability)
+		case len(never) > 0:
+			why = fmt.Sprintf("only %d %s calls matched it, so its call(s) %v never came", s.calls, s.Op, never)
+		default:
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s was never injected: %s", s.describe(), why))
 	}
-	return false
+	return out
+}
+
+// describe names a fault: "the crash fault on complete of "p0" (calls [1])".
+func (ft *Fault) describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the %s fault on %s", ft.Kind, ft.Op)
+	if ft.Key != "" {
+		fmt.Fprintf(&b, " of %q", ft.Key)
+	}
+	var when []string
+	if len(ft.Calls) > 0 {
+		when = append(when, fmt.Sprintf("calls %v", ft.Calls))
+	}
+	if ft.Probability > 0 {
+		when = append(when, fmt.Sprintf("probability %v", ft.Probability))
+	}
+	if len(when) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(when, ", "))
+	}
+	return b.String()
+}
+
+// unreached says when the receiver makes no call of op at all, for a
+// fault that no call reached.
+func unreached(op Op) string {
+	switch op {
+	case OpComplete:
+		return ". A handler that completes the record itself (pgstore's or mysqlstore's TxHandler) never reaches the receiver's Complete: " +
+			"crash it from the handler instead, returning an error that wraps deduptest.ErrCrashed (docs/testing.md, Faults)"
+	case OpExtend:
+		return ". The receiver extends a lease only while a handler runs longer than a third of it: " +
+			"have the handler take that long on the fake clock (deduptest.Sleep)"
+	case OpRelease:
+		return ". The receiver releases a claim only when its handler fails"
+	}
+	return ""
 }
 
 // before runs the part of fault ft that comes before the call: it reports

@@ -2,13 +2,16 @@ package deduptest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/store"
@@ -139,6 +142,7 @@ func TestFaultKinds(t *testing.T) {
 		require.Error(t, fs.Add(deduptest.Fault{Kind: deduptest.Fail}))
 		require.Error(t, fs.Add(deduptest.Fault{Op: deduptest.OpAcquire}))
 		require.Error(t, fs.Add(deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Delay, Delay: -1}))
+		require.ErrorContains(t, fs.Add(deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Fail, Calls: []int{0}}), "calls count from 1")
 	})
 }
 
@@ -192,4 +196,103 @@ func TestReceiverRidesOutFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A fault the run asked for and never injected makes the report say so,
+// naming the fault: the run did not test what it asked for.
+func TestFaultNotInjected(t *testing.T) {
+	t.Parallel()
+	ok := func(g *rig) dedup.Handler[payment, receipt] {
+		return func(ctx context.Context, p payment) (receipt, error) {
+			g.effects.Record(p.ID)
+			return receipt{ID: "r-" + p.ID}, nil
+		}
+	}
+
+	// The case of pgstore's TxHandler, on memstore: the handler completes
+	// the record itself (in its transaction), so the receiver never calls
+	// Complete and a Crash fault on it never fires.
+	t.Run("crash under a handler that completes the record", func(t *testing.T) {
+		t.Parallel()
+		clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		mem, err := memstore.New(&memstore.Options{Clock: clk})
+		require.NoError(t, err)
+		fs, err := deduptest.NewFaultStore(mem, 1, deduptest.Fault{Op: deduptest.OpComplete, Kind: deduptest.Crash, Key: "p0", Calls: []int{1}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = fs.Close() })
+		g := &rig{clk: clk, faults: fs, effects: new(deduptest.Effects)}
+		selfCompleting := func(ctx context.Context, p payment) (receipt, error) {
+			held, ok := dedup.ClaimFromContext(ctx)
+			if !ok {
+				return receipt{}, errors.New("no claim in the handler's context")
+			}
+			v := receipt{ID: "r-" + p.ID}
+			result, err := json.Marshal(v)
+			if err != nil {
+				return receipt{}, err
+			}
+			g.effects.Record(p.ID)
+			if err := mem.Complete(ctx, store.CompleteRequest{Key: held.Key, Token: held.Token, Result: result, Retention: held.Retention}); err != nil {
+				return receipt{}, err
+			}
+			held.MarkCompleted()
+			return v, nil
+		}
+		rep := run(t, g, g.replicas(selfCompleting), payments(2), g.opts())
+		require.Empty(t, fs.Injected())
+		require.False(t, rep.OK(), "a crash fault that never fired leaves the crash window untested\n%s", rep)
+		require.Len(t, rep.Problems, 1, rep.String())
+		p := rep.Problems[0]
+		require.Equal(t, deduptest.FaultNotInjected, p.Kind)
+		require.Empty(t, p.ID, "a problem of the run, not of a message")
+		require.Contains(t, p.Detail, `the crash fault on complete of "p0" (calls [1]) was never injected: no complete call matched it`)
+		require.Contains(t, p.Detail, "TxHandler")
+		require.Contains(t, p.Detail, "deduptest.ErrCrashed")
+		require.True(t, strings.HasPrefix(p.String(), "fault-not-injected: the crash fault"), p.String())
+		require.Contains(t, rep.String(), "PROBLEM fault-not-injected: ")
+		var ft fakeT
+		require.False(t, rep.Check(&ft))
+		require.Contains(t, ft.msgs[0], "fault-not-injected")
+
+		// Without Options.Faults, nothing is checked.
+		o := g.opts()
+		o.Faults = nil
+		require.True(t, run(t, g, g.replicas(selfCompleting), []payment{{ID: "q0"}}, o).Check(t))
+	})
+
+	for name, c := range map[string]struct {
+		fault deduptest.Fault
+		want  string
+	}{
+		"a key that matches no message": {
+			deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Fail, Key: "p9"},
+			`the fail fault on acquire of "p9" was never injected: no acquire call matched it (Key is the full key or the message id)`,
+		},
+		"a probability that never hit": {
+			deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Delay, Probability: 1e-9},
+			`the delay fault on acquire (probability 1e-09) was never injected: none of the `,
+		},
+		"an extension the handler is too quick for": {
+			deduptest.Fault{Op: deduptest.OpExtend, Kind: deduptest.LeaseLost},
+			`the lease-lost fault on extend was never injected: no extend call matched it. The receiver extends a lease only while a handler runs longer than a third of it`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, c.fault)
+			rep := run(t, g, g.replicas(ok(g)), payments(2), g.opts())
+			require.Len(t, rep.Problems, 1, rep.String())
+			require.Equal(t, deduptest.FaultNotInjected, rep.Problems[0].Kind)
+			require.Contains(t, rep.Problems[0].Detail, c.want)
+		})
+	}
+	t.Run("a call that never came, among calls that did", func(t *testing.T) {
+		t.Parallel()
+		g := newRig(t, deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Fail, Calls: []int{1, 40}})
+		rep := run(t, g, g.replicas(ok(g)), payments(2), g.opts())
+		require.Len(t, g.faults.Injected(), 1, "call 1 was hit")
+		require.Len(t, rep.Problems, 1, rep.String())
+		require.Contains(t, rep.Problems[0].Detail, "the fail fault on acquire (calls [1 40]) was never injected: ")
+		require.Regexp(t, `only \d+ acquire calls matched it, so its call\(s\) \[40\] never came`, rep.Problems[0].Detail)
+	})
 }

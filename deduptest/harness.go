@@ -6,17 +6,76 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 )
 
-// Target is what Run delivers to: a *dedup.Receiver, or an adapter-shaped
-// function (TargetFunc).
+// Target is what Run delivers to: a *dedup.Receiver, an adapter-shaped
+// function (TargetFunc), or several processes sharing one store
+// (Replicas).
 type Target[M, R any] interface {
 	Deliver(ctx context.Context, msg M) dedup.Delivery[R]
+}
+
+// Replicas returns a Target that stands for several processes of one
+// service sharing a store, as a broker spreads a queue over them: Run
+// builds Options.Replicas of them (2 by default) with newReplica, called
+// with each replica's number from 0, and delivers copy i of every message
+// to replica i mod Replicas, redeliveries included. Each replica needs its
+// own receiver (dedup.NewReceiver) over the one store: copies in one
+// receiver wait for the first (the receiver's singleflight), while a copy
+// in another process goes on asking the store, takes the key over once a
+// lease has run out, and runs the handler again. Only so does a run show a
+// handler that goes on after losing its lease (double-effect).
+//
+// Outside Run, the Target delivers to replica 0, built at its first
+// delivery.
+func Replicas[M, R any, T Target[M, R]](newReplica func(replica int) (T, error)) Target[M, R] {
+	return &replicas[M, R]{build: func(i int) (Target[M, R], error) {
+		t, err := newReplica(i)
+		if err != nil {
+			return nil, fmt.Errorf("deduptest: replica %d: %w", i, err)
+		}
+		if isNil(t) {
+			return nil, fmt.Errorf("deduptest: replica %d is nil", i)
+		}
+		return t, nil
+	}}
+}
+
+type replicas[M, R any] struct {
+	build func(replica int) (Target[M, R], error)
+
+	once  sync.Once
+	first Target[M, R]
+	err   error
+}
+
+// Deliver delivers to replica 0, outside Run.
+func (rs *replicas[M, R]) Deliver(ctx context.Context, msg M) dedup.Delivery[R] {
+	rs.once.Do(func() { rs.first, rs.err = rs.build(0) })
+	if rs.err != nil {
+		return dedup.Delivery[R]{Err: rs.err}
+	}
+	return rs.first.Deliver(ctx, msg)
+}
+
+// isNil reports whether v is nil, or a nil pointer, map, func, channel,
+// slice or interface in an interface.
+func isNil(v any) bool {
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Invalid:
+		return true
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // TargetFunc adapts a function to Target: one delivery, handled and
@@ -29,6 +88,7 @@ func (f TargetFunc[M, R]) Deliver(ctx context.Context, msg M) dedup.Delivery[R] 
 
 // Defaults of Options.
 const (
+	DefaultReplicas      = 2
 	DefaultCopies        = 3
 	DefaultWorkers       = 4
 	DefaultMaxDeliveries = 50
@@ -39,6 +99,12 @@ const (
 // Options configures Run. A nil *Options means all defaults; a zero
 // field takes its default.
 type Options[M any] struct {
+	// Replicas is how many processes a target made by Replicas stands
+	// for: Run builds that many, and delivers copy i of each message to
+	// replica i mod Replicas. A target given directly is one process, and
+	// takes no Replicas above 1. Default 2 (for a target made by
+	// Replicas).
+	Replicas int
 	// Copies is how many times each message is delivered (each copy is
 	// redelivered until it is acknowledged or dead-lettered). Default 3.
 	Copies int
@@ -69,18 +135,30 @@ type Options[M any] struct {
 	// Timeout bounds the run in real time: what is not settled by then is
 	// reported, with the deliveries still running. Default 20s.
 	Timeout time.Duration
+	// Faults are the FaultStores under the target. When the run ends, each
+	// of their Faults that was not injected as asked (no call matched it,
+	// or a call its Calls lists never came) is a FaultNotInjected problem:
+	// the run did not test what it asked for, such as a Crash fault on
+	// OpComplete under a handler that completes the record itself. Nil:
+	// faults are not checked.
+	Faults []*FaultStore
 }
 
 // Run delivers every message Copies times to target, from Workers
 // goroutines in shuffled order, on the fake clock clk (the one the
-// receiver's Config.Clock and its store's clock are). A delivery is
-// carried out as an adapter would: Ack and DeadLetter settle its copy, a
-// Retry redelivers it once the clock reaches the decision's Delay (Run
-// moves clk when nothing else is to be done), and a delivery whose
-// completion a Crash fault dropped is redelivered after Lease, unsettled.
+// receiver's Config.Clock and its store's clock are). A target made by
+// Replicas stands for several processes (2 by default), each copy
+// delivered to one of them; give Run one, so that a handler going on
+// after its lease was lost is seen. A delivery is carried out as an
+// adapter would: Ack and DeadLetter settle its copy, a Retry redelivers
+// it once the clock reaches the decision's Delay (Run moves clk when
+// nothing else is to be done), and a delivery whose completion a Crash
+// fault dropped is redelivered after Lease, unsettled.
 // When every copy is settled (or MaxDeliveries or Timeout is reached) Run
-// checks what happened and returns the Report. It returns an error only
-// for invalid arguments. ctx ends the run early, as Timeout does.
+// checks what happened and returns the Report, with the faults of
+// Options.Faults that were not injected. It returns an error only for
+// invalid arguments, and for a replica that could not be built. ctx ends
+// the run early, as Timeout does.
 //
 // A target behind a real server (an HTTP or gRPC middleware whose
 // receiver runs on the real clock) may leave its receiver on the real
@@ -95,7 +173,7 @@ func Run[M, R any](ctx context.Context, clk *clock.Fake, target Target[M, R], ms
 	if opts != nil {
 		o = *opts
 	}
-	if o.Copies < 0 || o.Workers < 0 || o.MaxDeliveries < 0 || o.Lease < 0 || o.Tick < 0 || o.Idle < 0 || o.Timeout < 0 {
+	if o.Replicas < 0 || o.Copies < 0 || o.Workers < 0 || o.MaxDeliveries < 0 || o.Lease < 0 || o.Tick < 0 || o.Idle < 0 || o.Timeout < 0 {
 		return nil, errors.New("deduptest: Options fields must not be negative")
 	}
 	o.Copies = cmp.Or(o.Copies, DefaultCopies)
@@ -105,7 +183,23 @@ func Run[M, R any](ctx context.Context, clk *clock.Fake, target Target[M, R], ms
 	o.Tick = cmp.Or(o.Tick, o.Lease/10)
 	o.Idle = cmp.Or(o.Idle, DefaultIdle)
 	o.Timeout = cmp.Or(o.Timeout, DefaultTimeout)
-	rep := &Report[R]{Messages: make([]MessageReport[R], len(msgs)), Start: clk.Now()}
+	if slices.ContainsFunc(o.Faults, func(f *FaultStore) bool { return f == nil }) {
+		return nil, errors.New("deduptest: Options.Faults holds a nil FaultStore")
+	}
+	targets := []Target[M, R]{target}
+	if rs, ok := target.(*replicas[M, R]); ok {
+		targets = make([]Target[M, R], cmp.Or(o.Replicas, DefaultReplicas))
+		for i := range targets {
+			t, err := rs.build(i)
+			if err != nil {
+				return nil, err
+			}
+			targets[i] = t
+		}
+	} else if o.Replicas > 1 {
+		return nil, fmt.Errorf("deduptest: Options.Replicas is %d, but one Target is one process: make the target with Replicas", o.Replicas)
+	}
+	rep := &Report[R]{Messages: make([]MessageReport[R], len(msgs)), Start: clk.Now(), Replicas: len(targets)}
 	seen := make(map[string]int, len(msgs))
 	for i, m := range msgs {
 		id := fmt.Sprintf("#%d", i)
@@ -118,10 +212,11 @@ func Run[M, R any](ctx context.Context, clk *clock.Fake, target Target[M, R], ms
 		seen[id] = i
 		rep.Messages[i] = MessageReport[R]{ID: id, Index: i, Effects: -1, copies: make([]copyState, o.Copies)}
 	}
-	r := &run[M, R]{o: o, clk: clk, target: target, msgs: msgs, rep: rep}
+	r := &run[M, R]{o: o, clk: clk, targets: targets, msgs: msgs, rep: rep}
 	r.loop(ctx)
 	rep.End = clk.Now()
 	rep.check(o.Effects)
+	rep.checkFaults(o.Faults)
 	return rep, nil
 }
 
@@ -138,12 +233,15 @@ type outcome[R any] struct {
 }
 
 type run[M, R any] struct {
-	o      Options[M]
-	clk    *clock.Fake
-	target Target[M, R]
-	msgs   []M
-	rep    *Report[R]
+	o       Options[M]
+	clk     *clock.Fake
+	targets []Target[M, R] // one per replica
+	msgs    []M
+	rep     *Report[R]
 }
+
+// replica returns the number of the replica that delivers copy c.
+func (r *run[M, R]) replica(c int) int { return c % len(r.targets) }
 
 // loop runs the deliveries until every copy is settled or the run ends.
 func (r *run[M, R]) loop(parent context.Context) {
@@ -165,7 +263,7 @@ func (r *run[M, R]) loop(parent context.Context) {
 		go func() {
 			defer func() { exited <- struct{}{} }()
 			for j := range jobs {
-				d := r.target.Deliver(ctx, r.msgs[j.msg])
+				d := r.targets[r.replica(j.copy)].Deliver(ctx, r.msgs[j.msg])
 				done <- outcome[R]{job: j, worker: w, d: d}
 			}
 		}()
@@ -277,7 +375,7 @@ loop:
 			left--
 		case out := <-done:
 			delete(inflight, out.job)
-			r.rep.Messages[out.job.msg].record(out.job.copy, out.d, r.clk.Now(), false)
+			r.rep.Messages[out.job.msg].record(out.job.copy, r.replica(out.job.copy), len(r.targets), out.d, r.clk.Now(), false)
 		case <-advancing:
 			advancing = nil
 		case <-grace.C:
@@ -302,7 +400,7 @@ func (r *run[M, R]) settle(out outcome[R]) (job, bool) {
 	d := out.d
 	now := r.clk.Now()
 	crashed := errors.Is(d.Result.Problem, ErrCrashed) || errors.Is(d.Err, ErrCrashed)
-	m.record(out.job.copy, d, now, crashed)
+	m.record(out.job.copy, r.replica(out.job.copy), len(r.targets), d, now, crashed)
 	cs := &m.copies[out.job.copy]
 	cs.deliveries++
 	next := out.job

@@ -2,10 +2,12 @@ package deduptest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -25,6 +28,9 @@ import (
 type payment struct {
 	ID     string
 	Amount int
+	// SentAt is when the producer sent the payment: zero, but for a
+	// producer that stamps every send (TestDetectsKeyDiffers).
+	SentAt time.Time `json:",omitzero"`
 }
 
 // receipt is what a payment handler returns.
@@ -54,17 +60,29 @@ func newRig(t *testing.T, faults ...deduptest.Fault) *rig {
 	return &rig{clk: clk, faults: fs, effects: new(deduptest.Effects)}
 }
 
+func paymentID(p payment) (string, error) { return p.ID, nil }
+
 func (g *rig) receiver(t *testing.T, h dedup.Handler[payment, receipt]) *dedup.Receiver[payment, receipt] {
 	t.Helper()
-	rcv, err := dedup.NewReceiver(g.faults, func(p payment) (string, error) { return p.ID, nil }, h, &dedup.Config{
+	rcv, err := g.newReceiver(paymentID, h)
+	require.NoError(t, err)
+	return rcv
+}
+
+func (g *rig) newReceiver(key dedup.KeyFunc[payment], h dedup.Handler[payment, receipt]) (*dedup.Receiver[payment, receipt], error) {
+	return dedup.NewReceiver(g.faults, key, h, &dedup.Config{
 		Namespace:    "pay",
 		Lease:        lease,
 		Clock:        g.clk,
 		StoreTimeout: 50 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	require.NoError(t, err)
-	return rcv
+}
+
+// replicas is a service of h whose processes share the rig's store (Run
+// builds two by default).
+func (g *rig) replicas(h dedup.Handler[payment, receipt]) deduptest.Target[payment, receipt] {
+	return deduptest.Replicas(func(int) (*dedup.Receiver[payment, receipt], error) { return g.newReceiver(paymentID, h) })
 }
 
 func (g *rig) opts() *deduptest.Options[payment] {
@@ -74,6 +92,7 @@ func (g *rig) opts() *deduptest.Options[payment] {
 		Lease:   lease,
 		Timeout: 10 * time.Second,
 		Seed:    7,
+		Faults:  []*deduptest.FaultStore{g.faults},
 	}
 }
 
@@ -221,61 +240,53 @@ func TestDetectsWrongReplay(t *testing.T) {
 	require.Len(t, rep.Problems, 2, rep.String())
 }
 
-// Seeded: a handler that goes on after its context is cancelled (the
-// lease lost: the store fails every Extend, so the lease runs out and a
-// second process takes the message over) does its effect a second time.
+// Seeded: a handler that goes on after its lease was lost (the store
+// fails every Extend, so the lease runs out under its first run) does its
+// effect a second time, once another process took the message over. Run's
+// default, two replicas sharing the store, shows it: in one process the
+// other copies wait for the first run instead of taking the key over.
 func TestDetectsHandlerIgnoringLeaseLoss(t *testing.T) {
 	t.Parallel()
 	for _, honours := range []bool{true, false} {
 		t.Run(fmt.Sprintf("honours=%v", honours), func(t *testing.T) {
 			t.Parallel()
 			g := newRig(t, deduptest.Fault{Op: deduptest.OpExtend, Kind: deduptest.Fail})
-			// Two processes: the first delivery runs in the slow one, every
-			// other in the other, once the slow run holds the key.
-			started := make(chan struct{})
-			tookOver := make(chan struct{})
-			takeover := sync.OnceFunc(func() { close(tookOver) })
-			t.Cleanup(takeover)
-			slow := func(ctx context.Context, p payment) (receipt, error) {
-				close(started) // its extensions fail: it loses the lease
-				if honours {
-					select {
-					case <-ctx.Done(): // the lease lost: give up
-						return receipt{}, context.Cause(ctx)
-					case <-time.After(testenv.WaitTimeout):
-						return receipt{}, errors.New("the lease was never lost")
+			var mu sync.Mutex
+			ran := map[string]bool{}
+			service := g.replicas(func(ctx context.Context, p payment) (receipt, error) {
+				mu.Lock()
+				first := !ran[p.ID]
+				ran[p.ID] = true
+				mu.Unlock()
+				if first { // a slow first run: its lease runs out under it
+					wait := ctx
+					if !honours {
+						// The point of this handler: it ignores its context,
+						// waiting on the fake clock past its lost lease
+						// (bounded in real time all the same).
+						c, cancel := context.WithTimeout(context.WithoutCancel(ctx), testenv.WaitTimeout)
+						defer cancel()
+						wait = c
 					}
-				}
-				select { // ignores ctx: goes on until the other process took over
-				case <-tookOver:
-				case <-time.After(testenv.WaitTimeout):
-					return receipt{}, errors.New("nobody took over")
+					if err := deduptest.Sleep(wait, g.clk, 2*lease); err != nil {
+						return receipt{}, err
+					}
 				}
 				g.effects.Record(p.ID)
 				return receipt{ID: "r-" + p.ID}, nil
-			}
-			fast := func(ctx context.Context, p payment) (receipt, error) {
-				g.effects.Record(p.ID)
-				takeover()
-				return receipt{ID: "r-" + p.ID}, nil
-			}
-			procs := []*dedup.Receiver[payment, receipt]{g.receiver(t, slow), g.receiver(t, fast)}
-			var n atomic.Int64
-			target := deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) dedup.Delivery[receipt] {
-				i := min(n.Add(1)-1, 1)
-				if i > 0 {
-					select {
-					case <-started:
-					case <-time.After(testenv.WaitTimeout):
-					}
-				}
-				return procs[i].Deliver(ctx, p)
 			})
-			o := g.opts()
-			o.Copies = 2
-			rep := run(t, g, target, payments(1), o)
+			rep := run(t, g, service, payments(1), g.opts()) // Options.Replicas left to its default
+			require.Equal(t, 2, rep.Replicas)
 			require.NotEmpty(t, g.faults.Injected())
-			require.Equal(t, 2, rep.Message("p0").Runs, rep.String()) // the slow run, and the takeover
+			m := rep.Message("p0")
+			require.Equal(t, 2, m.Runs, rep.String()) // the slow run, and the takeover
+			replicas := map[int]bool{}
+			for _, d := range m.Deliveries {
+				replicas[d.Replica] = true
+				require.Equal(t, d.Copy%2, d.Replica, "copy i goes to replica i mod 2")
+			}
+			require.Len(t, replicas, 2, rep.String())
+			require.Contains(t, rep.String(), "copy 1 on replica 1: ")
 			if honours {
 				require.True(t, rep.Check(t))
 				return
@@ -283,8 +294,60 @@ func TestDetectsHandlerIgnoringLeaseLoss(t *testing.T) {
 			d := rep.ProblemsOf(deduptest.DoubleEffect)
 			require.Len(t, d, 1, rep.String())
 			require.Contains(t, d[0].Detail, "does it honour ctx?")
+			require.Len(t, rep.Problems, 1, rep.String())
 		})
 	}
+}
+
+// Replicas: how many, what a replica that cannot be built does, and a
+// plain Target, which is one process.
+func TestReplicas(t *testing.T) {
+	t.Parallel()
+	g := newRig(t)
+	h := func(ctx context.Context, p payment) (receipt, error) {
+		g.effects.Record(p.ID)
+		return receipt{ID: "r-" + p.ID}, nil
+	}
+	var built []int
+	service := deduptest.Replicas(func(i int) (*dedup.Receiver[payment, receipt], error) {
+		built = append(built, i)
+		return g.newReceiver(paymentID, h)
+	})
+	o := g.opts()
+	o.Replicas, o.Copies = 3, 4
+	rep := run(t, g, service, payments(2), o)
+	require.True(t, rep.Check(t))
+	require.Equal(t, []int{0, 1, 2}, built)
+	require.Equal(t, 3, rep.Replicas)
+	for _, d := range rep.Message("p1").Deliveries {
+		require.Equal(t, d.Copy%3, d.Replica)
+	}
+
+	// Outside Run, the target delivers to replica 0.
+	d := service.Deliver(t.Context(), payment{ID: "p0"})
+	require.NoError(t, d.Err)
+	require.Equal(t, dedup.StatusDuplicate, d.Result.Status)
+
+	rcv := g.receiver(t, h)
+	rep = run(t, g, rcv, payments(1), g.opts())
+	require.Equal(t, 1, rep.Replicas, "a plain target is one process")
+	require.NotContains(t, rep.String(), "replica")
+
+	failing := errors.New("no database")
+	_, err := deduptest.Run(t.Context(), g.clk, deduptest.Replicas(func(i int) (*dedup.Receiver[payment, receipt], error) {
+		if i == 1 {
+			return nil, failing
+		}
+		return g.newReceiver(paymentID, h)
+	}), payments(1), g.opts())
+	require.ErrorIs(t, err, failing)
+	require.ErrorContains(t, err, "replica 1")
+	_, err = deduptest.Run(t.Context(), g.clk, deduptest.Replicas(func(int) (*dedup.Receiver[payment, receipt], error) { return nil, nil }), payments(1), g.opts())
+	require.ErrorContains(t, err, "replica 0 is nil")
+	o = g.opts()
+	o.Replicas = 2
+	_, err = deduptest.Run(t.Context(), g.clk, rcv, payments(1), o)
+	require.ErrorContains(t, err, "one Target is one process")
 }
 
 // Seeded: a handler that blocks ignoring its context is reported stuck
@@ -312,6 +375,88 @@ func TestDetectsHandlerIgnoringCancellation(t *testing.T) {
 	}
 	require.True(t, strings.Contains(rep.String(), "does the handler honour ctx?"), rep.String())
 	require.Empty(t, rep.Message("p0").Deliveries[0].Err)
+
+	// The report leads with the cause: the handler that did not return,
+	// then what it left behind (the copies waiting for it, unsettled).
+	require.Len(t, rep.Problems, len(stuck)+1, rep.String())
+	require.Equal(t, deduptest.Stuck, rep.Problems[0].Kind, rep.String())
+	require.Contains(t, rep.Problems[0].Detail, "does the handler honour ctx?")
+	last := rep.Problems[len(rep.Problems)-1]
+	require.Equal(t, deduptest.Unsettled, last.Kind, rep.String())
+	require.Contains(t, last.Detail, "behind a stuck delivery of this message")
+	_, problems, _ := strings.Cut(rep.String(), "PROBLEM ")
+	require.True(t, strings.HasPrefix(problems, "message p1: stuck: "), rep.String())
+	var ft fakeT
+	require.False(t, rep.Check(&ft))
+	require.Contains(t, ft.msgs[0], "message p1: stuck: ")
+}
+
+// Seeded: the id strategy hashes a body that carries the producer's send
+// time, and the producer sends the message again with a new one: the
+// copies get different keys, each a new message to the receiver. The
+// report names that, with two of the keys, whether effects are counted or
+// not.
+func TestDetectsKeyDiffers(t *testing.T) {
+	t.Parallel()
+	g := newRig(t)
+	byContent := idstrategy.ContentHash(func(p payment) ([]byte, error) { return json.Marshal(p) })
+	service := deduptest.Replicas(func(int) (*dedup.Receiver[payment, receipt], error) {
+		return g.newReceiver(byContent, func(ctx context.Context, p payment) (receipt, error) {
+			g.effects.Record(p.ID)
+			return receipt{ID: "r-" + p.ID}, nil
+		})
+	})
+	var sends atomic.Int64
+	producer := deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) dedup.Delivery[receipt] {
+		p.SentAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(sends.Add(1)) * time.Millisecond)
+		return service.Deliver(ctx, p)
+	})
+	check := func(rep *deduptest.Report[receipt], counted bool) {
+		t.Helper()
+		kd := rep.ProblemsOf(deduptest.KeyDiffers)
+		require.Len(t, kd, 2, rep.String())
+		for i, p := range kd {
+			require.Equal(t, fmt.Sprintf("p%d", i), p.ID)
+			require.Contains(t, p.Detail, "copies of the message got different keys")
+			require.Contains(t, p.Detail, "3 keys in all")
+			keys := regexp.MustCompile(`"pay:sha256:[0-9a-f]{64}"`).FindAllString(p.Detail, -1)
+			require.Len(t, keys, 2, p.Detail)
+			require.NotEqual(t, keys[0], keys[1])
+		}
+		require.Equal(t, deduptest.KeyDiffers, rep.Problems[0].Kind, "the cause leads\n%s", rep)
+		if !counted {
+			require.Len(t, rep.Problems, 2, rep.String())
+			return
+		}
+		de := rep.ProblemsOf(deduptest.DoubleEffect)
+		require.Len(t, de, 2, rep.String())
+		require.Contains(t, de[0].Detail, "its copies got different keys (see key-differs)")
+		require.Len(t, rep.Problems, 4, rep.String())
+	}
+	check(run(t, g, producer, payments(2), g.opts()), true)
+
+	o := g.opts()
+	o.Effects = nil
+	check(run(t, g, producer, []payment{{ID: "p0", Amount: 1}, {ID: "p1", Amount: 2}}, o), false)
+
+	// The same producer with a key that leaves the send time out: no
+	// problem.
+	g2 := newRig(t)
+	var sends2 atomic.Int64
+	fixed := deduptest.Replicas(func(int) (*dedup.Receiver[payment, receipt], error) {
+		return g2.newReceiver(idstrategy.ContentHash(func(p payment) ([]byte, error) {
+			p.SentAt = time.Time{}
+			return json.Marshal(p)
+		}), func(ctx context.Context, p payment) (receipt, error) {
+			g2.effects.Record(p.ID)
+			return receipt{ID: "r-" + p.ID}, nil
+		})
+	})
+	rep := run(t, g2, deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) dedup.Delivery[receipt] {
+		p.SentAt = time.Unix(sends2.Add(1), 0)
+		return fixed.Deliver(ctx, p)
+	}), payments(2), g2.opts())
+	require.True(t, rep.Check(t))
 }
 
 // Seeded: a worker crashes between the effect and the record (a Crash

@@ -35,24 +35,45 @@ const (
 	// that was not to have one (Effects.ExactlyOnce: an id outside those
 	// given).
 	UnexpectedEffect ProblemKind = "unexpected-effect"
+	// KeyDiffers: deliveries of one message were keyed differently (an id
+	// taken from something that changes between sends or deliveries: a
+	// delivery tag, a timestamp in a hashed body), so the receiver took
+	// each key for a new message. The detail names two of the keys.
+	KeyDiffers ProblemKind = "key-differs"
+	// FaultNotInjected: a Fault of a FaultStore among Options.Faults was
+	// never injected (no call matched it, or a call its Calls lists never
+	// came): the run did not test what it asked for. Such a problem names
+	// no message.
+	FaultNotInjected ProblemKind = "fault-not-injected"
 )
 
-// Problem is one thing the harness found wrong with a message.
+// Problem is one thing the harness found wrong with a message, or with
+// the run.
 type Problem struct {
-	// ID is the message's.
+	// ID is the message's; empty for a problem of the run as a whole
+	// (FaultNotInjected).
 	ID   string
 	Kind ProblemKind
 	// Detail says what happened, for a person.
 	Detail string
 }
 
-// String is "message <id>: <kind>: <detail>".
-func (p Problem) String() string { return fmt.Sprintf("message %s: %s: %s", p.ID, p.Kind, p.Detail) }
+// String is "message <id>: <kind>: <detail>", or "<kind>: <detail>" for a
+// problem that names no message.
+func (p Problem) String() string {
+	if p.ID == "" {
+		return fmt.Sprintf("%s: %s", p.Kind, p.Detail)
+	}
+	return fmt.Sprintf("message %s: %s: %s", p.ID, p.Kind, p.Detail)
+}
 
 // DeliveryReport is one delivery of a copy of a message.
 type DeliveryReport[R any] struct {
 	// Copy is the copy's number, from 0.
 	Copy int
+	// Replica is the number of the replica the copy was delivered to
+	// (see Replicas); 0 when Run was given a single target.
+	Replica int
 	// At is the fake time when the delivery answered.
 	At time.Time
 	// Key is the store key the receiver used.
@@ -68,6 +89,8 @@ type DeliveryReport[R any] struct {
 	// Crashed: a Crash fault dropped the completion; the delivery was not
 	// settled but redelivered after the lease.
 	Crashed bool
+
+	replicated bool // the run had several replicas: String names this one's
 }
 
 // Ran reports whether the delivery ran the handler (whatever its outcome).
@@ -82,7 +105,11 @@ func (d DeliveryReport[R]) Ran() bool {
 // String describes the delivery on one line.
 func (d DeliveryReport[R]) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "copy %d: %s", d.Copy, d.Status)
+	fmt.Fprintf(&b, "copy %d", d.Copy)
+	if d.replicated {
+		fmt.Fprintf(&b, " on replica %d", d.Replica)
+	}
+	fmt.Fprintf(&b, ": %s", d.Status)
 	if d.Attempt > 0 {
 		fmt.Fprintf(&b, " (attempt %d)", d.Attempt)
 	}
@@ -174,9 +201,9 @@ func (m *MessageReport[R]) Replayed() []R {
 	return out
 }
 
-func (m *MessageReport[R]) record(copyNo int, d dedup.Delivery[R], at time.Time, crashed bool) {
+func (m *MessageReport[R]) record(copyNo, replica, replicas int, d dedup.Delivery[R], at time.Time, crashed bool) {
 	dr := DeliveryReport[R]{
-		Copy: copyNo, At: at, Key: d.Result.Key, Status: d.Result.Status, Attempt: d.Result.Attempt, Value: d.Result.Value,
+		Copy: copyNo, Replica: replica, replicated: replicas > 1, At: at, Key: d.Result.Key, Status: d.Result.Status, Attempt: d.Result.Attempt, Value: d.Result.Value,
 		Err: d.Err, Problem: d.Result.Problem, Decision: d.Decision, Crashed: crashed,
 	}
 	m.Deliveries = append(m.Deliveries, dr)
@@ -203,6 +230,11 @@ func (m *MessageReport[R]) record(copyNo int, d dedup.Delivery[R], at time.Time,
 // the problems found. Inspect it, print it (String), or hand it to Check.
 type Report[R any] struct {
 	Messages []MessageReport[R]
+	// Problems are what went wrong, the causes first: every message's
+	// stuck deliveries (a stuck delivery ends the run and leaves copies
+	// unsettled behind it), then each message's problems in turn
+	// (key-differs before the double-effect it causes), then the faults
+	// not injected.
 	Problems []Problem
 	// Start and End are the fake clock's time when the run started and
 	// ended.
@@ -210,6 +242,10 @@ type Report[R any] struct {
 	// Ended says why the run ended before every copy was settled; empty
 	// when it did not.
 	Ended string
+	// Replicas is how many processes the messages were delivered to: 1
+	// for a single target, Options.Replicas for a target made by Replicas
+	// (0 in a Report of Effects.ExactlyOnce).
+	Replicas int
 
 	// effectsOnly: built by Effects.ExactlyOnce, from effects alone (no
 	// deliveries to print).
@@ -307,12 +343,22 @@ func (r *Report[R]) Check(t TB) bool {
 	return false
 }
 
-// check finds the problems of every message.
+// check finds the problems of every message. A report leads with the
+// causes: the stuck deliveries first (a stuck delivery ends the run and
+// leaves copies unsettled behind it), then each message's problems, keys
+// that differ before the double effect they cause.
 func (r *Report[R]) check(effects func(string) int) {
+	var stuck, rest []Problem
 	for i := range r.Messages {
 		m := &r.Messages[i]
-		add := func(k ProblemKind, format string, args ...any) {
-			r.Problems = append(r.Problems, Problem{ID: m.ID, Kind: k, Detail: fmt.Sprintf(format, args...)})
+		add := func(to *[]Problem, k ProblemKind, format string, args ...any) {
+			*to = append(*to, Problem{ID: m.ID, Kind: k, Detail: fmt.Sprintf(format, args...)})
+		}
+		if m.Abandoned > 0 {
+			add(&stuck, Stuck, "%d deliveries did not return after their context was cancelled: does the handler honour ctx?", m.Abandoned)
+		}
+		if m.Stuck > 0 {
+			add(&stuck, Stuck, "%d deliveries were still running when the run ended (%s)", m.Stuck, r.Ended)
 		}
 		unsettled := 0
 		for _, c := range m.copies {
@@ -325,13 +371,19 @@ func (r *Report[R]) check(effects func(string) int) {
 				unsettled++
 			}
 		}
+		if a, b, n := m.keys(); n > 1 {
+			add(&rest, KeyDiffers, "copies of the message got different keys (%q for copy %d, %q for copy %d; %d keys in all), "+
+				"each a new message to the receiver: take the key from what every copy carries alike "+
+				"(the producer's id, a hash of the fields that do not change between sends), not from a delivery tag or a send time",
+				a.Key, a.Copy, b.Key, b.Copy, n)
+		}
 		if effects != nil {
 			m.Effects = effects(m.ID)
 			switch {
 			case m.Effects > 1:
-				add(DoubleEffect, "the effect happened %d times (%d handler runs over %d deliveries)%s", m.Effects, m.Runs, len(m.Deliveries), m.hint())
+				add(&rest, DoubleEffect, "the effect happened %d times (%d handler runs over %d deliveries)%s", m.Effects, m.Runs, len(m.Deliveries), m.hint())
 			case m.Effects == 0 && m.Acked > 0:
-				add(NoEffect, "%d copies were acknowledged but the effect never happened (statuses %v)", m.Acked, m.Statuses())
+				add(&rest, NoEffect, "%d copies were acknowledged but the effect never happened (statuses %v)", m.Acked, m.Statuses())
 			}
 		}
 		// The first result handed out by a delivery that ran the handler is
@@ -347,7 +399,7 @@ func (r *Report[R]) check(effects func(string) int) {
 		if first != nil {
 			for _, d := range m.Deliveries {
 				if d.Status == dedup.StatusDuplicate && d.Problem == nil && !reflect.DeepEqual(d.Value, first.Value) {
-					add(WrongReplay, "copy %d was replayed %+v, but the first delivery that ran the handler (copy %d) answered %+v", d.Copy, d.Value, first.Copy, first.Value)
+					add(&rest, WrongReplay, "copy %d was replayed %+v, but the first delivery that ran the handler (copy %d) answered %+v", d.Copy, d.Value, first.Copy, first.Value)
 					break
 				}
 			}
@@ -357,24 +409,53 @@ func (r *Report[R]) check(effects func(string) int) {
 			if r.Ended != "" {
 				why = r.Ended
 			}
+			if m.Stuck > 0 || m.Abandoned > 0 {
+				why += ", behind a stuck delivery of this message (see stuck)"
+			}
 			last := "never delivered"
 			if n := len(m.Deliveries); n > 0 {
 				last = "last delivery: " + m.Deliveries[n-1].String()
 			}
-			add(Unsettled, "%d of %d copies were neither acknowledged nor dead-lettered (%s; %s)", unsettled, len(m.copies), why, last)
-		}
-		if m.Stuck > 0 {
-			add(Stuck, "%d deliveries were still running when the run ended (%s)", m.Stuck, r.Ended)
-		}
-		if m.Abandoned > 0 {
-			add(Stuck, "%d deliveries did not return after their context was cancelled: does the handler honour ctx?", m.Abandoned)
+			add(&rest, Unsettled, "%d of %d copies were neither acknowledged nor dead-lettered (%s; %s)", unsettled, len(m.copies), why, last)
 		}
 	}
+	r.Problems = append(append(r.Problems, stuck...), rest...)
+}
+
+// checkFaults reports every fault of fss that was not injected as asked.
+func (r *Report[R]) checkFaults(fss []*FaultStore) {
+	for _, fs := range fss {
+		for _, d := range fs.unfired() {
+			r.Problems = append(r.Problems, Problem{Kind: FaultNotInjected, Detail: d})
+		}
+	}
+}
+
+// keys returns the first delivery with a key, the first with another key
+// than it, and how many keys the message's deliveries had.
+func (m *MessageReport[R]) keys() (first, other DeliveryReport[R], n int) {
+	seen := map[string]bool{}
+	for _, d := range m.Deliveries {
+		if d.Key == "" || seen[d.Key] {
+			continue
+		}
+		seen[d.Key] = true
+		switch len(seen) {
+		case 1:
+			first = d
+		case 2:
+			other = d
+		}
+	}
+	return first, other, len(seen)
 }
 
 // hint names what a double effect came with, when the deliveries say.
 func (m *MessageReport[R]) hint() string {
 	var hints []string
+	if _, _, n := m.keys(); n > 1 {
+		hints = append(hints, "its copies got different keys (see key-differs)")
+	}
 	for _, d := range m.Deliveries {
 		switch {
 		case d.Crashed:
