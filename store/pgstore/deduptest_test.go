@@ -17,6 +17,7 @@ import (
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/pgstore"
 )
 
 // kitLease is the receivers' lease in the kit tests. pgstore ends a lease
@@ -99,10 +100,11 @@ func kitPayments() (msgs []payment, at map[string]crashPoint) {
 	return msgs, at
 }
 
-// runKit delivers msgs three times each through a receiver of h over st
-// (on a fake clock), with the harness, and counts each payment's effect
-// in table.
-func runKit(t *testing.T, db *testDB, st store.Store, table string, h dedup.Handler[payment, receipt], msgs []payment) *deduptest.Report[receipt] {
+// runKit delivers msgs three times each to two replicas of a service,
+// each a receiver of h over st (on a fake clock), with the harness, and
+// counts each payment's effect in table. The faults of fss that were not
+// injected are in the report.
+func runKit(t *testing.T, db *testDB, st store.Store, table string, h dedup.Handler[payment, receipt], msgs []payment, fss ...*deduptest.FaultStore) *deduptest.Report[receipt] {
 	t.Helper()
 	// pgstore judges leases on the database's clock, the receiver on the
 	// harness's fake one, and the receiver refuses a store whose refused
@@ -114,24 +116,27 @@ func runKit(t *testing.T, db *testDB, st store.Store, table string, h dedup.Hand
 	// broker's redelivery takes real time. While deliveries run, Run moves
 	// the fake clock slower than real time (Tick per Idle).
 	clk := clock.NewFake(dbNow(t, db.pool))
-	rcv, err := dedup.NewReceiver(st, paymentID, h, &dedup.Config{
-		Namespace: "pay", Lease: kitLease, Clock: clk,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	service := deduptest.Replicas(func(int) (deduptest.TargetFunc[payment, receipt], error) {
+		rcv, err := dedup.NewReceiver(st, paymentID, h, &dedup.Config{
+			Namespace: "pay", Lease: kitLease, Clock: clk,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		return func(ctx context.Context, p payment) dedup.Delivery[receipt] {
+			catchUp(ctx, db, clk)
+			return rcv.Deliver(ctx, p)
+		}, err
 	})
-	require.NoError(t, err)
-	target := deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) dedup.Delivery[receipt] {
-		catchUp(ctx, db, clk)
-		return rcv.Deliver(ctx, p)
-	})
-	rep, err := deduptest.Run(t.Context(), clk, target, msgs, &deduptest.Options[payment]{
+	rep, err := deduptest.Run(t.Context(), clk, service, msgs, &deduptest.Options[payment]{
 		Copies: 3, Workers: 4, Seed: 7, Lease: kitLease, Tick: time.Millisecond, Idle: 20 * time.Millisecond,
-		ID: func(p payment) string { return p.ID },
+		Faults: fss,
+		ID:     func(p payment) string { return p.ID },
 		Effects: func(id string) int {
 			return db.count(t, "SELECT count(*) FROM "+table+" WHERE payment_id = $1", id)
 		},
 	})
 	require.NoError(t, err)
 	require.Empty(t, rep.Ended, "the run must settle every copy\n%s", rep)
+	require.Equal(t, 2, rep.Replicas)
 	return rep
 }
 
@@ -189,11 +194,12 @@ func problemIDs(ps []deduptest.Problem) []string {
 //
 // The kit's Crash fault strikes the receiver's Complete, which a
 // TxHandler delivery never calls (the record completed in its
-// transaction): over a FaultStore alone the TxHandler would face no crash
-// at all. So both handlers face the same crasher, which kills the worker
-// at the same points of every message; the "outside" subtest also runs the
-// kit's own Crash fault, to show that the crasher's after-return point is
-// that fault's, with the same outcome.
+// transaction): over a FaultStore alone the TxHandler faces no crash at
+// all, and the report says so (fault-not-injected), which the "inside"
+// subtest checks first. So both handlers face the same crasher, which
+// kills the worker at the same points of every message; the "outside"
+// subtest also runs the kit's own Crash fault, to show that the crasher's
+// after-return point is that fault's, with the same outcome.
 func TestKitShowsTxHandlerClosesTheCrashWindow(t *testing.T) {
 	t.Parallel()
 
@@ -227,7 +233,7 @@ func TestKitShowsTxHandlerClosesTheCrashWindow(t *testing.T) {
 		fs, err := deduptest.NewFaultStore(db.store(t, nil), 1, faults...)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = fs.Close() })
-		rep := runKit(t, db, fs, table, outsideHandler(db, table, nil), msgs)
+		rep := runKit(t, db, fs, table, outsideHandler(db, table, nil), msgs, fs)
 		require.Len(t, fs.Injected(), len(msgs), "the kit's Crash fault strikes the first completion of each key")
 		require.ElementsMatch(t, ids, crashedIDs(rep), "the harness saw every message crash\n%s", rep)
 		require.False(t, rep.OK())
@@ -256,27 +262,50 @@ func TestKitShowsTxHandlerClosesTheCrashWindow(t *testing.T) {
 		for i, p := range msgs {
 			faults[i] = deduptest.Fault{Op: deduptest.OpComplete, Kind: deduptest.Crash, Key: p.ID, Calls: []int{1}}
 		}
+		// The payment handler written with TxHandler: the insert is in the
+		// transaction the record completes in. cr (when not nil) kills its
+		// worker after the insert, before the commit.
+		insideHandler := func(s *pgstore.Store, table string, cr *crasher) dedup.Handler[payment, receipt] {
+			return txHandler(t, s, func(ctx context.Context, tx pgx.Tx, p payment) (receipt, error) {
+				if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (payment_id, amount) VALUES ($1, $2)", p.ID, p.Amount); err != nil {
+					return receipt{}, err
+				}
+				if cr != nil && cr.strike(p.ID, crashAfterWrite) {
+					return receipt{}, crashErr(p.ID, crashAfterWrite)
+				}
+				return receipt{PaymentID: p.ID}, nil
+			}, nil)
+		}
+
+		// The kit's Crash fault alone never reaches the TxHandler: the
+		// report is not OK, and says which faults never fired and how to
+		// crash such a handler.
 		db := newDB(t, 8)
 		table := db.payments(t)
 		s := db.store(t, nil)
 		fs, err := deduptest.NewFaultStore(s, 1, faults...)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = fs.Close() })
-		cr := &crasher{at: at}
-		// The same payment handler, written with TxHandler: the insert is
-		// in the transaction the record completes in.
-		inside := txHandler(t, s, func(ctx context.Context, tx pgx.Tx, p payment) (receipt, error) {
-			if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (payment_id, amount) VALUES ($1, $2)", p.ID, p.Amount); err != nil {
-				return receipt{}, err
-			}
-			if cr.strike(p.ID, crashAfterWrite) {
-				return receipt{}, crashErr(p.ID, crashAfterWrite)
-			}
-			return receipt{PaymentID: p.ID}, nil
-		}, nil)
-		rep := runKit(t, db, fs, table, cr.afterReturn(inside), msgs)
-
+		rep := runKit(t, db, fs, table, insideHandler(s, table, nil), msgs, fs)
 		require.Empty(t, fs.Injected(), "a TxHandler delivery never calls Complete: the kit's Crash fault cannot reach it")
+		require.Empty(t, crashedIDs(rep), "nothing crashed\n%s", rep)
+		require.False(t, rep.OK(), "the crash window was not tested, and the report must say so\n%s", rep)
+		unfired := rep.ProblemsOf(deduptest.FaultNotInjected)
+		require.Len(t, unfired, len(msgs), rep.String())
+		require.Len(t, rep.Problems, len(msgs), "unfired faults are the only problems\n%s", rep)
+		for i, p := range msgs {
+			require.Contains(t, unfired[i].Detail, fmt.Sprintf(`the crash fault on complete of %q (calls [1]) was never injected`, p.ID))
+			require.Contains(t, unfired[i].Detail, "TxHandler")
+			require.Contains(t, unfired[i].Detail, "deduptest.ErrCrashed")
+		}
+
+		// So the crasher kills its worker from the handler, where the docs
+		// say to: inside the transaction, or around the handler.
+		db = newDB(t, 8)
+		table = db.payments(t)
+		s = db.store(t, nil)
+		cr := &crasher{at: at}
+		rep = runKit(t, db, s, table, cr.afterReturn(insideHandler(s, table, cr)), msgs)
 		require.Equal(t, len(msgs), cr.crashes(), "the crasher kills the first delivery of every message")
 		require.Len(t, crashedIDs(rep), len(msgs), "the harness saw every message crash\n%s", rep)
 		rep.Check(t)
