@@ -39,16 +39,25 @@ func majorVersion(v string) (int, bool) {
 	return n, err == nil
 }
 
-// logBroker logs the broker's version and which returns a quorum queue
-// counts on it.
+// logBroker logs the broker's version and, for a queue that may be a
+// quorum queue (Options.QueueType quorum or unknown), which returns it
+// counts towards its x-delivery-limit there: a classic queue has none.
 func (c *Consumer[T, R]) logBroker(ctx context.Context, conn *amqp.Connection) {
 	b := readBroker(conn.Properties)
 	c.broker = b
-	rule := "a quorum queue counts Reject(requeue=true) and Nack(requeue=true) towards its x-delivery-limit (RabbitMQ before 4.0)"
-	if !b.nackCounts {
-		rule = "a quorum queue counts only Reject(requeue=true) towards its x-delivery-limit (RabbitMQ 4.0 and later), not Nack"
+	attrs := []any{slog.String("queue", c.queue), slog.String("product", b.product), slog.String("version", b.version)}
+	if c.opts.QueueType == Classic {
+		c.opts.Logger.InfoContext(ctx, "dedupamqp: connected to "+b.product+" "+b.version, attrs...)
+		return
 	}
-	c.opts.Logger.InfoContext(ctx, "dedupamqp: connected to "+b.product+" "+b.version+": "+rule+"; a delivery the store cannot take is held in place, not returned, until ConsumerTimeout nears",
-		slog.String("queue", c.queue), slog.String("product", b.product), slog.String("version", b.version),
-		slog.Bool("nack_counts_towards_delivery_limit", b.nackCounts))
+	rule := "counts Reject(requeue=true) and Nack(requeue=true) towards its x-delivery-limit (RabbitMQ before 4.0)"
+	if !b.nackCounts {
+		rule = "counts only Reject(requeue=true) towards its x-delivery-limit (RabbitMQ 4.0 and later), not Nack"
+	}
+	queue := "the quorum queue " + rule
+	if c.opts.QueueType == "" {
+		queue = "a quorum queue (Options.QueueType unknown) " + rule
+	}
+	c.opts.Logger.InfoContext(ctx, "dedupamqp: connected to "+b.product+" "+b.version+": "+queue+"; a delivery the store cannot take is held in place, not returned, until ConsumerTimeout nears",
+		append(attrs, slog.Bool("nack_counts_towards_delivery_limit", b.nackCounts))...)
 }

@@ -80,27 +80,50 @@ func TestStartContextEndIsAnError(t *testing.T) {
 }
 
 // TestBrokerVersionLogged: Start reads the broker's version from the
-// connection's server properties and logs which returns a quorum queue
-// counts towards its x-delivery-limit there: Nack and Reject before 4.0,
-// Reject only since.
+// connection's server properties and logs it, and, for a quorum queue (or
+// one of unknown type), which returns it counts towards its
+// x-delivery-limit there: Nack and Reject before 4.0, Reject only since. A
+// classic queue has no delivery limit: its line says nothing of one.
 func TestBrokerVersionLogged(t *testing.T) {
 	t.Parallel()
 	url := testenv.RabbitMQ.Addr(t)
 	version, _ := dial(t, url).Properties["version"].(string)
 	require.NotEmpty(t, version)
-	top := declare(t, url, dedupamqp.Topology{})
-	var l logs
-	opts := top.Options()
-	opts.Logger = slog.New(l.handler())
-	c, err := dedupamqp.NewConsumer(url, top.Queue, nopReceiver(t, fastConfig("version")), opts)
-	require.NoError(t, err)
-	require.NoError(t, c.Start(t.Context()))
-	stopAtCleanup(t, c)
-	lines := l.contains("INFO dedupamqp: connected to RabbitMQ " + version)
-	require.Len(t, lines, 1)
-	require.Contains(t, lines[0], "version="+version)
 	nackCounts := !strings.HasPrefix(version, "4.") // the local broker is 3.10; a 4.x counts only Reject
-	require.Contains(t, lines[0], fmt.Sprintf("nack_counts_towards_delivery_limit=%t", nackCounts))
+	for _, tc := range []struct {
+		name  string
+		typ   dedupamqp.QueueType
+		known bool // the options say the type
+		rule  bool
+	}{
+		{"Classic", dedupamqp.Classic, true, false},
+		{"Quorum", dedupamqp.Quorum, true, true},
+		{"Unknown", dedupamqp.Quorum, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			top := declare(t, url, dedupamqp.Topology{Type: tc.typ})
+			var l logs
+			opts := top.Options()
+			if !tc.known {
+				opts.QueueType = ""
+			}
+			opts.Logger = slog.New(l.handler())
+			c, err := dedupamqp.NewConsumer(url, top.Queue, nopReceiver(t, fastConfig("version")), opts)
+			require.NoError(t, err)
+			require.NoError(t, c.Start(t.Context()))
+			stopAtCleanup(t, c)
+			lines := l.contains("INFO dedupamqp: connected to RabbitMQ " + version)
+			require.Len(t, lines, 1)
+			require.Contains(t, lines[0], "version="+version)
+			if !tc.rule {
+				require.NotContains(t, lines[0], "delivery-limit", "a classic queue has no delivery limit")
+				require.NotContains(t, lines[0], "delivery_limit")
+				return
+			}
+			require.Contains(t, lines[0], fmt.Sprintf("nack_counts_towards_delivery_limit=%t", nackCounts))
+		})
+	}
 }
 
 // TestOwnership: what the caller passes in stays the caller's. A Publisher

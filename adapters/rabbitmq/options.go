@@ -85,6 +85,14 @@ type Options struct {
 	// queue's arguments, so this is not checked. Defaults to false.
 	RejectDeadLetters bool
 
+	// QueueType is the type of the queue consumed, as Topology declares
+	// it (Topology.Options sets it). Start logs which returns a quorum
+	// queue counts towards its x-delivery-limit on the broker's version
+	// only for a quorum queue, or one whose type is unknown (AMQP 0.9.1
+	// cannot read a queue's type); a classic queue has no delivery limit.
+	// Defaults to "": unknown.
+	QueueType QueueType
+
 	// RetryTiers are the delays of the retry queues declared for the queue
 	// (see [Topology] and [RetryQueueName]): a retry due later than
 	// InPlaceRetryMax is republished, with confirms and mandatory, to the

@@ -63,10 +63,10 @@ func RetryQueueName(queue string, delay time.Duration) string {
 }
 
 // Options returns Consumer options that match the topology: its dead-letter
-// exchange and retry tiers. Set the rest on the result.
+// exchange, retry tiers and queue type. Set the rest on the result.
 func (t Topology) Options() *Options {
 	t = t.withDefaults()
-	return &Options{DeadLetterExchange: t.DeadLetterExchange, DeadLetterRoutingKey: t.Queue, RetryTiers: t.RetryTiers}
+	return &Options{DeadLetterExchange: t.DeadLetterExchange, DeadLetterRoutingKey: t.Queue, RetryTiers: t.RetryTiers, QueueType: t.Type}
 }
 
 func (t Topology) withDefaults() Topology {
