@@ -72,6 +72,9 @@ func produceOrders(t testing.TB, brokers []string, topic string, count int) []st
 // partition are re-read: the one whose commit the kill cut off, and the one
 // in flight then.
 func TestKillRereadsFromLastCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (a server or process killed or restarted): skipped under -short")
+	}
 	t.Parallel()
 	t.Run("commit-every-50ms", func(t *testing.T) {
 		t.Parallel()

@@ -41,6 +41,9 @@ type process struct {
 // SIGKILL to the effect, in another process, of the order the killed one
 // was handling.
 func TestScaleOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (a server or process killed or restarted): skipped under -short")
+	}
 	t.Parallel()
 	const topic, group, count = "orders", "billing", 3000
 	brokers := startKafka(t, partitions, topic)

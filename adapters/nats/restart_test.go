@@ -49,6 +49,9 @@ func publishOrders(t testing.TB, js jetstream.JetStream, subject string, count i
 // a new one on a new connection (the store survives, as a shared store
 // would): nothing is lost, nothing is charged twice.
 func TestJetStreamRestartWithoutDrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (a server or process killed or restarted): skipped under -short")
+	}
 	t.Parallel()
 	forEachServer(t, func(t *testing.T, url string) {
 		const orders = 1000

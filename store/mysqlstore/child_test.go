@@ -54,6 +54,9 @@ func receiverFor(s *mysqlstore.Store, h dedup.Handler[payment, receipt]) (*dedup
 // and completes the record in the same transaction: the table ends with
 // exactly one row per payment, none missing, and nothing is dead-lettered.
 func TestExactlyOnceKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (a server or process killed or restarted): skipped under -short")
+	}
 	t.Parallel()
 	d := newDB(t, killWorkers+4)
 	s := d.store(t, nil)
@@ -146,6 +149,9 @@ func startChild(t *testing.T, d *testDB, point string) *testenv.Child {
 // does, step by step, and at the kill point of its first message it
 // reports where it is and stops there until it is killed.
 func TestKilledConsumerChild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (a server or process killed or restarted): skipped under -short")
+	}
 	point := os.Getenv(childEnv)
 	if point == "" {
 		t.Skip("the consumer process of TestExactlyOnceKilled")

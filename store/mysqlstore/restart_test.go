@@ -22,6 +22,9 @@ import (
 // the handler never runs) and retried; after the restart each payment is
 // written exactly once, none is lost, and nothing is dead-lettered.
 func TestRestartMidStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (a server or process killed or restarted): skipped under -short")
+	}
 	t.Parallel()
 	srv := startMariaDB(t)
 	cfg := srv.Config()

@@ -55,6 +55,9 @@ func receiverFor(s *pgstore.Store, h dedup.Handler[payment, receipt]) (*dedup.Re
 // table ends with exactly one row per payment, none missing, and nothing
 // is dead-lettered.
 func TestExactlyOnceKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (a server or process killed or restarted): skipped under -short")
+	}
 	t.Parallel()
 	db := newDB(t, 24)
 	s := db.store(t, nil)
@@ -133,6 +136,9 @@ func startChild(t *testing.T, db *testDB, point string) *testenv.Child {
 // does, step by step, and at the kill point of its first message it
 // reports where it is and stops there until it is killed.
 func TestKilledConsumerChild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (a server or process killed or restarted): skipped under -short")
+	}
 	point := os.Getenv(childEnv)
 	if point == "" {
 		t.Skip("the consumer process of TestExactlyOnceKilled")

@@ -27,6 +27,9 @@ import (
 //
 //	DEDUP_FAILOVER_MEASURE=1 go test -run TestFailoverMeasure -count 5 -v ./store/pgstore
 func TestFailoverMeasure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (a server or process killed or restarted): skipped under -short")
+	}
 	if os.Getenv("DEDUP_FAILOVER_MEASURE") != "1" {
 		t.Skip("a measurement: set DEDUP_FAILOVER_MEASURE=1 to run it")
 	}

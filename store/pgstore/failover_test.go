@@ -87,6 +87,9 @@ func (r *failoverRun) String() string {
 // twice, none is lost, every copy is acknowledged, no done status carries
 // an error, and the new primary holds every message's record completed.
 func TestFailoverSynchronousStandby(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (a server or process killed or restarted): skipped under -short")
+	}
 	t.Parallel()
 	run := runFailover(t, failoverCase{mode: synchronous, rtt: 2 * time.Millisecond, hostDies: true, isolated: 200 * time.Millisecond})
 	t.Log(run)

@@ -24,6 +24,9 @@ import (
 // restart each payment is written exactly once, none is lost, and nothing
 // is dead-lettered.
 func TestRestartMidStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (a server or process killed or restarted): skipped under -short")
+	}
 	t.Parallel()
 	srv := pgtest.Start(t)
 	pool := connect(t, srv.DSN(), 4)
