@@ -130,6 +130,7 @@ func (r *Receiver[M, R]) startDelivery(ctx context.Context, msg M) (context.Cont
 	if m, ok := any(msg).(Originer); ok {
 		o = m.Origin()
 	}
+	fillOrigin(ctx, &o)
 	if s, ok := r.cfg.Observer.(DeliveryStarter); ok {
 		if c := r.startSafely(ctx, s, o); c != nil {
 			ctx = c
@@ -216,8 +217,9 @@ func (r *Receiver[M, R]) emit(ctx context.Context, e *Event) {
 
 // Observe hands e to Config.Observer, if there is one: for an adapter to
 // report a delivery it never handed to the receiver (one that arrived
-// after Stop and went back to the broker unhandled). A panicking observer
-// is recovered and logged.
+// after Stop and went back to the broker unhandled). Its Origin is
+// completed as a handled delivery's is ([WithOrigin]). A panicking
+// observer is recovered and logged.
 func (r *Receiver[M, R]) Observe(ctx context.Context, e Event) {
 	if r.cfg.Observer == nil {
 		return
@@ -225,6 +227,7 @@ func (r *Receiver[M, R]) Observe(ctx context.Context, e Event) {
 	if e.Namespace == "" {
 		e.Namespace = r.cfg.Namespace
 	}
+	fillOrigin(ctx, &e.Origin)
 	r.emit(ctx, &e)
 }
 

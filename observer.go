@@ -40,8 +40,11 @@ type DeliveryStarter interface {
 }
 
 // Origin says where a delivery comes from. Adapters fill it from the
-// broker's message ([Message] implements [Originer]); a message type of
-// one's own can implement Originer too. Zero fields are unknown.
+// broker's message ([Message] implements [Originer]) and, for what a
+// message does not carry (the server, the consumer group, the
+// destination's template), from their consumer, with [WithOrigin]; a
+// message type of one's own can implement Originer too. Zero fields are
+// unknown.
 type Origin struct {
 	// Broker names the adapter: "jetstream", "nats", "rabbitmq", "kafka",
 	// "http", "grpc".
@@ -62,6 +65,54 @@ type Origin struct {
 	// Header is the message's headers (where a producer's trace context
 	// travels); nil when it has none.
 	Header Header
+	// DestinationTemplate is Source's low-cardinality form, when Source
+	// may carry an id ("orders.*" for the subject "orders.42"): metrics
+	// name the destination by it, and a tracer names the delivery's span
+	// after it. Equal to Source when Source is a name of its own (a
+	// literal subject).
+	DestinationTemplate string
+	// ConsumerGroup names the consumers that share Source's messages: the
+	// JetStream consumer, the core NATS queue group, the Kafka consumer
+	// group.
+	ConsumerGroup string
+	// ServerAddress and ServerPort are the broker's the message was
+	// consumed from: the host of the URL the connection is connected to
+	// (a name when it was given one, else an IP address), and its port.
+	ServerAddress string
+	ServerPort    int
+}
+
+// originFill is the context key of WithOrigin's fill.
+type originFill struct{}
+
+// WithOrigin returns a copy of ctx under which the receiver completes the
+// Origin of each delivery with fill, after the message's own (see
+// [Originer]): an adapter sets it once on the context its deliveries are
+// handed over with, for what it knows of its consumer and no message
+// carries (the server it is connected to, its consumer group, the
+// destination's template). fill runs for every delivery of a receiver
+// with an Observer, and for the events given to [Receiver.Observe], on
+// the delivery's goroutine: keep it fast, and safe for concurrent use.
+// Under a context that already has one, both run, the outer first.
+func WithOrigin(ctx context.Context, fill func(*Origin)) context.Context {
+	if fill == nil {
+		return ctx
+	}
+	if outer, ok := ctx.Value(originFill{}).(func(*Origin)); ok {
+		inner := fill
+		fill = func(o *Origin) {
+			outer(o)
+			inner(o)
+		}
+	}
+	return context.WithValue(ctx, originFill{}, fill)
+}
+
+// fillOrigin completes o with the fill of WithOrigin in ctx, if any.
+func fillOrigin(ctx context.Context, o *Origin) {
+	if fill, ok := ctx.Value(originFill{}).(func(*Origin)); ok {
+		fill(o)
+	}
 }
 
 // Originer is implemented by messages that know their Origin.

@@ -3,7 +3,7 @@
 // and every adapter (NATS, RabbitMQ, Kafka) and middleware (HTTP, gRPC)
 // reports through it:
 //
-//	obs, err := dedupotel.New(&dedupotel.Options{ConsumerGroup: "billing"})
+//	obs, err := dedupotel.New(nil)
 //	...
 //	rcv, err := dedup.NewReceiver(st, key, charge, &dedup.Config{Observer: obs})
 //
@@ -14,12 +14,15 @@
 // # Traces
 //
 // Each delivery from a broker is one span of kind CONSUMER named
-// "process <destination>" ("process orders"), per the messaging semantic
+// "process <destination>" ("process orders"; the destination's template
+// when it has one, "process orders.*"), per the messaging semantic
 // conventions (the attribute keys are those of the semconv/v1.43.0
 // package of go.opentelemetry.io/otel v1.47): messaging.system (the
 // adapter's name: "kafka", "rabbitmq", "jetstream", "nats"),
 // messaging.operation.type "process", messaging.operation.name,
-// messaging.destination.name, messaging.consumer.group.name,
+// messaging.destination.name, messaging.destination.template,
+// messaging.consumer.group.name, server.address and server.port (the
+// broker's, as the adapter reports them in dedup.Origin),
 // messaging.destination.partition.id and messaging.kafka.offset (Kafka),
 // messaging.message.id, and, when it ends, dedup.status, dedup.decision,
 // dedup.reason, dedup.attempt, dedup.namespace, dedup.key, dedup.stored,
@@ -83,11 +86,16 @@
 //	dedup.handlers.active               up-down counter   deliveries started and not yet settled
 //
 // The messaging.* metrics carry messaging.system, messaging.operation.name
-// "process", messaging.destination.name, messaging.consumer.group.name and
-// error.type (the reason) for a failed delivery; the dedup.* ones
-// dedup.namespace, messaging.system and messaging.destination.name
-// (dedup.handlers.active only the last two: the namespace is not known
-// when a delivery starts).
+// "process", the destination, messaging.consumer.group.name,
+// server.address, server.port and error.type (the reason) for a failed
+// delivery; the dedup.* ones dedup.namespace, messaging.system and the
+// destination (dedup.handlers.active only the last two: the namespace is
+// not known when a delivery starts). The destination is
+// messaging.destination.name, or, when the delivery's origin has a
+// template (dedup.Origin.DestinationTemplate: a subject that carries an
+// id, orders.<id>, named orders.*), messaging.destination.template, with
+// the name only when it is the template itself: a name with an id would
+// make a series per message.
 //
 // Over no-op providers (trace/noop, metric/noop) the Observer does no work
 // at all.

@@ -39,6 +39,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, dedupotel.Options{Propagator: propagation.TraceContext{}, ConsumerGroup: "billing-workers"})
+}
+
+// newEnvWith is newEnv with the Observer's options opts, its providers
+// set by the env.
+func newEnvWith(t *testing.T, opts dedupotel.Options) *env {
+	t.Helper()
 	e := &env{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
 	e.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.reader))
@@ -46,9 +53,9 @@ func newEnv(t *testing.T) *env {
 		require.NoError(t, e.tp.Shutdown(context.Background()))
 		require.NoError(t, mp.Shutdown(context.Background()))
 	})
+	opts.TracerProvider, opts.MeterProvider = e.tp, mp
 	var err error
-	e.obs, err = dedupotel.New(&dedupotel.Options{TracerProvider: e.tp, MeterProvider: mp,
-		Propagator: propagation.TraceContext{}, ConsumerGroup: "billing-workers"})
+	e.obs, err = dedupotel.New(&opts)
 	require.NoError(t, err)
 	return e
 }
@@ -198,12 +205,49 @@ func count(t *testing.T, rm metricdata.ResourceMetrics, name string, want ...att
 	return n
 }
 
+// noUnbounded fails when a metric's point holds an attribute with a value
+// per message: a key, a message id, an offset, an attempt, or a
+// destination name that differs from its template (a subject with an id).
 func noUnbounded(t *testing.T, name string, set attribute.Set) {
 	t.Helper()
 	for _, k := range []attribute.Key{"dedup.key", "messaging.message.id", "messaging.kafka.offset", "dedup.attempt"} {
 		_, ok := set.Value(k)
 		require.False(t, ok, "%s has the unbounded attribute %s", name, k)
 	}
+	if tmpl, ok := set.Value("messaging.destination.template"); ok {
+		if dest, ok := set.Value("messaging.destination.name"); ok {
+			require.Equal(t, tmpl, dest, "%s names a destination with a template by its name", name)
+		}
+	}
+}
+
+// points returns the attributes of every point of every metric, by
+// metric name, checking each with noUnbounded.
+func points(t *testing.T, rm metricdata.ResourceMetrics) map[string][]attribute.Set {
+	t.Helper()
+	out := map[string][]attribute.Set{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					out[m.Name] = append(out[m.Name], p.Attributes)
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					out[m.Name] = append(out[m.Name], p.Attributes)
+				}
+			default:
+				t.Fatalf("%s is a %T", m.Name, m.Data)
+			}
+		}
+	}
+	for name, sets := range out {
+		for _, set := range sets {
+			noUnbounded(t, name, set)
+		}
+	}
+	return out
 }
 
 // downStore is a memstore whose Acquire fails while down is set (a store

@@ -1,6 +1,7 @@
 package dedupotel
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -122,18 +123,47 @@ type attrCache struct {
 	group   string
 	mu      sync.RWMutex
 	events  map[eventKey]*eventAttrs
-	actives map[activeKey][]metric.AddOption
+	actives map[destination][]metric.AddOption
 }
 
 type eventKey struct {
-	system, dest, ns, store string
-	status                  dedup.Status
-	action                  dedup.Action
-	reason                  dedup.Reason
-	failed                  bool
+	destination
+	ns, store, group string
+	server           string
+	port             int
+	status           dedup.Status
+	action           dedup.Action
+	reason           dedup.Reason
+	failed           bool
 }
 
-type activeKey struct{ system, dest string }
+// destination is how metrics name a delivery's destination: the system,
+// the template, and the name when it is bounded (no template, or the
+// template is the name itself, a literal subject). A name that differs
+// from its template may carry an id: one series per message.
+type destination struct{ system, name, template string }
+
+func destinationOf(o *dedup.Origin) destination {
+	d := destination{system: o.Broker, name: o.Source, template: o.DestinationTemplate}
+	if d.template != "" && d.template != d.name {
+		d.name = ""
+	}
+	return d
+}
+
+// attrs are the destination's attributes.
+func (d destination) attrs(kv []attribute.KeyValue) []attribute.KeyValue {
+	if d.system != "" {
+		kv = append(kv, semconv.MessagingSystemKey.String(d.system))
+	}
+	if d.name != "" {
+		kv = append(kv, semconv.MessagingDestinationName(d.name))
+	}
+	if d.template != "" {
+		kv = append(kv, semconv.MessagingDestinationTemplate(d.template))
+	}
+	return kv
+}
 
 // eventAttrs are the options of one eventKey, per instrument.
 type eventAttrs struct {
@@ -149,8 +179,9 @@ type eventAttrs struct {
 }
 
 func (c *attrCache) of(e *dedup.Event) *eventAttrs {
-	k := eventKey{system: e.Broker, dest: e.Source, ns: e.Namespace, store: e.Store, status: e.Status,
-		action: e.Decision.Action, reason: e.Decision.Reason, failed: e.Err != nil}
+	k := eventKey{destination: destinationOf(&e.Origin), ns: e.Namespace, store: e.Store, group: cmp.Or(c.group, e.ConsumerGroup),
+		server: e.ServerAddress, port: e.ServerPort, status: e.Status, action: e.Decision.Action, reason: e.Decision.Reason,
+		failed: e.Err != nil}
 	c.mu.RLock()
 	a, ok := c.events[k]
 	c.mu.RUnlock()
@@ -174,12 +205,7 @@ func (c *attrCache) build(k eventKey) *eventAttrs {
 	if k.ns != "" {
 		base = append(base, attribute.String("dedup.namespace", k.ns))
 	}
-	if k.system != "" {
-		base = append(base, semconv.MessagingSystemKey.String(k.system))
-	}
-	if k.dest != "" {
-		base = append(base, semconv.MessagingDestinationName(k.dest))
-	}
+	base = k.destination.attrs(base)
 	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
 		return metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue(nil), base...), kv...)...))
 	}
@@ -187,15 +213,15 @@ func (c *attrCache) build(k eventKey) *eventAttrs {
 	dl := with(attribute.String("dedup.decision", k.action.String()), attribute.String("dedup.reason", string(k.reason)),
 		attribute.String("dedup.status", k.status.String()))
 
-	msg := []attribute.KeyValue{semconv.MessagingOperationName("process")}
-	if k.system != "" {
-		msg = append(msg, semconv.MessagingSystemKey.String(k.system))
+	msg := k.destination.attrs([]attribute.KeyValue{semconv.MessagingOperationName("process")})
+	if k.group != "" {
+		msg = append(msg, semconv.MessagingConsumerGroupName(k.group))
 	}
-	if k.dest != "" {
-		msg = append(msg, semconv.MessagingDestinationName(k.dest))
+	if k.server != "" {
+		msg = append(msg, semconv.ServerAddress(k.server))
 	}
-	if c.group != "" {
-		msg = append(msg, semconv.MessagingConsumerGroupName(c.group))
+	if k.port > 0 {
+		msg = append(msg, semconv.ServerPort(k.port))
 	}
 	if k.failed {
 		reason := string(k.reason)
@@ -218,27 +244,19 @@ func (c *attrCache) build(k eventKey) *eventAttrs {
 	}
 }
 
-// activeOf returns dedup.handlers.active's options for a delivery from
-// system's destination.
-func (c *attrCache) activeOf(system, dest string) []metric.AddOption {
-	k := activeKey{system, dest}
+// activeOf returns dedup.handlers.active's options for a delivery from o.
+func (c *attrCache) activeOf(o *dedup.Origin) []metric.AddOption {
+	k := destinationOf(o)
 	c.mu.RLock()
 	a, ok := c.actives[k]
 	c.mu.RUnlock()
 	if ok {
 		return a
 	}
-	var kv []attribute.KeyValue
-	if system != "" {
-		kv = append(kv, semconv.MessagingSystemKey.String(system))
-	}
-	if dest != "" {
-		kv = append(kv, semconv.MessagingDestinationName(dest))
-	}
-	a = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
+	a = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(k.attrs(nil)...))}
 	c.mu.Lock()
 	if c.actives == nil {
-		c.actives = make(map[activeKey][]metric.AddOption)
+		c.actives = make(map[destination][]metric.AddOption)
 	}
 	if len(c.actives) < maxCached {
 		c.actives[k] = a

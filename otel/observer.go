@@ -1,6 +1,7 @@
 package dedupotel
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,8 +38,11 @@ type Options struct {
 	// until otel.SetTextMapPropagator is called).
 	Propagator propagation.TextMapPropagator
 	// ConsumerGroup is messaging.consumer.group.name on the spans and the
-	// messaging.* metrics: the Kafka group, the JetStream durable. Empty
-	// leaves it out.
+	// messaging.* metrics of every delivery, whatever its adapter says.
+	// Defaults to the group the delivery's adapter reports
+	// (dedup.Origin.ConsumerGroup: the JetStream consumer's name, the core
+	// NATS queue group, the Kafka reader's GroupID; none for RabbitMQ),
+	// and to none without one.
 	ConsumerGroup string
 }
 
@@ -118,8 +122,9 @@ type delivery struct {
 func server(broker string) bool { return broker == "http" || broker == "grpc" }
 
 // StartDelivery starts the delivery's span: a CONSUMER span named
-// "process <destination>", child of the span in ctx, linked to the
-// producer's span when o.Header carries a trace context. For an HTTP or
+// "process <destination>" (o.DestinationTemplate when there is one, else
+// o.Source), child of the span in ctx, linked to the producer's span when
+// o.Header carries a trace context. For an HTTP or
 // gRPC origin it starts none: the server span in ctx is the delivery's,
 // and Observe annotates it. The context returned carries the span, so the
 // handler's spans nest under it.
@@ -129,7 +134,7 @@ func (ob *Observer) StartDelivery(ctx context.Context, o dedup.Origin) context.C
 	}
 	var active []metric.AddOption
 	if ob.metering && ob.m.active.Enabled(ctx) {
-		active = ob.attrs.activeOf(o.Broker, o.Source)
+		active = ob.attrs.activeOf(&o)
 		ob.m.active.Add(ctx, 1, active...)
 	}
 	switch {
@@ -150,18 +155,32 @@ func (ob *Observer) StartDelivery(ctx context.Context, o dedup.Origin) context.C
 // start starts the span of a delivery from o, at the given time when not
 // zero.
 func (ob *Observer) start(ctx context.Context, o dedup.Origin, at time.Time) trace.Span {
-	var kv [8]attribute.KeyValue
+	var kv [14]attribute.KeyValue
 	attrs := append(kv[:0], semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"))
 	if o.Broker != "" {
 		attrs = append(attrs, semconv.MessagingSystemKey.String(o.Broker))
 	}
 	name := "process"
+	if dest := cmp.Or(o.DestinationTemplate, o.Source); dest != "" {
+		// The conventions name the span after the template: the name may
+		// carry an id, and a span name is grouped on like a metric's
+		// attribute.
+		name = "process " + dest
+	}
 	if o.Source != "" {
-		name = "process " + o.Source
 		attrs = append(attrs, semconv.MessagingDestinationName(o.Source))
 	}
-	if ob.group != "" {
-		attrs = append(attrs, semconv.MessagingConsumerGroupName(ob.group))
+	if o.DestinationTemplate != "" {
+		attrs = append(attrs, semconv.MessagingDestinationTemplate(o.DestinationTemplate))
+	}
+	if group := cmp.Or(ob.group, o.ConsumerGroup); group != "" {
+		attrs = append(attrs, semconv.MessagingConsumerGroupName(group))
+	}
+	if o.ServerAddress != "" {
+		attrs = append(attrs, semconv.ServerAddress(o.ServerAddress))
+	}
+	if o.ServerPort > 0 {
+		attrs = append(attrs, semconv.ServerPort(o.ServerPort))
 	}
 	if o.Broker == "kafka" {
 		attrs = append(attrs, semconv.MessagingDestinationPartitionID(itoa(o.Partition)), semconv.MessagingKafkaOffset(int(o.Offset)))
