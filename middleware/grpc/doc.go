@@ -38,7 +38,9 @@
 // "sha256:" and a hash of that when it would exceed the receiver's
 // MaxIDLength. The full method is not in the scope but in the fingerprint
 // (below): one key sent to another method is refused as reused, as Stripe
-// refuses a key on another endpoint.
+// refuses a key on another endpoint. [RecordID] builds a call's id, and
+// dedupctl get and forget find its record from --principal and
+// --idempotency-key with --middleware grpc.
 //
 // New refuses Options without a Principal, unless SharedScope is set: then
 // every caller's keys are one scope, and a caller that sends another's key

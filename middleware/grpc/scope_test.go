@@ -6,8 +6,12 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -70,4 +74,58 @@ func TestOptionsValidation(t *testing.T) {
 	ic, err := New(st, &Options{Config: &dedup.Config{MaxIDLength: hashedIDLength}, SharedScope: true})
 	require.NoError(t, err)
 	require.True(t, ic.s.cfg.NoWait, "NoWait is always set")
+}
+
+// TestRecordIDFindsTheRecord: the id RecordID builds from a call's
+// principal and key is the id of the record the interceptor wrote for it
+// (in the receiver's namespace), whatever the method, and hashed for a
+// scope too long for the receiver's MaxIDLength (the default, or the
+// user's) or a principal that is not UTF-8.
+func TestRecordIDFindsTheRecord(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, principal, metadata, key string
+		maxIDLength                    int
+		hashed                         bool
+	}{
+		{name: "plain", principal: "acme", metadata: "pay-1", key: "pay-1"},
+		{name: "quoted", principal: "acme", metadata: `"pay \"2\""`, key: `pay "2"`},
+		{name: "shared scope", metadata: "pay-1", key: "pay-1"},
+		{name: "long principal", principal: strings.Repeat("p", 600), metadata: "pay-1", key: "pay-1", hashed: true},
+		{name: "own MaxIDLength", principal: "acme", metadata: strings.Repeat("k", 100), key: strings.Repeat("k", 100), maxIDLength: hashedIDLength, hashed: true},
+		{name: "non-UTF-8 principal", principal: "caf\xe9", metadata: "pay-1", key: "pay-1", hashed: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			st, err := memstore.New(nil)
+			require.NoError(t, err)
+			opts := &Options{Config: &dedup.Config{Namespace: "payments", MaxIDLength: c.maxIDLength}}
+			if c.principal == "" {
+				opts.SharedScope = true
+			} else {
+				opts.Principal = func(context.Context) (string, error) { return c.principal, nil }
+			}
+			ic, err := New(st, opts)
+			require.NoError(t, err)
+			ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(MetadataKey, c.metadata))
+			_, err = ic.Unary(ctx, wrapperspb.String("req"), &grpc.UnaryServerInfo{FullMethod: "/test.Payments/Pay"},
+				func(context.Context, any) (any, error) { return wrapperspb.String("ok"), nil })
+			require.NoError(t, err)
+
+			id := RecordID(c.principal, c.key, c.maxIDLength)
+			require.Equal(t, c.hashed, strings.HasPrefix(id, hashedPrefix), id)
+			rec, err := st.Get(t.Context(), "payments:"+id)
+			require.NoError(t, err, "the record of %s", id)
+			require.Equal(t, store.StateCompleted, rec.State)
+			n := 0
+			for _, err := range st.Scan(t.Context(), "") {
+				require.NoError(t, err)
+				n++
+			}
+			require.Equal(t, 1, n, "the only record")
+		})
+	}
+	require.Equal(t, "5:alice:k-1", RecordID("alice", "k-1", 0))
+	long := strings.Repeat("p", 600)
+	require.Equal(t, RecordID(long, "k", 0), RecordID(long, "k", dedup.DefaultMaxIDLength), "0 is the default MaxIDLength")
 }

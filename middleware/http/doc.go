@@ -66,7 +66,9 @@
 // when it is set, else empty. The parts are length-prefixed, so no two
 // scopes can meet, whatever their bytes; a scope too long for the
 // receiver's MaxIDLength is hashed (SHA-256). One tenant is never answered
-// with another's response.
+// with another's response. [RecordID] builds a request's id, and
+// dedupctl get and forget find its record from --principal, --operation
+// and --idempotency-key.
 //
 // New refuses Options without a Principal, unless SharedScope is set: then
 // every caller's keys are one scope, and a caller that sends another's key

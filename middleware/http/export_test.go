@@ -1,7 +1,5 @@
 package deduphttp
 
-import "github.com/dedup-go/dedup"
-
 // Exported for the tests of package http_test.
 var (
 	AppendScopedID = appendScopedID
@@ -30,10 +28,4 @@ func Decode(allow []string, data []byte) (int, map[string][]string, []byte, bool
 		h[f.name] = f.values
 	}
 	return r.status, h, r.body, r.notKept, nil
-}
-
-// AppendScopedIDString is the record id of key in the scope (principal,
-// op), under the default MaxIDLength.
-func AppendScopedIDString(principal, op, key string) string {
-	return string(appendScopedID(nil, principal, op, key, dedup.DefaultMaxIDLength))
 }

@@ -1,11 +1,14 @@
 package deduphttp
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/dedup-go/dedup"
 )
 
 // MaxKeyLength is the longest Idempotency-Key accepted, in bytes (after
@@ -95,6 +98,33 @@ func unquote(v string) (string, error) {
 		return in, nil
 	}
 	return string(out), nil
+}
+
+// RecordID returns the id of the record the middleware keeps for an
+// Idempotency-Key, so that an operator can find or forget one client's
+// request: key is the key as the middleware read it (a quoted RFC 8941
+// header value unquoted), principal what Options.Principal returned for
+// the request ("" under SharedScope; a webhook endpoint's
+// WebhookOptions.Sender), operation what Options.Operation returned (""
+// when it is not set, the default), and maxIDLength the receiver's
+// Config.MaxIDLength (0 for dedup.DefaultMaxIDLength).
+//
+// The record's store key is the receiver's namespace, ':' and this id: the
+// KEY that dedupctl get and forget take, which they also build themselves
+// from --principal, --operation and --idempotency-key. The id is the
+// decimal length of the principal, ':', the principal, the decimal length
+// of the operation, ':', the operation, and the key:
+//
+//	RecordID("acme", "", "pay-1", 0)           "4:acme0:pay-1"
+//	RecordID("acme", "POST /pay", "pay-1", 0)  "4:acme9:POST /paypay-1"
+//
+// When that is longer than maxIDLength, or the principal and operation are
+// not valid UTF-8, the length-prefixed principal and operation are replaced
+// by '#' and the unpadded base64url of their SHA-256, and the key follows:
+// "#" + base64url(sha256("4:acme0:")) + "pay-1". The lengths keep any two
+// scopes apart, whatever their bytes; the key is in the clear either way.
+func RecordID(principal, operation, key string, maxIDLength int) string {
+	return string(appendScopedID(nil, principal, operation, key, cmp.Or(maxIDLength, dedup.DefaultMaxIDLength)))
 }
 
 // appendScopedID appends the record id of key in the scope (principal,

@@ -1,13 +1,16 @@
 package deduphttp_test
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup"
 	deduphttp "github.com/dedup-go/dedup/middleware/http"
+	"github.com/dedup-go/dedup/store"
 )
 
 func scoped(principal, op, key string, maxLen int) string {
@@ -71,4 +74,62 @@ func TestParseKey(t *testing.T) {
 		_, err := deduphttp.ParseKey(in)
 		require.Error(t, err, "%q", in)
 	}
+}
+
+// TestRecordIDFindsTheRecord: the id RecordID builds from a request's
+// principal, operation and key is the id of the record the middleware
+// wrote for it (in the receiver's namespace), with and without
+// Options.Operation, quoted or raw, and hashed for a scope too long for
+// the receiver's MaxIDLength, at the default and at a MaxIDLength of the
+// user's.
+func TestRecordIDFindsTheRecord(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("p", 600)
+	for _, c := range []struct {
+		name, principal, op, header, key string
+		maxIDLength                      int
+		hashed                           bool
+	}{
+		{name: "plain", principal: "acme", header: "pay-1", key: "pay-1"},
+		{name: "operation", principal: "acme", op: "POST /orders/{id}/pay", header: "pay-1", key: "pay-1"},
+		{name: "quoted", principal: "acme", header: `"pay \"2\""`, key: `pay "2"`},
+		{name: "shared scope", header: "pay-1", key: "pay-1"},
+		{name: "long principal", principal: long, header: "pay-1", key: "pay-1", hashed: true},
+		{name: "own MaxIDLength", principal: strings.Repeat("p", 100), header: strings.Repeat("k", 255), key: strings.Repeat("k", 255), maxIDLength: 299, hashed: true},
+		{name: "non-UTF-8 principal", principal: "caf\xe9", header: "pay-1", key: "pay-1", hashed: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := newMemstore(t)
+			opts := &deduphttp.Options{Config: &dedup.Config{Namespace: "orders", MaxIDLength: c.maxIDLength}}
+			if c.op != "" {
+				opts.Operation = func(r *http.Request) string { return r.Pattern }
+			}
+			principal := c.principal
+			if principal == "" {
+				opts.SharedScope = true
+			} else {
+				opts.Principal = func(*http.Request) string { return principal }
+			}
+			m, err := deduphttp.New(s, opts)
+			require.NoError(t, err)
+			mux := http.NewServeMux()
+			mux.Handle("POST /orders/{id}/pay", m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.WriteHeader(http.StatusCreated)
+			})))
+			rep := record(t, mux, req{}, map[string][]string{deduphttp.HeaderKey: {c.header}})
+			require.Equal(t, http.StatusCreated, rep.Status, "%s", rep.Body)
+
+			id := deduphttp.RecordID(c.principal, c.op, c.key, c.maxIDLength)
+			require.Equal(t, c.hashed, strings.HasPrefix(id, "#"), id)
+			require.True(t, strings.HasSuffix(id, c.key), "the key is in the clear: %s", id)
+			rec, err := s.Get(t.Context(), "orders:"+id)
+			require.NoError(t, err, "the record of %s", id)
+			require.Equal(t, store.StateCompleted, rec.State)
+			require.Equal(t, 1, records(t, s), "the only record")
+		})
+	}
+	require.Equal(t, "4:acme0:pay-1", deduphttp.RecordID("acme", "", "pay-1", 0))
+	require.Equal(t, "4:acme9:POST /paypay-1", deduphttp.RecordID("acme", "POST /pay", "pay-1", 0))
+	require.Equal(t, deduphttp.RecordID(long, "", "k", 0), deduphttp.RecordID(long, "", "k", dedup.DefaultMaxIDLength), "0 is the default MaxIDLength")
 }

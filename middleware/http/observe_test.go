@@ -159,7 +159,7 @@ func TestObserverEvents(t *testing.T) {
 		require.Equal(t, dedup.StatusProcessed, e.Status)
 		require.NoError(t, e.Err)
 		require.True(t, e.Stored)
-		require.Equal(t, "orders:"+deduphttp.AppendScopedIDString("acme", "", "k1"), e.Key)
+		require.Equal(t, "orders:"+deduphttp.RecordID("acme", "", "k1", 0), e.Key)
 
 		r = send("replayed", req{key: "k1", body: "a"})
 		require.True(t, r.replayed())
@@ -224,7 +224,7 @@ func TestObserverEvents(t *testing.T) {
 		e = rec.one(t, "too large")
 		requireOrigin(t, e, "too large", route)
 		requireRefused(t, e, http.StatusRequestEntityTooLarge, deduphttp.CodeRequestTooLarge, dedup.ErrUndecodable, dedup.ReasonUndecodable)
-		require.Equal(t, "orders:"+deduphttp.AppendScopedIDString("acme", "", "k4"), e.Key)
+		require.Equal(t, "orders:"+deduphttp.RecordID("acme", "", "k4", 0), e.Key)
 
 		r = send("get", req{method: http.MethodGet, key: "k5"})
 		require.Equal(t, http.StatusCreated, r.Status, "passed through to the handler")

@@ -357,7 +357,7 @@ func TestWebhookRetentionDefault(t *testing.T) {
 				Wrap(webhookHandler(&log, src, nil, nil))
 			deliver := func() reply { return serveRecorded(h, standardWebhook(swID, swTimestamp, swSignature, swPayload)) }
 			require.False(t, deliver().replayed())
-			rec, err := s.Get(t.Context(), "orders:"+deduphttp.AppendScopedIDString("sender", "", swID))
+			rec, err := s.Get(t.Context(), "orders:"+deduphttp.RecordID("sender", "", swID, 0))
 			require.NoError(t, err)
 			require.Equal(t, store.StateCompleted, rec.State)
 			require.Equal(t, tc.kept, rec.ExpiresAt.Sub(clk.Now()))
