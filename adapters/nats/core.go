@@ -128,7 +128,10 @@ func (s *Subscriber[T, R]) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	workCtx, cancel := context.WithCancel(ctx)
+	// The subject is the template of what it matches, and the queue group
+	// the consumer group.
+	o := &origin{server: &connServer{nc: s.nc}, group: s.queue, templates: subjectTemplates(s.opts.DestinationTemplate, []string{s.subject}, "")}
+	workCtx, cancel := context.WithCancel(dedup.WithOrigin(ctx, o.fill))
 	sub, err := s.nc.QueueSubscribe(s.subject, s.queue, func(m *natsgo.Msg) { s.dispatch(workCtx, m) })
 	if err != nil {
 		cancel()

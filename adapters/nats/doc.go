@@ -159,7 +159,14 @@
 // it once, when the adapter settled it, as one dedup.Event: Broker
 // "jetstream" or "nats" ([BrokerJetStream], [BrokerNATS]), Source the
 // subject, MessageID the Nats-Msg-Id, and on JetStream Stream, Offset (the
-// stream sequence) and DeliveryCount (NumDelivered); the receiver's answer;
+// stream sequence) and DeliveryCount (NumDelivered); ServerAddress and
+// ServerPort the host and port of the URL the connection is connected to
+// (the server the message came from), ConsumerGroup the JetStream
+// consumer's name (an ephemeral consumer's is made anew with it) or the
+// Subscriber's queue group, DestinationTemplate the subject's template
+// (Options.DestinationTemplate, else the consumer's filter subject or the
+// stream's subject the subject matches, or the Subscriber's subject); the
+// receiver's answer;
 // and what was done, SettleDuration and SettleErr being those of the
 // broker call that did it:
 //

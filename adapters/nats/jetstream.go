@@ -128,7 +128,7 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	c.maxDeliver = info.Config.MaxDeliver
 	c.ackWait = shortestAckWait(info.Config)
 	c.iter = iter
-	workCtx, cancel := context.WithCancel(ctx)
+	workCtx, cancel := context.WithCancel(dedup.WithOrigin(ctx, c.origin(ctx, info).fill))
 	c.cancel = cancel
 	watched := make(chan struct{}) // closed once the watch below ran
 	c.stopWatch = context.AfterFunc(workCtx, func() {
@@ -158,6 +158,31 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 		close(c.stopped)
 	}()
 	return nil
+}
+
+// origin is what the consumer tells of its deliveries besides their
+// messages: the server, the JetStream consumer's name as the group, and
+// the template of each subject (Options.DestinationTemplate, else the
+// consumer's filter subject it matches, else the stream's subject, else
+// the stream's name).
+func (c *Consumer[T, R]) origin(ctx context.Context, info *jetstream.ConsumerInfo) *origin {
+	patterns := info.Config.FilterSubjects
+	if info.Config.FilterSubject != "" {
+		patterns = append([]string{info.Config.FilterSubject}, patterns...)
+	}
+	if len(patterns) == 0 && c.opts.DestinationTemplate == "" {
+		if s, err := c.js.Stream(ctx, info.Stream); err == nil {
+			patterns = s.CachedInfo().Config.Subjects
+		} else {
+			c.opts.Logger.DebugContext(ctx, "dedupnats: no stream info: the destination's template is the stream's name",
+				slog.String("stream", info.Stream), slog.Any("error", err))
+		}
+	}
+	return &origin{
+		server:    &connServer{nc: c.js.Conn()},
+		group:     info.Name,
+		templates: subjectTemplates(c.opts.DestinationTemplate, patterns, info.Stream),
+	}
 }
 
 // Stop stops fetching, lets the workers finish the messages already

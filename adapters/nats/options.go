@@ -116,6 +116,17 @@ type Options struct {
 	PendingMsgsLimit  int
 	PendingBytesLimit int
 
+	// DestinationTemplate names the destination of every delivery by a
+	// template, its form without ids (dedup.Origin.DestinationTemplate,
+	// messaging.destination.template to dedupotel, which names the spans
+	// after it and leaves the subject off the metrics when it differs),
+	// for subjects that carry one ("orders.*" for orders.<id>). Defaults
+	// to, for a Consumer, the filter subject of the JetStream consumer
+	// that the message's subject matches, or, without filters, the
+	// stream's subject it matches (the stream's name when none does); for
+	// a Subscriber, its subject. A literal subject is its own template.
+	DestinationTemplate string
+
 	// Logger receives warnings and errors (dropped poison, slow-consumer
 	// drops, failed acks and dead-letter publishes, the horizon check). Defaults
 	// to the receiver's logger (dedup.Config.Logger).
