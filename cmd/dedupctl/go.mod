@@ -7,6 +7,8 @@ require (
 	github.com/dedup-go/dedup/adapters/kafka v0.1.0
 	github.com/dedup-go/dedup/adapters/nats v0.1.0
 	github.com/dedup-go/dedup/adapters/rabbitmq v0.1.0
+	github.com/dedup-go/dedup/middleware/grpc v0.1.0
+	github.com/dedup-go/dedup/middleware/http v0.1.0
 	github.com/dedup-go/dedup/store/pgstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/mattn/go-isatty v0.0.24
@@ -19,6 +21,8 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -39,10 +43,12 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
 )
 
 // The tool is developed against the modules of this repository; the
@@ -52,9 +58,15 @@ replace (
 	github.com/dedup-go/dedup/adapters/kafka => ../../adapters/kafka
 	github.com/dedup-go/dedup/adapters/nats => ../../adapters/nats
 	github.com/dedup-go/dedup/adapters/rabbitmq => ../../adapters/rabbitmq
+	github.com/dedup-go/dedup/middleware/grpc => ../../middleware/grpc
+	github.com/dedup-go/dedup/middleware/http => ../../middleware/http
 	github.com/dedup-go/dedup/store/pgstore => ../../store/pgstore
 )
 
 // github.com/twmb/franz-go is required at v1.22.2 for the tests' in-process
 // Kafka cluster (pkg/kfake): the version kfake's own go.mod asks for does not
 // build with it.
+//
+// github.com/dedup-go/dedup/middleware/grpc (and with it gRPC and protobuf)
+// is required for the tests alone, which hold the tool's copy of its record
+// ids to its own: the tool does not import it.

@@ -110,12 +110,21 @@ func TestBinary(t *testing.T) {
 		{append(redisEnv, "DEDUP_REDIS_MODE=bogus"), []string{"get", "42"}},
 		{append(redisEnv, "DEDUP_NAMESPACE=a:b"), []string{"get", "42"}},
 		{append(redisEnv, "DEDUP_TIMEOUT=-1s"), []string{"get", "42"}},
+		{append(redisEnv, "DEDUP_TIMEOUT=soon"), []string{"get", "42"}},
+		{append(redisEnv, "DEDUP_TABLE=bad name; DROP TABLE x", "DEDUP_REDIS_URL=", "DEDUP_POSTGRES_DSN="+testenv.Postgres.Addr(t)), []string{"get", "42"}},
+		{redisEnv, []string{"get", "--principal", "acme", "42"}},
+		{redisEnv, []string{"help", "nosuchcommand"}},
+		{redisEnv, []string{"completion", "tcsh"}},
 		// A bulk forget with stdin not a terminal refuses at once.
 		{redisEnv, []string{"forget", "--state", "failed"}},
 	} {
 		code, _, stderr = exe(t, bin, bad.env, bad.args...)
 		assert.Equal(t, 2, code, "%q %q: %s", bad.env[len(bad.env)-1], bad.args, stderr)
+		assert.Contains(t, stderr, "Run 'dedupctl --help' for usage.", "%q", bad.args)
 	}
+	// A flag overrides an unreadable variable.
+	code, _, stderr = exe(t, bin, append(redisEnv, "DEDUP_TIMEOUT=soon"), "--timeout", "5s", "get", "42")
+	assert.Equal(t, 0, code, stderr)
 
 	dead := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	code, _, stderr = exe(t, bin, append(redisEnv, "DEDUP_REDIS_URL=redis://"+dead, "DEDUP_TIMEOUT=500ms"), "get", "42")
@@ -148,4 +157,23 @@ func complete(t *testing.T, s store.Store, key, result string) {
 	c, err := s.Acquire(t.Context(), store.AcquireRequest{Key: key, Lease: time.Minute})
 	require.NoError(t, err)
 	require.NoError(t, s.Complete(t.Context(), store.CompleteRequest{Key: key, Token: c.Token, Result: []byte(result), Retention: time.Hour}))
+}
+
+// TestDependencies: the tool builds the HTTP middleware's record ids with
+// deduphttp itself, but not gRPC's: importing dedupgrpc would build gRPC
+// and protobuf into it, which its tests alone require (to hold its copy
+// of dedupgrpc.RecordID to the original).
+func TestDependencies(t *testing.T) {
+	t.Parallel()
+	gobin := testenv.Binary(t, "go", "the Go toolchain")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, gobin, "list", "-deps", ".").CombinedOutput()
+	require.NoError(t, err, "go list: %s", out)
+	deps := strings.Fields(string(out))
+	assert.Contains(t, deps, "github.com/dedup-go/dedup/middleware/http")
+	for _, d := range deps {
+		assert.False(t, strings.HasPrefix(d, "google.golang.org/") || strings.HasPrefix(d, "github.com/dedup-go/dedup/middleware/grpc"),
+			"the tool builds %s", d)
+	}
 }

@@ -113,20 +113,66 @@ func TestBadInput(t *testing.T) {
 		{"--redis-mode", "fancy", "get", "a:1"},
 		{"--bogus", "get", "a:1"},
 		{"get", "--bogus", "a:1"},
+		{"get", "--timeout", "soon", "a:1"},
+		{"get", "--raw=maybe", "a:1"},
+		{"scan", "--limit", "x"},
+		{"scan", "--limit", "-1"},
+		{"scan", "--state", "lost"},
+		{"scan", "extra"},
+		{"stats", "--top", "-1"},
+		{"stats", "extra"},
+		{"forget"},
+		{"forget", "--state", "processing", "--namespace", "a", "--yes"},
+		{"forget", "--state", "failed", "--yes"}, // no --namespace
+		{"forget", "--state", "failed", "--namespace", "a", "a:1"},
 		{"nosuchcommand"},
+		{"help", "nosuchcommand"},
+		{"completion"},
+		{"completion", "tcsh"},
+		{"redrive"},
+		{"redrive", "smtp"},
+		{"redrive", "nats", "--nats", "nats://127.0.0.1:1"}, // no --stream
+		{"redrive", "nats", "--stream", "DLQ"},              // no --nats
+		{"redrive", "rabbitmq", "--amqp", "amqp://127.0.0.1:1/"},
+		{"redrive", "kafka", "--topic", "dlq"},
+		{"redrive", "kafka", "--brokers", "127.0.0.1:1", "--topic", "dlq", "--group", ""},
+		{"redrive", "nats", "--nats", "nats://127.0.0.1:1", "--stream", "DLQ", "--since", "yesterday"},
+		{"redrive", "nats", "--nats", "nats://127.0.0.1:1", "--stream", "DLQ", "--limit", "-1"},
+		{"redrive", "rabbitmq", "--amqp", "amqp://127.0.0.1:1/", "--queue", "q", "--key-from", "json:id"}, // no --namespace
+		{"redrive", "rabbitmq", "--amqp", "amqp://127.0.0.1:1/", "--queue", "q", "--key-from", "md5", "--namespace", "a"},
 	} {
 		r := run(t, with(flags, args...)...)
 		assert.Equal(t, ExitUsage, r.code, "%q: %s", args, r.err)
 		assert.Contains(t, r.err, "dedupctl --help", "%q", args)
 	}
+	pgDead := "postgres://postgres@" + closedPort(t) + "/test?sslmode=disable"
 	for _, args := range [][]string{
 		{"get", "a:1"}, // no store
 		{"--redis", url, "--postgres", "postgres://x@127.0.0.1/x", "get", "a:1"},
 		{"--redis", "http://x", "get", "a:1"},
 		{"--postgres", "postgres://x@127.0.0.1:notaport/x", "get", "a:1"},
+		{"--redis", "redis://" + closedPort(t) + "?master_name=", "--redis-mode", "sentinel", "get", "a:1"},
+		// A table name that is not a plain identifier is refused by its
+		// spelling, before the database is asked (this one does not
+		// answer).
+		{"--postgres", pgDead, "--table", "bad name; DROP TABLE x", "get", "a:1"},
+		{"--postgres", pgDead, "--table", "a.b.c", "scan"},
+		{"--postgres", pgDead, "--table", "x-y", "forget", "a:1"},
 	} {
 		r := run(t, args...)
 		assert.Equal(t, ExitUsage, r.code, "%q: %s", args, r.err)
+		assert.Contains(t, r.err, "dedupctl --help", "%q", args)
+	}
+	r := run(t, "--postgres", testenv.Postgres.Addr(t), "--table", "bad name; DROP TABLE x", "get", "a:1")
+	assert.Equal(t, ExitUsage, r.code, r.err)
+	assert.Contains(t, r.err, `--table "bad name; DROP TABLE x"`)
+	assert.Contains(t, r.err, "not a plain identifier")
+
+	// What is asked for properly is not a usage error, help included.
+	for _, args := range [][]string{{"help"}, {"help", "get"}, {"help", "redrive", "nats"}, {"completion", "bash"}, {"get", "--help"}} {
+		r := run(t, args...)
+		assert.Equal(t, ExitOK, r.code, "%q: %s", args, r.err)
+		assert.NotEmpty(t, r.out, "%q", args)
 	}
 
 	t.Run("huge keys", func(t *testing.T) {

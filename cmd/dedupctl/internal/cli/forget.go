@@ -31,6 +31,7 @@ type forgetJSON struct {
 // forgetFlags are forget's own flags.
 type forgetFlags struct {
 	sel      selectionFlags
+	idem     idempotencyFlags
 	yes      bool
 	dryRun   bool
 	skipHeld bool
@@ -45,13 +46,17 @@ type forgetTally struct {
 func newForgetCmd(o *options) *cobra.Command {
 	var f forgetFlags
 	cmd := &cobra.Command{
-		Use:   "forget [KEY...]",
+		Use:   "forget [KEY... | --idempotency-key KEY --principal P]",
 		Short: "Forget records, never one a live claim holds",
 		Long: `Forget (delete) records, so that the next delivery of their messages runs the
 handler afresh: the step before a redrive, once the bug is fixed.
 
   forget KEY...   the records of these keys: completed or failed ones, and
                   processing ones whose lease has ended (a worker that died).
+  forget --namespace N --principal P --idempotency-key K [--operation O]
+                  the same, for the record of an HTTP middleware's
+                  Idempotency-Key K sent by principal P (--middleware grpc:
+                  the gRPC interceptor's, which has no --operation).
   forget --namespace N --state failed [--state completed] [--id-prefix P]
                   every record of namespace N in those states (bulk). It
                   counts them and asks for confirmation on stdin unless --yes;
@@ -74,9 +79,14 @@ others are forgotten). A record that vanishes during a bulk forget is
 reported as not found and is not an error.`,
 		Example: `  dedupctl forget orders:42 orders:43
   dedupctl forget --namespace orders --state failed --dry-run
-  dedupctl forget --namespace orders --state failed --id-prefix 2024-05- --yes`,
+  dedupctl forget --namespace orders --state failed --id-prefix 2024-05- --yes
+  dedupctl forget --namespace payments-http --principal acme --idempotency-key pay-7`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := f.sel.selection(o)
+			if err != nil {
+				return err
+			}
+			idemKey, byIdem, err := f.idem.recordKey(cmd, o)
 			if err != nil {
 				return err
 			}
@@ -84,8 +94,12 @@ reported as not found and is not an error.`,
 			switch {
 			case bulk && len(args) > 0:
 				return usageErrorf("give keys, or --state (bulk), not both")
-			case !bulk && len(args) == 0:
-				return usageErrorf("nothing to forget: give keys, or --namespace and --state for a bulk forget")
+			case bulk && byIdem:
+				return usageErrorf("give --idempotency-key, or --state (bulk), not both")
+			case byIdem && len(args) > 0:
+				return usageErrorf("give keys, or --idempotency-key, not both")
+			case !bulk && !byIdem && len(args) == 0:
+				return usageErrorf("nothing to forget: give keys, --idempotency-key with --principal, or --namespace and --state for a bulk forget")
 			case bulk && len(s.states) == 0:
 				return usageErrorf("a bulk forget needs --state failed and/or --state completed")
 			case bulk && slices.Contains(s.states, store.StateProcessing):
@@ -96,7 +110,10 @@ reported as not found and is not an error.`,
 				return usageErrorf("a bulk forget asks for confirmation, and stdin is not a terminal: pass --yes (or --dry-run)")
 			}
 			var keys []string
-			if !bulk {
+			switch {
+			case byIdem:
+				keys = []string{idemKey}
+			case !bulk:
 				if keys, err = o.keys(args); err != nil {
 					return err
 				}
@@ -138,6 +155,7 @@ reported as not found and is not an error.`,
 	cmd.Flags().BoolVarP(&f.yes, "yes", "y", false, "bulk: do not ask for confirmation")
 	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "list what would be forgotten; forget nothing")
 	cmd.Flags().BoolVar(&f.skipHeld, "skip-held", false, "exit 0 when records held by a live claim were left (they are still reported)")
+	f.idem.add(cmd)
 	return cmd
 }
 

@@ -21,9 +21,12 @@ import (
 const resultPreview = 200
 
 func newGetCmd(o *options) *cobra.Command {
-	var raw bool
+	var (
+		raw  bool
+		idem idempotencyFlags
+	)
 	cmd := &cobra.Command{
-		Use:   "get KEY...",
+		Use:   "get KEY... | --idempotency-key KEY --principal P",
 		Short: "Show the records of keys",
 		Long: `Show the record of each key: state, attempt, the token of its last claim,
 lease end, when it was created (its first claim), completed (or last failed)
@@ -36,6 +39,12 @@ record after. A time the record does not have is shown as "-": no completion
 while processing, no lease once settled, and no token or creation time in a
 record written before the store kept them.
 
+The record of an HTTP Idempotency-Key is named instead by --idempotency-key
+and --principal (and --operation, when the middleware's Options.Operation is
+set), in --namespace: the tool builds its id as the middleware does
+(deduphttp.RecordID). --middleware grpc builds the gRPC interceptor's
+(dedupgrpc.RecordID), which has no operation.
+
 --raw writes the result's bytes alone, as stored, for one key.
 
 A key without a record (never seen, expired or forgotten) is reported on
@@ -43,12 +52,23 @@ stderr; the records found are printed, and the exit code is 3 if any key had
 none.`,
 		Example: `  dedupctl get orders:42
   dedupctl --namespace orders get 42 43
-  dedupctl get orders:42 --raw > result.json`,
-		Args: cobra.MinimumNArgs(1),
+  dedupctl get orders:42 --raw > result.json
+  dedupctl get --namespace payments-http --principal acme --idempotency-key pay-7`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			keys, err := o.keys(args)
 			if err != nil {
 				return err
+			}
+			idemKey, byIdem, err := idem.recordKey(cmd, o)
+			switch {
+			case err != nil:
+				return err
+			case byIdem && len(keys) > 0:
+				return usageErrorf("give keys, or --idempotency-key, not both")
+			case byIdem:
+				keys = []string{idemKey}
+			case len(keys) == 0:
+				return usageErrorf("no key: give KEY..., or --idempotency-key with --principal")
 			}
 			if raw && len(keys) != 1 {
 				return usageErrorf("--raw writes the result of one key; %d given", len(keys))
@@ -88,6 +108,7 @@ none.`,
 		},
 	}
 	cmd.Flags().BoolVar(&raw, "raw", false, "write the result's bytes alone, as stored (one key)")
+	idem.add(cmd)
 	return cmd
 }
 

@@ -129,15 +129,19 @@ func Run(ctx context.Context, args []string, s Streams) int {
 	return codeOf(err)
 }
 
-// envDuration reads a duration from the environment, def when unset or
-// unreadable (which the flag check then reports).
-func envDuration(name string, def time.Duration) time.Duration {
-	if v := os.Getenv(name); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
+// envDuration reads a duration from the environment: def when unset, and
+// def with a usage error when unreadable, which the command reports unless
+// the flag overrides the variable.
+func envDuration(name string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
 	}
-	return def
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return def, usageErrorf("$%s %q: not a duration (10s, 1m30s)", name, v)
+	}
+	return d, nil
 }
 
 // envOr returns the environment variable name, or def when it is unset.
@@ -150,6 +154,7 @@ func envOr(name, def string) string {
 
 func newRoot(s Streams) *cobra.Command {
 	o := &options{streams: s}
+	timeout, timeoutEnvErr := envDuration(EnvTimeout, 10*time.Second)
 	root := &cobra.Command{
 		Use:   "dedupctl",
 		Short: "Inspect, forget and redrive dedup's records and dead letters",
@@ -165,6 +170,9 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if timeoutEnvErr != nil && !cmd.Flags().Changed("timeout") {
+				return timeoutEnvErr
+			}
 			switch o.output {
 			case "table", "json":
 			default:
@@ -201,8 +209,39 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found.`,
 	pf.StringVar(&o.table, "table", envOr(EnvTable, "dedup_records"), "PostgreSQL table of the store's records ($"+EnvTable+")")
 	pf.StringVar(&o.namespace, "namespace", os.Getenv(EnvNamespace), "the receivers' namespace: keys given without one are read in it; scan, stats and a bulk forget read only it ($"+EnvNamespace+")")
 	pf.StringVarP(&o.output, "output", "o", envOr(EnvOutput, "table"), "output format: table or json (one object per line) ($"+EnvOutput+")")
-	pf.DurationVar(&o.timeout, "timeout", envDuration(EnvTimeout, 10*time.Second), "how long to wait for a store or broker to answer each call ($"+EnvTimeout+")")
+	pf.DurationVar(&o.timeout, "timeout", timeout, "how long to wait for a store or broker to answer each call ($"+EnvTimeout+")")
 
 	root.AddCommand(newGetCmd(o), newScanCmd(o), newStatsCmd(o), newForgetCmd(o), newRedriveCmd(o))
+	usageExits(root)
 	return root
+}
+
+// usageExits makes cobra's own help and completion commands exit 2 on a
+// usage error, as every other command does: by default, "help NOSUCH"
+// prints "Unknown help topic" and "completion" without its shell (or with
+// an unknown one) prints its help, both exiting 0, so a script's typo
+// would pass unnoticed.
+func usageExits(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			show := c.Run
+			c.Run = nil
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if target, _, err := root.Find(args); target == nil || err != nil {
+					return usageErrorf("help: no command %q", strings.Join(args, " "))
+				}
+				show(cmd, args)
+				return nil
+			}
+		case "completion":
+			// Runnable, so that its NoArgs refuses an unknown shell
+			// (exit 2) instead of printing its help.
+			c.RunE = func(*cobra.Command, []string) error {
+				return usageErrorf("completion: name the shell: completion bash, zsh, fish or powershell")
+			}
+		}
+	}
 }

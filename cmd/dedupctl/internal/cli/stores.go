@@ -205,6 +205,13 @@ func (o *options) openPostgres(ctx context.Context) (store.Inspector, string, fu
 	s, err := pgstore.New(ctx, pool, &pgstore.Options{Table: o.table, Timeout: o.timeout})
 	if err != nil {
 		pool.Close()
+		// New checks its options before it connects; --timeout is
+		// checked already, so an invalid option is --table's name. A
+		// table that does not fit (missing, other columns) is the
+		// database's state, not the command line's: ErrMisconfigured.
+		if errors.Is(err, store.ErrInvalidConfig) && !errors.Is(err, pgstore.ErrMisconfigured) {
+			return nil, "", nil, usageErrorf("--table %q: %v", shown(o.table), err)
+		}
 		return nil, "", nil, o.unreachable(where, err)
 	}
 	return s, where, pool.Close, nil

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"flag"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,7 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/cmd/dedupctl/internal/transcript"
+	deduphttp "github.com/dedup-go/dedup/middleware/http"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -102,4 +106,18 @@ func seedTranscript(t *testing.T, s seedStore) {
 	claim(t, s, "orders:1045", 30*time.Second, "")
 	put("billing:7", `{"invoice":"INV-7"}`, "")
 	put("billing:8", "", "", "payment gateway: timeout after 5s")
+
+	// Tenant acme's payment, recorded by the HTTP middleware itself. The
+	// page forgets it (HTTP and gRPC record keys) before it shows stats.
+	idem, err := deduphttp.New(s, &deduphttp.Options{
+		Config:    &dedup.Config{Namespace: "payments-http", Retention: day},
+		Principal: func(r *http.Request) string { return r.Header.Get("X-Tenant") },
+	})
+	require.NoError(t, err)
+	r := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"cents":1250}`))
+	r.Header.Set("X-Tenant", "acme")
+	r.Header.Set("Idempotency-Key", "pay-7")
+	w := httptest.NewRecorder()
+	idem.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) })).ServeHTTP(w, r)
+	require.Equal(t, http.StatusCreated, w.Code)
 }
