@@ -31,6 +31,7 @@ type Consumer[T, R any] struct {
 	// the receiver's lease and InPlaceRetryMax (the horizon Start checks).
 	holdBudget time.Duration
 	broker     brokerInfo // read at Start
+	server     server     // url's, when the Consumer dials it; else each session's connection's
 
 	mu        sync.Mutex
 	started   bool
@@ -85,6 +86,7 @@ func NewConsumer[T, R any](url, queue string, rcv *dedup.Receiver[*dedup.Message
 		rcv:        rcv,
 		opts:       o,
 		holdBudget: o.ConsumerTimeout - rcv.Lease() - o.InPlaceRetryMax,
+		server:     urlServer(url, dialOf(opts)),
 		tag:        "dedup-" + queue + "-" + NewMessageID()[:8],
 		changed:    make(chan struct{}),
 		stopped:    make(chan struct{}),

@@ -155,8 +155,11 @@
 // that does not decode), and the receiver's dedup.Config.Observer hears of
 // it once, when the consumer settled it, as one dedup.Event: Broker
 // "rabbitmq" ([BrokerRabbitMQ]), Source the queue, MessageID and
-// DeliveryCount the envelope's, Header its headers, the receiver's answer,
-// and what was done:
+// DeliveryCount the envelope's, Header its headers, ServerAddress and
+// ServerPort the broker's (the host and port of NewConsumer's url when the
+// Consumer dials it, else those its connection reached), no ConsumerGroup
+// (the messaging conventions give RabbitMQ none), DestinationTemplate
+// Options.DestinationTemplate; the receiver's answer, and what was done:
 //
 //	Ack                 Decision Ack, settled once acknowledged
 //	Held in place       Decision Retry (store-unavailable, in-flight), settled when the hold ends and

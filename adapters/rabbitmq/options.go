@@ -156,6 +156,14 @@ type Options struct {
 	// first). Defaults to dedup.ExponentialBackoff{Base: 100ms, Max: 10s}.
 	ReconnectBackoff dedup.Backoff
 
+	// DestinationTemplate names the destination of every delivery by a
+	// template, its form without ids (dedup.Origin.DestinationTemplate,
+	// messaging.destination.template to dedupotel, which names the spans
+	// after it and leaves the queue's name off the metrics when it
+	// differs): for a queue whose name carries one. Defaults to none: a
+	// queue's name is its own.
+	DestinationTemplate string
+
 	// Logger receives warnings (reconnects, failed acks and publishes, the
 	// horizon check). Defaults to the receiver's logger.
 	Logger *slog.Logger

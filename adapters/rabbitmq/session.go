@@ -11,6 +11,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dedup-go/dedup"
 )
 
 // session is one connection's worth of consuming: the consuming
@@ -91,7 +93,7 @@ func (c *Consumer[T, R]) open(ctx context.Context, gen uint64) (_ *session, err 
 	arrivals := make(chan *delivered[T], c.opts.Prefetch)
 	go c.forward(deliveries, arrivals)
 	s.arrivals = arrivals
-	s.ctx, s.cancel = context.WithCancel(c.hardCtx)
+	s.ctx, s.cancel = context.WithCancel(dedup.WithOrigin(c.hardCtx, c.originOf(s.conn)))
 	return s, nil
 }
 
