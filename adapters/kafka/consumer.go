@@ -147,7 +147,7 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 		}
 	}
 	c.started = true
-	workCtx, cancelWork := context.WithCancel(ctx)
+	workCtx, cancelWork := context.WithCancel(dedup.WithOrigin(ctx, c.origin(cfg)))
 	fetchCtx, cancelFetch := context.WithCancel(workCtx)
 	c.cancelWork, c.cancelFetch = cancelWork, cancelFetch
 	c.committer = newCommitter(c.reader, c.opts, c.stats, c.readerClosed)

@@ -257,8 +257,11 @@
 // dedup.Config.Observer hears of it once, when the adapter settled it, as
 // one dedup.Event: Broker "kafka" ([BrokerKafka]), Source and Stream the
 // topic, Partition and Offset the message's (for a message of a retry
-// topic, Stream, Partition and Offset are where it was first read), the
-// receiver's answer, and what was done:
+// topic, Stream, Partition and Offset are where it was first read),
+// ConsumerGroup the reader's GroupID, ServerAddress and ServerPort the
+// reader's first broker (kafka-go does not say which broker served a
+// fetch), DestinationTemplate Options.DestinationTemplate; the receiver's
+// answer, and what was done:
 //
 //	Ack                  Decision Ack, settled once the watermark moved past it. Under
 //	                     CommitEveryOutcome, SettleDuration and SettleErr are the commit's, made

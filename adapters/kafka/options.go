@@ -158,6 +158,14 @@ type Options struct {
 	// client of the reader's brokers (and Dialer's TLS and SASL).
 	Client *kafka.Client
 
+	// DestinationTemplate names the destination of every delivery by a
+	// template, its form without ids (dedup.Origin.DestinationTemplate,
+	// messaging.destination.template to dedupotel, which names the spans
+	// after it and leaves the topic off the metrics when it differs): for
+	// topics whose names carry one. Defaults to none: a topic's name is its
+	// own.
+	DestinationTemplate string
+
 	// Logger receives warnings and errors (poison dropped under DropPoison,
 	// failed dead-letter writes and commits, the horizon check). Defaults
 	// to the receiver's logger (dedup.Config.Logger).

@@ -1,0 +1,30 @@
+package dedupkafka
+
+import (
+	"net"
+	"strconv"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/dedup-go/dedup"
+)
+
+// origin returns what completes the Origin of the consumer's deliveries
+// (see dedup.WithOrigin): the reader's GroupID as the consumer group, its
+// first broker as the server (kafka-go does not say which broker served a
+// fetch: the first is the one the reader bootstraps from), and
+// Options.DestinationTemplate.
+func (c *Consumer[T, R]) origin(cfg kafka.ReaderConfig) func(*dedup.Origin) {
+	var host string
+	var port int
+	if len(cfg.Brokers) > 0 {
+		if h, p, err := net.SplitHostPort(cfg.Brokers[0]); err == nil {
+			host = h
+			port, _ = strconv.Atoi(p)
+		}
+	}
+	group, template := c.group, c.opts.DestinationTemplate
+	return func(o *dedup.Origin) {
+		o.ServerAddress, o.ServerPort, o.ConsumerGroup, o.DestinationTemplate = host, port, group, template
+	}
+}
