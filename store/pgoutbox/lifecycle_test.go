@@ -126,16 +126,24 @@ func TestRelayCleanup(t *testing.T) {
 	r := newRelay(t, ob, jsPublisher(t, js), &pgoutbox.RelayOptions{PollInterval: 50 * time.Millisecond, Lease: 3 * time.Second,
 		Retention: time.Millisecond, CleanupInterval: 100 * time.Millisecond, CleanupBatch: 2, MaxBackoff: 200 * time.Millisecond, Observer: ev})
 	start(t, r)
-	waitFor(t, testenv.WaitTimeout, "the sent messages' ids deleted", func() bool {
-		return db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")) == 1
+	reported := func() int {
+		n := 0
+		for _, e := range ev.of(outbox.EventCleaned, "") {
+			n += e.Messages
+		}
+		return n
+	}
+	// The relay counts and reports what a cleanup deleted once its
+	// statements returned, after their commit: the count and the events
+	// are waited for too, not read the moment the table shows the
+	// deletion.
+	waitFor(t, testenv.WaitTimeout, "the sent messages' ids deleted, counted and reported", func() bool {
+		return db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")) <= 1 && r.Stats().Cleaned >= 5 && reported() >= 5
 	})
+	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")), "the unsent message's id stays")
 	require.Equal(t, 1, db.unsent(t), "the unsent message stays")
 	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")), "sent messages are deleted when marked")
 	require.Equal(t, 5, out.count(t))
 	require.Equal(t, uint64(5), r.Stats().Cleaned)
-	cleaned := 0
-	for _, e := range ev.of(outbox.EventCleaned, "") {
-		cleaned += e.Messages
-	}
-	require.Equal(t, 5, cleaned)
+	require.Equal(t, 5, reported())
 }
