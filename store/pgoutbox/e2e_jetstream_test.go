@@ -26,6 +26,9 @@ import (
 // copies that the relays publish again reach the downstream consumer,
 // whose dedup absorbs them.
 func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (the consumer, the relays and PostgreSQL killed and restarted, end to end on JetStream): skipped under -short")
+	}
 	t.Parallel()
 	runE2E(t, &jsE2E{}, e2eParams{orders: 2000, duplicates: 400, customers: 100, kills: 8})
 }

@@ -25,6 +25,9 @@ import (
 // routed them, for the order check. RabbitMQ has no duplicate window:
 // every copy a relay publishes again reaches the downstream consumer.
 func TestEndToEndRabbitMQ(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (the consumer, the relays and PostgreSQL killed and restarted, end to end on RabbitMQ): skipped under -short")
+	}
 	t.Parallel()
 	runE2E(t, &amqpE2E{}, e2eParams{orders: 2000, duplicates: 400, customers: 100, kills: 8})
 }

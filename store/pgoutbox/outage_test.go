@@ -64,6 +64,9 @@ func (n *natsServer) Stop() {
 // message is in the stream once (a copy published again carries the same
 // id, which the stream's duplicate window drops), in the order of its key.
 func TestRelayBrokerOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow fault test (the relay's NATS server stopped and started again): skipped under -short")
+	}
 	t.Parallel()
 	db := newDB(t, 8)
 	ob := db.outbox(t, &pgoutbox.Options{Buckets: 4})
