@@ -130,7 +130,7 @@ func (r *Receiver[M, R]) startDelivery(ctx context.Context, msg M) (context.Cont
 	if m, ok := any(msg).(Originer); ok {
 		o = m.Origin()
 	}
-	fillOrigin(ctx, &o)
+	o = fillOrigin(ctx, o)
 	if s, ok := r.cfg.Observer.(DeliveryStarter); ok {
 		if c := r.startSafely(ctx, s, o); c != nil {
 			ctx = c
@@ -227,7 +227,7 @@ func (r *Receiver[M, R]) Observe(ctx context.Context, e Event) {
 	if e.Namespace == "" {
 		e.Namespace = r.cfg.Namespace
 	}
-	fillOrigin(ctx, &e.Origin)
+	e.Origin = fillOrigin(ctx, e.Origin)
 	r.emit(ctx, &e)
 }
 

@@ -86,33 +86,34 @@ type Origin struct {
 type originFill struct{}
 
 // WithOrigin returns a copy of ctx under which the receiver completes the
-// Origin of each delivery with fill, after the message's own (see
-// [Originer]): an adapter sets it once on the context its deliveries are
-// handed over with, for what it knows of its consumer and no message
-// carries (the server it is connected to, its consumer group, the
-// destination's template). fill runs for every delivery of a receiver
-// with an Observer, and for the events given to [Receiver.Observe], on
-// the delivery's goroutine: keep it fast, and safe for concurrent use.
-// Under a context that already has one, both run, the outer first.
-func WithOrigin(ctx context.Context, fill func(*Origin)) context.Context {
+// Origin of each delivery with fill, which gets the message's own (see
+// [Originer]) and returns it completed: an adapter sets it once on the
+// context its deliveries are handed over with, for what it knows of its
+// consumer and no message carries (the server it is connected to, its
+// consumer group, the destination's template). fill runs for every
+// delivery of a receiver with an Observer, and for the events given to
+// [Receiver.Observe], on the delivery's goroutine: keep it fast, and safe
+// for concurrent use. (An Origin goes by value, which a pointer handed to
+// a function unknown to the compiler would move to the heap on every
+// delivery.) Under a context that already has one, both run, the outer
+// first.
+func WithOrigin(ctx context.Context, fill func(Origin) Origin) context.Context {
 	if fill == nil {
 		return ctx
 	}
-	if outer, ok := ctx.Value(originFill{}).(func(*Origin)); ok {
+	if outer, ok := ctx.Value(originFill{}).(func(Origin) Origin); ok {
 		inner := fill
-		fill = func(o *Origin) {
-			outer(o)
-			inner(o)
-		}
+		fill = func(o Origin) Origin { return inner(outer(o)) }
 	}
 	return context.WithValue(ctx, originFill{}, fill)
 }
 
-// fillOrigin completes o with the fill of WithOrigin in ctx, if any.
-func fillOrigin(ctx context.Context, o *Origin) {
-	if fill, ok := ctx.Value(originFill{}).(func(*Origin)); ok {
-		fill(o)
+// fillOrigin returns o completed by the fill of WithOrigin in ctx, if any.
+func fillOrigin(ctx context.Context, o Origin) Origin {
+	if fill, ok := ctx.Value(originFill{}).(func(Origin) Origin); ok {
+		return fill(o)
 	}
+	return o
 }
 
 // Originer is implemented by messages that know their Origin.

@@ -11,8 +11,9 @@ import (
 
 // consumerOrigin is what an adapter knows of its consumer and no message
 // carries.
-func consumerOrigin(o *dedup.Origin) {
+func consumerOrigin(o dedup.Origin) dedup.Origin {
 	o.ServerAddress, o.ServerPort, o.ConsumerGroup, o.DestinationTemplate = "nats.example", 4222, "billing", "orders.*"
+	return o
 }
 
 // TestWithOriginCompletesEveryDelivery: under WithOrigin's context, the
@@ -55,12 +56,14 @@ func TestWithOriginCompletesEveryDelivery(t *testing.T) {
 	}
 
 	var order []string
-	nested := dedup.WithOrigin(dedup.WithOrigin(t.Context(), func(o *dedup.Origin) {
+	nested := dedup.WithOrigin(dedup.WithOrigin(t.Context(), func(o dedup.Origin) dedup.Origin {
 		order = append(order, "outer")
 		o.ConsumerGroup, o.ServerPort = "outer", 1
-	}), func(o *dedup.Origin) {
+		return o
+	}), func(o dedup.Origin) dedup.Origin {
 		order = append(order, "inner")
 		o.ConsumerGroup = "inner"
+		return o
 	})
 	require.Equal(t, t.Context(), dedup.WithOrigin(t.Context(), nil), "a nil fill adds nothing")
 	d = rcv.Deliver(nested, envelope("o-6", 1))
@@ -79,7 +82,7 @@ func TestWithOriginWithoutObserver(t *testing.T) {
 	var handlerSpans []string
 	rcv := newDeliveryReceiver(t, nil, &handlerSpans, &mu)
 	called := false
-	ctx := dedup.WithOrigin(t.Context(), func(*dedup.Origin) { called = true })
+	ctx := dedup.WithOrigin(t.Context(), func(o dedup.Origin) dedup.Origin { called = true; return o })
 	d := rcv.Deliver(ctx, envelope("o-1", 1))
 	d.Settled(dedup.Settlement{})
 	rcv.Observe(ctx, dedup.Event{})

@@ -24,8 +24,9 @@ func jetStreamMsg(id, subject string, amount int) msg {
 // fromConsumer is the context of an adapter's deliveries: what it knows
 // of its consumer, for every delivery's Origin.
 func fromConsumer(template string) context.Context {
-	return dedup.WithOrigin(context.Background(), func(o *dedup.Origin) {
+	return dedup.WithOrigin(context.Background(), func(o dedup.Origin) dedup.Origin {
 		o.ServerAddress, o.ServerPort, o.ConsumerGroup, o.DestinationTemplate = "nats.internal", 4222, "billing-durable", template
+		return o
 	})
 }
 

@@ -14,7 +14,7 @@ import (
 // first broker as the server (kafka-go does not say which broker served a
 // fetch: the first is the one the reader bootstraps from), and
 // Options.DestinationTemplate.
-func (c *Consumer[T, R]) origin(cfg kafka.ReaderConfig) func(*dedup.Origin) {
+func (c *Consumer[T, R]) origin(cfg kafka.ReaderConfig) func(dedup.Origin) dedup.Origin {
 	var host string
 	var port int
 	if len(cfg.Brokers) > 0 {
@@ -24,7 +24,8 @@ func (c *Consumer[T, R]) origin(cfg kafka.ReaderConfig) func(*dedup.Origin) {
 		}
 	}
 	group, template := c.group, c.opts.DestinationTemplate
-	return func(o *dedup.Origin) {
+	return func(o dedup.Origin) dedup.Origin {
 		o.ServerAddress, o.ServerPort, o.ConsumerGroup, o.DestinationTemplate = host, port, group, template
+		return o
 	}
 }

@@ -20,11 +20,12 @@ type origin struct {
 	templates templates
 }
 
-func (o *origin) fill(d *dedup.Origin) {
+func (o *origin) fill(d dedup.Origin) dedup.Origin {
 	s := o.server.current()
 	d.ServerAddress, d.ServerPort = s.host, s.port
 	d.ConsumerGroup = o.group
 	d.DestinationTemplate = o.templates.of(d.Source)
+	return d
 }
 
 // connServer reports the server a connection is connected to. The

@@ -43,7 +43,7 @@ func dialOf(opts *Options) Dialer {
 // Options.DestinationTemplate. No consumer group: the messaging
 // conventions give RabbitMQ none (the consumers of a queue share its
 // messages; the queue is the destination).
-func (c *Consumer[T, R]) originOf(conn *amqp.Connection) func(*dedup.Origin) {
+func (c *Consumer[T, R]) originOf(conn *amqp.Connection) func(dedup.Origin) dedup.Origin {
 	s := c.server
 	if s.host == "" && conn != nil {
 		if host, port, err := net.SplitHostPort(conn.RemoteAddr().String()); err == nil {
@@ -52,7 +52,8 @@ func (c *Consumer[T, R]) originOf(conn *amqp.Connection) func(*dedup.Origin) {
 		}
 	}
 	template := c.opts.DestinationTemplate
-	return func(o *dedup.Origin) {
+	return func(o dedup.Origin) dedup.Origin {
 		o.ServerAddress, o.ServerPort, o.DestinationTemplate = s.host, s.port, template
+		return o
 	}
 }
