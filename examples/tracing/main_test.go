@@ -90,6 +90,14 @@ func checkTree(t *testing.T, c *Capture, system string) {
 		require.Equal(t, system, a["messaging.system"])
 		require.Equal(t, c.Destination, a["messaging.destination.name"])
 		require.Equal(t, "process", a["messaging.operation.type"])
+		// What the adapter knows of the delivery reaches the span: the
+		// server it came from, and the consumer group where the broker
+		// has one (RabbitMQ has none in the conventions).
+		require.NotEmpty(t, a["server.address"], "server.address on %s", d.Name)
+		require.NotContains(t, []string{"", "0"}, a["server.port"], "server.port on %s", d.Name)
+		if system != "rabbitmq" {
+			require.NotEmpty(t, a["messaging.consumer.group.name"], "messaging.consumer.group.name on %s", d.Name)
+		}
 		for _, k := range []string{"dedup.status", "dedup.decision", "dedup.reason"} {
 			require.Contains(t, a, k, "%s missing on %s", k, d.Name)
 		}
