@@ -139,7 +139,11 @@ func (r *Receiver[M, R]) handleBatch(ctx context.Context, msgs []M, ctxs []conte
 // round trip. todo[k] is the index in msgs of reqs[k]; outcomes go to out.
 func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int) context.Context, keys []string, todo []int, reqs []store.AcquireRequest, out []Outcome[R]) {
 	if ctx.Err() != nil {
-		for _, i := range todo {
+		now := r.cfg.Clock.Now()
+		for k, i := range todo {
+			// The token taken for the claim goes back: it may be a lost
+			// claim's, which the next delivery of the key asks for.
+			r.lost.settle(reqs[k].Key, reqs[k].Token, ctx.Err(), now, r.cfg.Lease)
 			out[i] = Outcome[R]{Result: Result[R]{Key: keys[i]}, Err: fmt.Errorf("%w: before claiming %q: %w", ErrCanceled, keys[i], context.Cause(ctx))}
 		}
 		return

@@ -145,3 +145,28 @@ func TestLostClaimTokenTakenOnce(t *testing.T) {
 	require.Equal(t, dedup.StatusInFlight, inner.Status, "the delivery beside the one holding the lost claim's token finds the key held")
 	require.Equal(t, int64(1), runs.Load())
 }
+
+// TestLostClaimTokenSurvivesCanceledBatch: a batch whose context ended
+// before it claimed gives the lost claim's token back, so the key's next
+// delivery still asks with it and runs at once, as its first attempt.
+func TestLostClaimTokenSurvivesCanceledBatch(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	st := &answerLosingStore{Store: newMemstore(t, clk)}
+	st.lose.Store(1)
+	rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
+		return "ok", ctx.Err()
+	}, &dedup.Config{Clock: clk})
+	batch := func(ctx context.Context) dedup.Outcome[string] {
+		return rcv.HandleBatch(ctx, []order{{ID: "o-1"}})[0]
+	}
+
+	require.ErrorIs(t, batch(t.Context()).Err, dedup.ErrStoreUnavailable, "the claim's answer is lost")
+	canceled, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.ErrorIs(t, batch(canceled).Err, dedup.ErrCanceled)
+	o := batch(t.Context())
+	require.NoError(t, o.Err)
+	require.Equal(t, dedup.StatusProcessed, o.Result.Status, "the lost claim is granted at once, not in flight for a lease")
+	require.Equal(t, 1, o.Result.Attempt)
+}
