@@ -85,8 +85,9 @@ const (
 	e2eConsumer  = "orders"
 )
 
-// childLog is the logger of a process of TestEndToEnd: warnings and
-// errors to its stderr, which the test prints should it fail. In the
+// childLog is the logger of a process of TestEndToEnd: what it logs at
+// info level and above to its stderr, which the test prints should it
+// fail (the Kafka consumer's reader logs its generations there). In the
 // test's own process it is quiet.
 var childLog = quiet
 
@@ -108,7 +109,7 @@ func reportState(report func()) {
 func childMain(role string) int {
 	// Should the test that kills it die first, it does not outlive it long.
 	time.AfterFunc(3*time.Minute, func() { os.Exit(3) })
-	childLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	childLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	// Asked with SIGUSR1 (the test failed), the process reports its state
 	// and goroutines on stderr, and says so on stdout.
 	asked := make(chan os.Signal, 1)

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,6 +60,9 @@ type kafkaE2E struct {
 	addr string
 	n    kafkaNames
 	tr   *kafka.Transport // the test's
+
+	down    *kafka.Reader // the downstream consumer's
+	downLog tail          // what it and its reader logged, printed should the test fail
 }
 
 func (b *kafkaE2E) child() (string, string, string) { return "kafka", b.addr, b.n.prefix }
@@ -95,9 +100,16 @@ func (b *kafkaE2E) downstreamKey() dedup.KeyFunc[*dedup.Message[e2eEvent]] {
 }
 
 func (b *kafkaE2E) startDownstream(t *testing.T, rcv *dedup.Receiver[*dedup.Message[e2eEvent], struct{}]) {
-	r := kafka.NewReader(b.readerConfig("downstream", b.n.out))
+	log := slog.New(slog.NewTextHandler(&b.downLog, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the downstream consumer's log:\n%s", b.downLog.String())
+		}
+	})
+	r := kafka.NewReader(b.readerConfig("downstream", b.n.out, log))
+	b.down = r
 	t.Cleanup(func() { _ = r.Close() })
-	dc, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{DropPoison: true, Logger: quiet})
+	dc, err := dedupkafka.NewConsumer(r, rcv, &dedupkafka.Options{DropPoison: true, Logger: log})
 	require.NoError(t, err)
 	require.NoError(t, dc.Start(context.WithoutCancel(t.Context())))
 	adaptertest.StopAtCleanup(t, dc)
@@ -155,7 +167,9 @@ func (b *kafkaE2E) pending(t *testing.T) (bool, string) {
 }
 
 // diagnose describes the groups: their state, and each member's
-// partitions (a member's client id names its process).
+// partitions (a member's client id names its process, marked when it is
+// gone: a member the broker should have evicted); and the downstream
+// reader's counts since its last Stats call.
 func (b *kafkaE2E) diagnose(t *testing.T) string {
 	client := &kafka.Client{Addr: kafka.TCP(b.addr), Transport: b.tr}
 	resp, err := client.DescribeGroups(t.Context(), &kafka.DescribeGroupsRequest{GroupIDs: []string{e2eConsumer, "downstream"}})
@@ -166,9 +180,20 @@ func (b *kafkaE2E) diagnose(t *testing.T) string {
 	for _, g := range resp.Groups {
 		line := fmt.Sprintf("group %s: %s, error %v, %d members:", g.GroupID, g.GroupState, g.Error, len(g.Members))
 		for _, m := range g.Members {
-			line += fmt.Sprintf(" [%s %s %v]", m.ClientID, m.MemberID, m.MemberAssignments.Topics)
+			gone := ""
+			if _, pid, ok := strings.Cut(m.ClientID, "-pid-"); ok {
+				if n, err := strconv.Atoi(pid); err == nil && syscall.Kill(n, 0) != nil {
+					gone = " (its process is gone)"
+				}
+			}
+			line += fmt.Sprintf(" [%s %s %v%s]", m.ClientID, m.MemberID, m.MemberAssignments.Topics, gone)
 		}
 		out = append(out, line)
+	}
+	if b.down != nil {
+		rs := b.down.Stats()
+		out = append(out, fmt.Sprintf("downstream reader (pid %d): rebalances %d, fetches %d, messages %d, errors %d, queue length %d",
+			os.Getpid(), rs.Rebalances, rs.Fetches, rs.Messages, rs.Errors, rs.QueueLength))
 	}
 	return strings.Join(out, "\n")
 }
@@ -215,14 +240,30 @@ func (b *kafkaE2E) output(t *testing.T) []stored {
 
 // The side of the processes.
 
-func (b *kafkaE2E) readerConfig(group, topic string) kafka.ReaderConfig {
+// clientID is the client id of this process's reader of group.
+func clientID(group string) string { return fmt.Sprintf("%s-pid-%d", group, os.Getpid()) }
+
+// readerConfig is the configuration of a group reader of topic, whose
+// client logs to log.
+func (b *kafkaE2E) readerConfig(group, topic string, log *slog.Logger) kafka.ReaderConfig {
 	return kafka.ReaderConfig{
 		Brokers: []string{b.addr}, GroupID: group, Topic: topic,
 		// The client id names the process, for diagnose; what kafka-go
-		// retries goes to the process's log.
-		Dialer: &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: fmt.Sprintf("%s-pid-%d", group, os.Getpid())},
+		// retries goes to log, and so does what it does: each
+		// generation joined, the partitions assigned and each one's
+		// reader started and stopped, the offsets committed. A stalled
+		// run shows whether a member holding partitions has readers
+		// for them.
+		Dialer: &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: clientID(group)},
+		Logger: kafka.LoggerFunc(func(format string, args ...any) {
+			msg := strings.TrimSpace(fmt.Sprintf(format, args...))
+			if strings.HasPrefix(msg, "no messages received from kafka within the allocated time") {
+				return // a fetch's long poll that found nothing: each partition's, 20 times a second
+			}
+			log.Info("kafka-go: "+msg, slog.String("group", group))
+		}),
 		ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) {
-			childLog.Warn("kafka-go: "+strings.TrimSpace(fmt.Sprintf(format, args...)), slog.String("group", group))
+			log.Warn("kafka-go: "+strings.TrimSpace(fmt.Sprintf(format, args...)), slog.String("group", group))
 		}),
 		// A third of the session: kafka-go v0.4.51 can leave a member
 		// holding partitions it no longer fetches when a generation ends
@@ -236,13 +277,16 @@ func (b *kafkaE2E) readerConfig(group, topic string) kafka.ReaderConfig {
 }
 
 func (b *kafkaE2E) consume(ctx context.Context, rcv *dedup.Receiver[*dedup.Message[e2eOrder], string]) error {
-	r := kafka.NewReader(b.readerConfig(e2eConsumer, b.n.in))
+	r := kafka.NewReader(b.readerConfig(e2eConsumer, b.n.in, childLog))
 	c, err := dedupkafka.NewConsumer(r, rcv,
 		&dedupkafka.Options{DeadLetterTopic: b.n.dlq, Concurrency: kafkaPartitions, Logger: childLog})
 	if err != nil {
 		return err
 	}
 	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	if err := b.awaitPartitions(ctx, e2eConsumer); err != nil {
 		return err
 	}
 	report := func() {
@@ -266,6 +310,55 @@ func (b *kafkaE2E) consume(ctx context.Context, rcv *dedup.Receiver[*dedup.Messa
 		report()
 	}()
 	return nil
+}
+
+// awaitPartitions waits until this process's member of group holds
+// partitions in a stable group: the consumer process is ready, and may be
+// killed, only then.
+//
+// kfake (v0.0.0-20260918054303) may keep for good a member whose process
+// was killed while its JoinGroup waited, and a new consumer's join waits
+// for the eviction of the member it replaces (up to a session). When the
+// next generation completes, kfake answers the dead member's join on its
+// closed connection, and arms its session timer only if the answer was
+// queued: its reply picks at random between the connection's buffered
+// channel and its closed done channel, so about one time in two the
+// member gets no timer; the leader's SyncGroup then stops the timer that
+// removes members that never synced. The group is stable with a member
+// that no process runs, holding its share of the partitions, which nobody
+// reads until the next membership change: after the last restart of the
+// consumer none comes, and the run does not settle (a real broker evicts
+// the member after its session). A member that synced has its timer.
+func (b *kafkaE2E) awaitPartitions(ctx context.Context, group string) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(b.addr)}
+	me := clientID(group)
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	last := "not described yet"
+	for {
+		resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+		switch {
+		case err != nil:
+			last = err.Error()
+		case len(resp.Groups) != 1:
+			last = fmt.Sprintf("%d groups described", len(resp.Groups))
+		default:
+			g := resp.Groups[0]
+			last = fmt.Sprintf("group %s, %d members", g.GroupState, len(g.Members))
+			for _, m := range g.Members {
+				if m.ClientID == me && g.GroupState == "Stable" && len(m.MemberAssignments.Topics) > 0 {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the consumer's member of group %s holds no partitions of a stable group: %s: %w", group, last, ctx.Err())
+		case <-poll.C:
+		}
+	}
 }
 
 func (b *kafkaE2E) publisher(context.Context) (outbox.Publisher, error) {
