@@ -118,8 +118,8 @@ func TestLeaseExpiryTakeoverRedis(t *testing.T) {
 		}
 		return reply(run, req), nil
 	}
-	a := serve(t, svc, newInterceptor(t, newRedisStore(t, cutOff, prefix), &dedupgrpc.Options{Config: cfg}))
-	b := serve(t, svc, newInterceptor(t, newRedisStore(t, shared, prefix), &dedupgrpc.Options{Config: cfg}))
+	a := serve(t, svc, newInterceptor(t, newRedisStore(t, cutOff, prefix, outageTimeout), &dedupgrpc.Options{Config: cfg}))
+	b := serve(t, svc, newInterceptor(t, newRedisStore(t, shared, prefix, outageTimeout), &dedupgrpc.Options{Config: cfg}))
 	req := chargeReq("acct-1", 500, "k-1")
 
 	first := make(chan error, 1)

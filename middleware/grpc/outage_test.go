@@ -21,12 +21,16 @@ import (
 // Redis cut off: fail-closed (the default) refuses the call with
 // Unavailable and a retry delay, running nothing; fail-open runs the
 // handler unprotected, says so in the response metadata and logs it.
+// outageTimeout bounds the store calls of the tests that cut a store off:
+// a call to a server that stopped answering gives up soon.
+const outageTimeout = 500 * time.Millisecond
+
 func TestStoreDownRedis(t *testing.T) {
 	t.Parallel()
 	proxy := redistest.StartProxy(t, testenv.Redis.Addr(t))
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	st := newRedisStore(t, c, redistest.Prefix(t, redistest.Client(t)))
+	st := newRedisStore(t, c, redistest.Prefix(t, redistest.Client(t)), outageTimeout)
 
 	closedSvc, openSvc := &payments{}, &payments{}
 	closed := serve(t, closedSvc, newInterceptor(t, st, &dedupgrpc.Options{Config: &dedup.Config{
@@ -113,9 +117,9 @@ func TestNotStoredMetadata(t *testing.T) {
 		return reply(run, req), nil
 	}
 	cfg := &dedup.Config{Namespace: "payments", Lease: time.Second, Logger: slog.New(slog.DiscardHandler)}
-	icA := newInterceptor(t, newRedisStore(t, cutOff, prefix), &dedupgrpc.Options{Config: cfg})
+	icA := newInterceptor(t, newRedisStore(t, cutOff, prefix, outageTimeout), &dedupgrpc.Options{Config: cfg})
 	a := serve(t, svc, icA)
-	b := serve(t, svc, newInterceptor(t, newRedisStore(t, shared, prefix), &dedupgrpc.Options{Config: cfg}))
+	b := serve(t, svc, newInterceptor(t, newRedisStore(t, shared, prefix, outageTimeout), &dedupgrpc.Options{Config: cfg}))
 	req := chargeReq("acct-1", 500, "k-1")
 
 	resp, header, trailer, err := a.chargeTrailer(t, req)
