@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -229,14 +230,17 @@ func failoverStreamSize() int {
 // happens once and every delivery is settled. Without MinReplicas
 // (FAILOVER_MIN_REPLICAS=0) the same run doubles effects.
 //
-// The new master has no replica until the old one comes back: the test
-// starts it again (empty, as a master, which the client must not write
-// to) and the Sentinels make it a replica of the new master (in about
-// 10s); until then writes fall short of MinReplicas and are refused: a
-// delay. It starts it only once every Sentinel names the new master, and
-// with replica-priority 0: a server without the data must never be
-// promoted, which a second failover (the Sentinels judging the new master
-// down on a loaded machine) did once, wiping the new master.
+// The new master has no replica until the old one comes back; until then
+// writes fall short of MinReplicas and are refused: a delay. The test
+// starts it again, empty, once every Sentinel names the new master, as a
+// replica of the new master (replicaof) with replica-priority 0: a server
+// without the data must never be promoted. Started as a master with
+// replica-priority 0 alone, it was promoted all the same (a CI run, 204
+// doubles): a master's INFO does not report its replica priority, so the
+// Sentinels took the default for it when a second failover (the new master
+// judged down on a loaded machine, a second after the first) chose a
+// replica, and the new master then became the empty server's replica,
+// dropping every record.
 func TestSentinelFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis, a replica and three Sentinels")
@@ -269,13 +273,15 @@ func TestSentinelFailover(t *testing.T) {
 			g.Links[0].Cut()
 			time.Sleep(500 * time.Millisecond)
 			old.Stop()
-			g.WaitFailover(t, old.Addr(), 30*time.Second)
+			master := g.WaitFailover(t, old.Addr(), 30*time.Second)
+			host, port, err := net.SplitHostPort(master)
+			require.NoError(t, err)
 			// Empty, it must never be promoted: on a loaded machine the
-			// Sentinels once judged the new master down a second after the
-			// failover (down-after is 1s here) and promoted the empty
-			// server, whose replica the new master then became, dropping
-			// every record (206 doubles).
-			old.StartWith("--replica-priority", "0")
+			// Sentinels judge the new master down a second after the
+			// failover (down-after is 1s here) and promote a replica. A
+			// replica's INFO reports its priority from the start; a
+			// master's does not.
+			old.StartWith("--replicaof", host, port, "--replica-priority", "0")
 		},
 	}, &dedup.Config{Namespace: "pay", Retention: time.Hour, StoreRetryDelay: time.Second, Logger: quiet})
 	t.Log(run)
