@@ -32,8 +32,8 @@ func StartClusterReplicas(t testing.TB, replicas int, extra ...string) (*redis.C
 	var addrs []string
 	var nodes []*Server
 	for range 3 * (1 + replicas) {
-		s := StartServerOn(t, FreePortPair(t, 10000),
-			append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"}, extra...)...)
+		s := startOnFree(t, func(t testing.TB) int { return FreePortPair(t, 10000) },
+			append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"}, extra...))
 		addrs = append(addrs, s.Addr())
 		nodes = append(nodes, s)
 	}

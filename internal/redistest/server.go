@@ -1,10 +1,16 @@
 package redistest
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -26,13 +32,43 @@ type Server struct {
 	conf string // a configuration file, the first argument; "" for none
 	args []string
 	cmd  *exec.Cmd
+	done chan struct{} // closed once cmd has exited and been waited for
 }
+
+// errPortInUse: the server could not bind its port (or, in a Cluster, its
+// bus port), taken between the test's choice of it and the server's bind.
+var errPortInUse = errors.New("redistest: the port is in use")
+
+// startAttempts is how many free ports a server is tried on before a port
+// race fails the test.
+const startAttempts = 5
 
 // StartServer starts a redis-server on a free loopback port, keeping
 // nothing on disk unless extra options say so; it is killed when t ends.
 func StartServer(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	return StartServerOn(t, testenv.FreePort(t), extra...)
+	return startOnFree(t, testenv.FreePort, extra)
+}
+
+// startOnFree starts a server on a port that port chooses, choosing again
+// when another process took it before the server could bind it (a client's
+// connection is given such a port too).
+func startOnFree(t testing.TB, port func(testing.TB) int, extra []string) *Server {
+	t.Helper()
+	for range startAttempts - 1 {
+		s := newServer(t, port(t), extra)
+		err := s.start()
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, errPortInUse) {
+			t.Fatal(err)
+		}
+		t.Logf("%v: trying another", err)
+	}
+	s := newServer(t, port(t), extra)
+	s.Start()
+	return s
 }
 
 // StartServerOn is StartServer on the given port.
@@ -65,6 +101,15 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 // until it answers PING.
 func (s *Server) Start() {
 	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// start is Start, returning what kept the server from answering: a server
+// that exited at once fails without waiting out the deadline, with
+// errPortInUse when its log says its port was taken.
+func (s *Server) start() error {
 	var args []string
 	if s.conf != "" {
 		args = append(args, s.conf)
@@ -76,8 +121,15 @@ func (s *Server) Start() {
 	), s.args...) // later options win
 	s.cmd = exec.Command(s.bin, args...)
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("redistest: start redis-server: %v", err)
+		return fmt.Errorf("redistest: start redis-server: %w", err)
 	}
+	done := make(chan struct{})
+	s.done = done
+	cmd := s.cmd
+	go func() { // owned by the server: ends when the process does (Stop kills it)
+		_ = cmd.Wait()
+		close(done)
+	}()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(15 * time.Second)
@@ -86,14 +138,30 @@ func (s *Server) Start() {
 		err := c.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return
+			return nil
+		}
+		select {
+		case <-done:
+			s.cmd = nil
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			if bytes.Contains(log, []byte("Address already in use")) {
+				return fmt.Errorf("%w: redis-server on %s exited: %s", errPortInUse, s.Addr(), lastLines(log, 3))
+			}
+			return fmt.Errorf("redistest: redis-server on %s exited before it answered: %s", s.Addr(), lastLines(log, 10))
+		default:
 		}
 		if time.Now().After(deadline) {
 			s.Stop()
-			s.t.Fatalf("redistest: redis-server on %s did not answer within 15s: %v (log: %s/redis.log)", s.Addr(), err, s.dir)
+			return fmt.Errorf("redistest: redis-server on %s did not answer within 15s: %v (log: %s/redis.log)", s.Addr(), err, s.dir)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// lastLines returns the last n lines of log.
+func lastLines(log []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // StartWith starts the server again as Start does, with extra options
@@ -117,7 +185,7 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.done
 	s.cmd = nil
 }
 
