@@ -101,7 +101,9 @@ type fetchResult struct {
 // (a fetch found less than a batch), after a failure (its messages and
 // those behind them wait for a later pump, after a backoff), at until (the
 // relay's next renewal of its leases) or at Stop; with what is left to
-// mark, and how many messages it read.
+// mark, how many messages it read, and whether it handed any to the
+// publisher (a pump stopped before it did tried nothing: it neither
+// failed nor succeeded).
 //
 // A message goes out only once every earlier message of its ordering key
 // was acknowledged (or refused for good): no call holds two messages of
@@ -118,7 +120,7 @@ type fetchResult struct {
 // transaction, so the fetch never reads what was just marked, and a mark
 // that fails leaves its messages unsent, to be published again (the
 // copies a crash leaves).
-func (r *Relay) pump(ctx context.Context, carry *marks, until time.Time) (read int, left *marks, rerr *roundError) {
+func (r *Relay) pump(ctx context.Context, carry *marks, until time.Time) (read int, tried bool, left *marks, rerr *roundError) {
 	p := &pumpState{
 		r: r, keys: map[string]*keyQueue{}, held: map[int64]bool{}, marks: carry,
 		window: window, chunk: window / maxCalls, maxCalls: maxCalls,
@@ -177,7 +179,7 @@ func (r *Relay) pump(ctx context.Context, carry *marks, until time.Time) (read i
 	if p.fetchErr != nil {
 		rerr = p.fetchErr
 	}
-	return p.read, p.marks, rerr
+	return p.read, p.handed > 0, p.marks, rerr
 }
 
 // pumpState is a pump's state, owned by its goroutine.
@@ -193,6 +195,7 @@ type pumpState struct {
 	calls, inFlight int
 	queued          int // read, not handed over yet
 	read            int
+	handed          int // handed over to the publisher
 	results         chan callResult
 	reports         *reports // an AckPublisher's reports
 	spare           []report // the reports' slice taken last, to fill again
@@ -219,6 +222,7 @@ func (p *pumpState) dispatch(ctx context.Context) {
 		p.calls++
 		p.inFlight += n
 		p.queued -= n
+		p.handed += n
 		msgs := make([]outbox.Message, n)
 		for i, m := range c.msgs {
 			msgs[i] = m.msg

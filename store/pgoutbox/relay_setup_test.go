@@ -204,16 +204,34 @@ func jsPublisher(t testing.TB, js jetstream.JetStream) *dedupnats.OutboxPublishe
 	return p
 }
 
-// events records a relay's events.
+// events records a relay's events, and when each came.
 type events struct {
 	mu  sync.Mutex
 	all []outbox.Event
+	at  []time.Time
 }
 
 func (e *events) Observe(_ context.Context, ev outbox.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.all = append(e.all, ev)
+	e.at = append(e.at, time.Now())
+}
+
+// timed returns the events of kind k (of op, when op is set), and when
+// each came.
+func (e *events) timed(k outbox.EventKind, op string) ([]outbox.Event, []time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []outbox.Event
+	var at []time.Time
+	for i, ev := range e.all {
+		if ev.Kind == k && (op == "" || ev.Op == op) {
+			out = append(out, ev)
+			at = append(at, e.at[i])
+		}
+	}
+	return out, at
 }
 
 // of returns the events of kind k (of op, for failures, when op is set).

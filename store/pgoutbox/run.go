@@ -68,12 +68,18 @@ func (r *Relay) run(ctx context.Context) {
 			if nextCleanup.Before(until) {
 				until = nextCleanup
 			}
-			n, left, rerr := r.pump(ctx, carry, until)
+			n, tried, left, rerr := r.pump(ctx, carry, until)
 			carry = left
 			if rerr != nil {
 				fail(rerr)
 			} else {
-				failures = 0
+				if tried || n == 0 {
+					// A pump that read messages but stopped (at the
+					// renewal, or the cleanup) before it handed any over
+					// tried nothing: no success, so the backoff goes on
+					// doubling over the failures around it.
+					failures = 0
+				}
 				// The next pump marks this one's messages with its first
 				// fetch and reads on; the relay waits once a pump finds
 				// nothing.
