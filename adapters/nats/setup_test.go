@@ -30,9 +30,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // directory, on a free port, and stops it when the test ends.
 func embedded(t testing.TB) string {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{
+	return startServer(t, &server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
+	}).ClientURL()
+}
+
+// startServer starts an embedded nats-server with opts and stops it when
+// the test ends.
+func startServer(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(opts)
 	require.NoError(t, err)
 	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
@@ -43,7 +50,7 @@ func embedded(t testing.TB) string {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 	})
-	return srv.ClientURL()
+	return srv
 }
 
 // forEachServer runs fn against the shared NATS server (Debian's 2.9 on
