@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -24,12 +26,12 @@ func TestBadMessages(t *testing.T) {
 		name   string
 		id     string
 		want   error
-		reason dedup.Reason
+		reason delivery.Reason
 		text   string
 	}{
-		{"empty id", "", dedup.ErrNoKey, dedup.ReasonNoKey, "empty"},
-		{"1 MB id", strings.Repeat("x", 1<<20), dedup.ErrInvalidKey, dedup.ReasonInvalidKey, "over the limit"},
-		{"invalid UTF-8", "order-\xff\xfe", dedup.ErrInvalidKey, dedup.ReasonInvalidKey, "UTF-8"},
+		{"empty id", "", dedup.ErrNoKey, delivery.ReasonNoKey, "empty"},
+		{"1 MB id", strings.Repeat("x", 1<<20), dedup.ErrInvalidKey, delivery.ReasonInvalidKey, "over the limit"},
+		{"invalid UTF-8", "order-\xff\xfe", dedup.ErrInvalidKey, delivery.ReasonInvalidKey, "UTF-8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,8 +46,8 @@ func TestBadMessages(t *testing.T) {
 			require.ErrorIs(t, err, tt.want)
 			require.Contains(t, err.Error(), tt.text)
 			require.Less(t, len(err.Error()), 300, "the error does not echo a huge id")
-			d := rcv.Decide(res, err)
-			require.Equal(t, dedup.DeadLetter, d.Action)
+			d := adapter.Bind(rcv).Decide(res, err)
+			require.Equal(t, delivery.DeadLetter, d.Action)
 			require.Equal(t, tt.reason, d.Reason)
 			require.Zero(t, calls.Load())
 		})
@@ -74,7 +76,7 @@ func TestNilMessage(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), nil)
 	require.ErrorIs(t, err, dedup.ErrNoKey)
 	require.Contains(t, err.Error(), "nil")
-	require.Equal(t, dedup.DeadLetter, rcv.Decide(res, err).Action)
+	require.Equal(t, delivery.DeadLetter, adapter.Bind(rcv).Decide(res, err).Action)
 	require.Zero(t, calls.Load())
 }
 
@@ -98,13 +100,13 @@ func TestResultNotStored(t *testing.T) {
 		require.NoError(t, err, "a done status never comes with an error")
 		require.ErrorIs(t, res.Problem, dedup.ErrResultNotStored)
 		require.Contains(t, res.Problem.Error(), "encode")
-		require.Equal(t, dedup.StatusProcessed, res.Status)
+		require.Equal(t, delivery.StatusProcessed, res.Status)
 		require.NotNil(t, res.Value.C, "the first caller still gets its value")
-		require.Equal(t, dedup.Ack, rcv.Decide(res, err).Action)
+		require.Equal(t, delivery.Ack, adapter.Bind(rcv).Decide(res, err).Action)
 
 		res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusDuplicate, res.Status)
+		require.Equal(t, delivery.StatusDuplicate, res.Status)
 		require.Nil(t, res.Value.C, "duplicates get the zero value")
 		require.Equal(t, int64(1), calls.Load())
 	})
@@ -120,13 +122,13 @@ func TestResultNotStored(t *testing.T) {
 		require.NoError(t, err, "a done status never comes with an error")
 		require.ErrorIs(t, res.Problem, dedup.ErrResultNotStored)
 		require.Contains(t, res.Problem.Error(), "over MaxResultSize 1024")
-		require.Equal(t, dedup.StatusProcessed, res.Status)
-		require.Equal(t, dedup.Ack, rcv.Decide(res, err).Action)
+		require.Equal(t, delivery.StatusProcessed, res.Status)
+		require.Equal(t, delivery.Ack, adapter.Bind(rcv).Decide(res, err).Action)
 		require.Equal(t, uint64(1), rcv.Stats().ResultsNotStored)
 
 		res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusDuplicate, res.Status)
+		require.Equal(t, delivery.StatusDuplicate, res.Status)
 		require.Empty(t, res.Value)
 		require.Equal(t, int64(1), calls.Load())
 	})
@@ -175,10 +177,10 @@ func TestInvalidConfig(t *testing.T) {
 	t.Run("zero values take the defaults", func(t *testing.T) {
 		rcv, err := dedup.NewReceiver(st, orderID, h, &dedup.Config{})
 		require.NoError(t, err)
-		require.Equal(t, dedup.DefaultNamespace, rcv.Namespace())
-		d := rcv.Decide(dedup.Result[string]{Attempt: dedup.DefaultMaxAttempts}, &dedup.HandlerError{Attempt: dedup.DefaultMaxAttempts, Err: errors.New("x")})
-		require.Equal(t, dedup.DeadLetter, d.Action, "MaxAttempts defaults to %d", dedup.DefaultMaxAttempts)
-		require.Equal(t, dedup.DefaultRetention, rcv.Retention())
+		require.Equal(t, "default", rcv.Namespace())
+		d := adapter.Bind(rcv).Decide(dedup.Result[string]{Attempt: 5}, &dedup.HandlerError{Attempt: 5, Err: errors.New("x")})
+		require.Equal(t, delivery.DeadLetter, d.Action, "MaxAttempts defaults to %d", 5)
+		require.Equal(t, (24 * time.Hour), rcv.Retention())
 		set, err := dedup.NewReceiver(st, orderID, h, &dedup.Config{Retention: time.Hour})
 		require.NoError(t, err)
 		require.Equal(t, time.Hour, set.Retention())
@@ -199,21 +201,21 @@ func TestLongIDsThroughStrategies(t *testing.T) {
 	require.NoError(t, err)
 	res, err := strict.Handle(t.Context(), order{ID: long})
 	require.ErrorIs(t, err, dedup.ErrInvalidKey)
-	require.Equal(t, dedup.DeadLetter, strict.Decide(res, err).Action)
+	require.Equal(t, delivery.DeadLetter, adapter.Bind(strict).Decide(res, err).Action)
 	require.Zero(t, calls.Load())
 
 	hashed, err := dedup.NewReceiver(newMemstore(t, clk), idstrategy.HashLong(idstrategy.Field("ID", byID), 128), h, &dedup.Config{Clock: clk})
 	require.NoError(t, err)
 	first, err := hashed.Handle(t.Context(), order{ID: long})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, first.Status)
+	require.Equal(t, delivery.StatusProcessed, first.Status)
 	require.Less(t, len(first.Key), 128+len("default:"))
 	again, err := hashed.Handle(t.Context(), order{ID: long})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, again.Status)
+	require.Equal(t, delivery.StatusDuplicate, again.Status)
 	other, err := hashed.Handle(t.Context(), order{ID: long[1:] + "y"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, other.Status, "another long id is another message")
+	require.Equal(t, delivery.StatusProcessed, other.Status, "another long id is another message")
 	require.Equal(t, int64(2), calls.Load())
 }
 
@@ -229,7 +231,7 @@ func TestKeyFuncPanicIsPoison(t *testing.T) {
 	var pe *dedup.PanicError
 	require.ErrorAs(t, err, &pe)
 	require.Contains(t, string(pe.Stack), "badinput_test.go")
-	require.Equal(t, dedup.DeadLetter, rcv.Decide(res, err).Action)
+	require.Equal(t, delivery.DeadLetter, adapter.Bind(rcv).Decide(res, err).Action)
 	require.Zero(t, calls.Load())
 }
 
@@ -248,8 +250,8 @@ func TestFingerprintErrorIsPoison(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), brokenOrder{ID: "o-1"})
 	require.ErrorIs(t, err, dedup.ErrUndecodable)
 	require.Contains(t, err.Error(), "body is not JSON")
-	d := rcv.Decide(res, err)
-	require.Equal(t, dedup.DeadLetter, d.Action)
-	require.Equal(t, dedup.ReasonUndecodable, d.Reason)
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.DeadLetter, d.Action)
+	require.Equal(t, delivery.ReasonUndecodable, d.Reason)
 	require.Zero(t, calls.Load())
 }

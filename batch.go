@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -29,30 +30,28 @@ func (r *Receiver[M, R]) HandleBatch(ctx context.Context, msgs []M) []Outcome[R]
 	if r.cfg.Observer == nil {
 		return r.handleBatch(ctx, msgs, nil)
 	}
-	ds := r.DeliverBatch(ctx, msgs)
+	ds := r.deliverBatch(ctx, msgs)
 	out := make([]Outcome[R], len(ds))
 	for i := range ds {
-		r.emit(ds[i].ctx, &ds[i].ev)
+		r.emit(ds[i].Ctx, &ds[i].Event)
 		out[i] = Outcome[R]{Result: ds[i].Result, Err: ds[i].Err}
 	}
 	return out
 }
 
-// DeliverBatch is HandleBatch and Decide for an adapter: one Delivery per
-// message, in order, each to be carried out and reported with Settled.
-// With an Observer that is a [DeliveryStarter], each message's handler
-// runs under the context StartDelivery returned for it.
-func (r *Receiver[M, R]) DeliverBatch(ctx context.Context, msgs []M) []Delivery[R] {
-	ds := make([]Delivery[R], len(msgs))
+// deliverBatch is HandleBatch and Decide for an adapter
+// (adapter.Receiver.DeliverBatch).
+func (r *Receiver[M, R]) deliverBatch(ctx context.Context, msgs []M) []handed[R] {
+	ds := make([]handed[R], len(msgs))
 	if r.cfg.Observer == nil {
 		for i, o := range r.handleBatch(ctx, msgs, nil) {
-			ds[i] = Delivery[R]{Result: o.Result, Err: o.Err, Decision: r.Decide(o.Result, o.Err), ctx: ctx, rcv: r}
+			ds[i] = handed[R]{Result: o.Result, Err: o.Err, Decision: r.decide(o.Result, o.Err), Ctx: ctx}
 			r.noteDeadLetter(&ds[i], msgs[i])
 		}
 		return ds
 	}
 	ctxs := make([]context.Context, len(msgs))
-	origins := make([]Origin, len(msgs))
+	origins := make([]delivery.Origin, len(msgs))
 	for i, m := range msgs {
 		ctxs[i], origins[i] = r.startDelivery(ctx, m)
 	}
@@ -61,9 +60,9 @@ func (r *Receiver[M, R]) DeliverBatch(ctx context.Context, msgs []M) []Delivery[
 	took := time.Since(begin)
 	for i, o := range out {
 		d := &ds[i]
-		*d = Delivery[R]{Result: o.Result, Err: o.Err, Decision: r.Decide(o.Result, o.Err), ctx: ctxs[i], rcv: r, observed: true}
-		d.ev = r.event(origins[i], o.Result.Key, o.Result.Status, o.Result.Attempt, o.Result.Problem, o.Err, d.Decision)
-		d.ev.Duration = took
+		*d = handed[R]{Result: o.Result, Err: o.Err, Decision: r.decide(o.Result, o.Err), Ctx: ctxs[i], Observed: true}
+		d.Event = r.event(origins[i], o.Result.Key, o.Result.Status, o.Result.Attempt, o.Result.Problem, o.Err, d.Decision)
+		d.Event.Duration = took
 	}
 	return ds
 }
@@ -206,7 +205,7 @@ func (r *Receiver[M, R]) runBatch(ctx context.Context, msgs []M, ctxOf func(int)
 			out[i].Result, out[i].Err = r.handlerFailed(ctx, keys[i], c.Claim.Token, attempt, herr)
 			continue
 		}
-		out[i].Result = Result[R]{Status: StatusProcessed, Key: keys[i], Attempt: attempt, Value: v}
+		out[i].Result = Result[R]{Status: delivery.StatusProcessed, Key: keys[i], Attempt: attempt, Value: v}
 		data, encErr := r.encode(v)
 		if hctx.held.Completed() {
 			hb.finish(hbIndex[k])

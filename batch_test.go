@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -46,23 +48,23 @@ func TestHandleBatch(t *testing.T) {
 			out := rcv.HandleBatch(t.Context(), msgs)
 			require.Len(t, out, len(msgs))
 			want := []struct {
-				status dedup.Status
+				status delivery.Status
 				value  string
-				action dedup.Action
+				action delivery.Action
 			}{
-				{dedup.StatusProcessed, "r-a", dedup.Ack},
-				{dedup.StatusProcessed, "r-b", dedup.Ack},
-				{dedup.StatusDuplicate, "r-a", dedup.Ack},
-				{dedup.StatusDuplicate, "r-old", dedup.Ack},
-				{dedup.StatusNone, "", dedup.Retry},
-				{dedup.StatusNone, "", dedup.DeadLetter},
-				{dedup.StatusProcessed, "r-c", dedup.Ack},
-				{dedup.StatusDuplicate, "r-b", dedup.Ack},
+				{delivery.StatusProcessed, "r-a", delivery.Ack},
+				{delivery.StatusProcessed, "r-b", delivery.Ack},
+				{delivery.StatusDuplicate, "r-a", delivery.Ack},
+				{delivery.StatusDuplicate, "r-old", delivery.Ack},
+				{delivery.StatusNone, "", delivery.Retry},
+				{delivery.StatusNone, "", delivery.DeadLetter},
+				{delivery.StatusProcessed, "r-c", delivery.Ack},
+				{delivery.StatusDuplicate, "r-b", delivery.Ack},
 			}
 			for i, w := range want {
 				require.Equal(t, w.status, out[i].Result.Status, "message %d (%s)", i, msgs[i].ID)
 				require.Equal(t, w.value, out[i].Result.Value, "message %d", i)
-				require.Equal(t, w.action, rcv.Decide(out[i].Result, out[i].Err).Action, "message %d", i)
+				require.Equal(t, w.action, adapter.Bind(rcv).Decide(out[i].Result, out[i].Err).Action, "message %d", i)
 			}
 			require.Equal(t, map[string]int{"old": 1, "a": 1, "b": 1, "c": 1}, effects)
 
@@ -70,7 +72,7 @@ func TestHandleBatch(t *testing.T) {
 			for _, id := range []string{"a", "b", "c"} {
 				res, err := rcv.Handle(t.Context(), order{ID: id})
 				require.NoError(t, err)
-				require.Equal(t, dedup.StatusDuplicate, res.Status)
+				require.Equal(t, delivery.StatusDuplicate, res.Status)
 				require.Equal(t, "r-"+id, res.Value)
 			}
 			res, err := rcv.Handle(t.Context(), order{ID: "bad"})
@@ -90,7 +92,7 @@ func TestHandleBatchStoreDown(t *testing.T) {
 	out := rcv.HandleBatch(t.Context(), []order{{ID: "a"}, {ID: "b"}})
 	for _, o := range out {
 		require.ErrorIs(t, o.Err, dedup.ErrStoreUnavailable)
-		require.Equal(t, dedup.Retry, rcv.Decide(o.Result, o.Err).Action)
+		require.Equal(t, delivery.Retry, adapter.Bind(rcv).Decide(o.Result, o.Err).Action)
 	}
 	require.Zero(t, calls.Load())
 
@@ -98,7 +100,7 @@ func TestHandleBatchStoreDown(t *testing.T) {
 	out = open.HandleBatch(t.Context(), []order{{ID: "a"}, {ID: "b"}})
 	for _, o := range out {
 		require.NoError(t, o.Err)
-		require.Equal(t, dedup.StatusBypassed, o.Result.Status)
+		require.Equal(t, delivery.StatusBypassed, o.Result.Status)
 	}
 	require.Equal(t, int64(2), calls.Load())
 }
@@ -123,7 +125,7 @@ func TestHandleBatchHeartbeatHoldsWaitingClaims(t *testing.T) {
 	st := newMemstore(t, clk)
 	cfg := &dedup.Config{Clock: clk, Lease: testLease}
 	other := newReceiver(t, st, func(ctx context.Context, o order) (string, error) { return "other", nil }, cfg)
-	var waiting []dedup.Status
+	var waiting []delivery.Status
 	rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
 		if o.ID == "slow" {
 			for range 6 { // two leases, in steps of a third
@@ -139,13 +141,13 @@ func TestHandleBatchHeartbeatHoldsWaitingClaims(t *testing.T) {
 	out := rcv.HandleBatch(t.Context(), []order{{ID: "slow"}, {ID: "waiting"}})
 	for i, o := range out {
 		require.NoError(t, o.Err)
-		require.Equal(t, dedup.StatusProcessed, o.Result.Status, "message %d", i)
+		require.Equal(t, delivery.StatusProcessed, o.Result.Status, "message %d", i)
 		require.Equal(t, 1, o.Result.Attempt, "message %d kept its first claim", i)
 	}
 	require.Equal(t, "batch waiting", out[1].Result.Value)
 	require.Len(t, waiting, 6)
 	for _, s := range waiting {
-		require.Equal(t, dedup.StatusInFlight, s, "the waiting claim was never taken over")
+		require.Equal(t, delivery.StatusInFlight, s, "the waiting claim was never taken over")
 	}
 	require.Zero(t, clk.Pending(), "the batch heartbeat is stopped")
 }
@@ -162,11 +164,11 @@ func TestHandleBatchKeyReusedInsideBatch(t *testing.T) {
 
 	out := rcv.HandleBatch(t.Context(), []signedOrder{{"o-1", 10}, {"o-1", 99}, {"o-1", 10}})
 	require.NoError(t, out[0].Err)
-	require.Equal(t, dedup.StatusProcessed, out[0].Result.Status)
+	require.Equal(t, delivery.StatusProcessed, out[0].Result.Status)
 	require.ErrorIs(t, out[1].Err, dedup.ErrKeyReused)
-	require.Equal(t, dedup.DeadLetter, rcv.Decide(out[1].Result, out[1].Err).Action)
+	require.Equal(t, delivery.DeadLetter, adapter.Bind(rcv).Decide(out[1].Result, out[1].Err).Action)
 	require.NoError(t, out[2].Err)
-	require.Equal(t, dedup.StatusDuplicate, out[2].Result.Status)
+	require.Equal(t, delivery.StatusDuplicate, out[2].Result.Status)
 	require.Equal(t, 10, out[2].Result.Value)
 	require.Equal(t, int64(1), calls.Load())
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -45,13 +46,13 @@ func TestHandleBatchCompleteBatchItemFails(t *testing.T) {
 	out := rcv.HandleBatch(t.Context(), []order{{ID: "a"}, {ID: "b"}, {ID: "c"}})
 	for _, o := range out {
 		require.NoError(t, o.Err)
-		require.Equal(t, dedup.StatusProcessed, o.Result.Status)
+		require.Equal(t, delivery.StatusProcessed, o.Result.Status)
 		require.NoError(t, o.Result.Problem)
 	}
 	for _, id := range []string{"a", "b", "c"} {
 		res, err := rcv.Handle(t.Context(), order{ID: id})
 		require.NoError(t, err, id)
-		require.Equal(t, dedup.StatusDuplicate, res.Status, id)
+		require.Equal(t, delivery.StatusDuplicate, res.Status, id)
 		require.Equal(t, "receipt-"+id, res.Value, id)
 	}
 	require.EqualValues(t, 3, calls.Load())

@@ -6,9 +6,10 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
-	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -35,11 +36,11 @@ func BenchmarkHandle(b *testing.B) {
 		b.ResetTimer()
 		for i := range b.N {
 			key := "default:" + ids[i]
-			c, err := st.Acquire(ctx, store.AcquireRequest{Key: key, Lease: dedup.DefaultLease})
+			c, err := st.Acquire(ctx, store.AcquireRequest{Key: key, Lease: (30 * time.Second)})
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := st.Complete(ctx, store.CompleteRequest{Key: key, Token: c.Token, Retention: dedup.DefaultRetention}); err != nil {
+			if err := st.Complete(ctx, store.CompleteRequest{Key: key, Token: c.Token, Retention: (24 * time.Hour)}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -64,7 +65,7 @@ func BenchmarkHandle(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			res, _ := rcv.Handle(ctx, o)
-			if res.Status != dedup.StatusDuplicate {
+			if res.Status != delivery.StatusDuplicate {
 				b.Fatal(res.Status)
 			}
 		}
@@ -78,7 +79,7 @@ func BenchmarkHandle(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			res, _ := rcv.Handle(ctx, o)
-			if res.Status != dedup.StatusDuplicate {
+			if res.Status != delivery.StatusDuplicate {
 				b.Fatal(res.Status)
 			}
 		}
@@ -93,12 +94,12 @@ func BenchmarkHandle(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				key := "default:" + strconv.FormatInt(n.Add(1), 10)
-				c, err := st.Acquire(ctx, store.AcquireRequest{Key: key, Lease: dedup.DefaultLease})
+				c, err := st.Acquire(ctx, store.AcquireRequest{Key: key, Lease: (30 * time.Second)})
 				if err != nil {
 					b.Error(err)
 					return
 				}
-				if err := st.Complete(ctx, store.CompleteRequest{Key: key, Token: c.Token, Retention: dedup.DefaultRetention}); err != nil {
+				if err := st.Complete(ctx, store.CompleteRequest{Key: key, Token: c.Token, Retention: (24 * time.Hour)}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -153,11 +154,11 @@ func BenchmarkNewKey(b *testing.B) {
 		b.ResetTimer()
 		defer reportGC(b)()
 		for i := range b.N {
-			c, err := st.Acquire(ctx, store.AcquireRequest{Key: keys[i], Lease: dedup.DefaultLease})
+			c, err := st.Acquire(ctx, store.AcquireRequest{Key: keys[i], Lease: (30 * time.Second)})
 			if err != nil || !c.Acquired {
 				b.Fatal(c.Acquired, err)
 			}
-			if err := st.Complete(ctx, store.CompleteRequest{Key: keys[i], Token: c.Token, Retention: dedup.DefaultRetention}); err != nil {
+			if err := st.Complete(ctx, store.CompleteRequest{Key: keys[i], Token: c.Token, Retention: (24 * time.Hour)}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -169,7 +170,7 @@ func BenchmarkNewKey(b *testing.B) {
 		b.ResetTimer()
 		defer reportGC(b)()
 		for i := range b.N {
-			if res, err := rcv.Handle(ctx, order{ID: ids[i]}); err != nil || res.Status != dedup.StatusProcessed {
+			if res, err := rcv.Handle(ctx, order{ID: ids[i]}); err != nil || res.Status != delivery.StatusProcessed {
 				b.Fatal(res.Status, err)
 			}
 		}

@@ -12,7 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 )
@@ -26,7 +28,7 @@ func TestClaimFromContext(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	st := &countingStore{Store: newMemstore(t, clk)}
 	rcv := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
-		c, ok := dedup.ClaimFromContext(ctx)
+		c, ok := store.ClaimFromContext(ctx)
 		if !ok {
 			return "", errors.New("no claim in the handler's context")
 		}
@@ -40,21 +42,21 @@ func TestClaimFromContext(t *testing.T) {
 		return "ok", nil
 	}, &dedup.Config{Namespace: "billing", Clock: clk, Retention: time.Hour})
 
-	_, ok := dedup.ClaimFromContext(t.Context())
+	_, ok := store.ClaimFromContext(t.Context())
 	require.False(t, ok, "no claim outside a handler")
 
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1", Amount: 5})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Zero(t, st.completes.Load(), "the receiver did not complete a record the handler completed")
 	dup, err := rcv.Handle(t.Context(), order{ID: "o-1", Amount: 5})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, dup.Status)
+	require.Equal(t, delivery.StatusDuplicate, dup.Status)
 	require.Equal(t, "in-tx", dup.Value, "the handler's own completion is the record")
 
 	res, err = rcv.Handle(t.Context(), order{ID: "o-2"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Equal(t, int64(1), st.completes.Load(), "an unmarked claim is completed by the receiver")
 }
 
@@ -90,7 +92,7 @@ func TestReentrantHandleIsInFlight(t *testing.T) {
 		}
 		inner, innerErr = rcv.Handle(ctx, order{ID: o.ID})
 		other, err := rcv.Handle(ctx, order{ID: o.ID + "-other"})
-		if err != nil || other.Status != dedup.StatusProcessed {
+		if err != nil || other.Status != delivery.StatusProcessed {
 			return "", errors.New("a nested Handle of another key must run")
 		}
 		return "outer", nil
@@ -109,10 +111,10 @@ func TestReentrantHandleIsInFlight(t *testing.T) {
 		t.Fatal("a re-entrant Handle deadlocked")
 	}
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.NoError(t, innerErr)
-	require.Equal(t, dedup.StatusInFlight, inner.Status)
-	require.Equal(t, dedup.Retry, rcv.Decide(inner, innerErr).Action)
+	require.Equal(t, delivery.StatusInFlight, inner.Status)
+	require.Equal(t, delivery.Retry, adapter.Bind(rcv).Decide(inner, innerErr).Action)
 }
 
 // TestNoWait: with Config.NoWait, a delivery of a key being handled in this
@@ -140,7 +142,7 @@ func TestNoWait(t *testing.T) {
 		if noWait {
 			res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 			require.NoError(t, err)
-			require.Equal(t, dedup.StatusInFlight, res.Status, "NoWait answers at once")
+			require.Equal(t, delivery.StatusInFlight, res.Status, "NoWait answers at once")
 			require.InDelta(t, 180*time.Millisecond, res.RetryAfter, float64(20*time.Millisecond), "the first look again comes soon")
 			releaseOnce()
 		} else {
@@ -152,7 +154,7 @@ func TestNoWait(t *testing.T) {
 			releaseOnce()
 			select {
 			case res := <-second:
-				require.Equal(t, dedup.StatusDuplicate, res.Status)
+				require.Equal(t, delivery.StatusDuplicate, res.Status)
 				require.Equal(t, "first", res.Value)
 			case <-time.After(10 * time.Second):
 				t.Fatal("the waiting duplicate never got the first delivery's result")
@@ -191,7 +193,7 @@ func TestNoWaitReplaysACompletedKey(t *testing.T) {
 	first := newReceiver(t, mem, h, &dedup.Config{Clock: clk, Lease: testLease})
 	res, err := first.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 
 	rcv := newReceiver(t, slow, h, &dedup.Config{Clock: clk, Lease: testLease, NoWait: true})
 	results := make(chan dedup.Result[string], 2)
@@ -209,7 +211,7 @@ func TestNoWaitReplaysACompletedKey(t *testing.T) {
 	testenv.Wait(t, &wg, "the deliveries to return")
 	for range 2 {
 		res := <-results
-		require.Equal(t, dedup.StatusDuplicate, res.Status)
+		require.Equal(t, delivery.StatusDuplicate, res.Status)
 		require.Equal(t, "first", res.Value)
 	}
 	require.Equal(t, int64(1), calls.Load())
@@ -234,10 +236,10 @@ func TestForget(t *testing.T) {
 	for range 2 {
 		res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 		require.Error(t, err)
-		require.Equal(t, dedup.StatusNone, res.Status)
+		require.Equal(t, delivery.StatusNone, res.Status)
 	}
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
-	require.Equal(t, dedup.DeadLetter, rcv.Decide(res, err).Action)
+	require.Equal(t, delivery.DeadLetter, adapter.Bind(rcv).Decide(res, err).Action)
 	fixed.Store(true)
 	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.ErrorIs(t, err, dedup.ErrAttemptsExhausted, "a redrive without Forget is dead-lettered again")
@@ -246,7 +248,7 @@ func TestForget(t *testing.T) {
 	require.NoError(t, rcv.Forget(t.Context(), "o-1"))
 	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Equal(t, 1, res.Attempt, "the record starts afresh")
 
 	require.ErrorIs(t, rcv.Forget(t.Context(), ""), dedup.ErrNoKey)
@@ -266,8 +268,8 @@ func TestObserver(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(epoch)
 	var mu sync.Mutex
-	var events []dedup.Event
-	obs := dedup.ObserverFunc(func(ctx context.Context, e dedup.Event) {
+	var events []delivery.Event
+	obs := delivery.ObserverFunc(func(ctx context.Context, e delivery.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		events = append(events, e)
@@ -285,27 +287,27 @@ func TestObserver(t *testing.T) {
 	for _, o := range []order{{ID: "o-1"}, {ID: "o-1"}, {ID: "o-2", Amount: -1}, {ID: "panic"}} {
 		_, _ = rcv.Handle(t.Context(), o)
 	}
-	rcv.Observe(t.Context(), dedup.Event{Key: "billing:o-3", Decision: dedup.Decision{Action: dedup.Retry, Reason: dedup.ReasonCanceled}, Settled: true,
-		Origin: dedup.Origin{Broker: "fake"}})
+	adapter.Bind(rcv).Observe(t.Context(), delivery.Event{Key: "billing:o-3", Decision: delivery.Decision{Action: delivery.Retry, Reason: delivery.ReasonCanceled}, Settled: true,
+		Origin: delivery.Origin{Broker: "fake"}})
 
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, events, 5)
 	require.Equal(t, "billing", events[0].Namespace)
 	require.Equal(t, "billing:o-1", events[0].Key)
-	require.Equal(t, dedup.StatusProcessed, events[0].Status)
+	require.Equal(t, delivery.StatusProcessed, events[0].Status)
 	require.Equal(t, 1, events[0].Attempt)
-	require.Equal(t, dedup.Decision{Action: dedup.Ack, Reason: dedup.ReasonProcessed}, events[0].Decision)
+	require.Equal(t, delivery.Decision{Action: delivery.Ack, Reason: delivery.ReasonProcessed}, events[0].Decision)
 	require.True(t, events[0].Stored)
 	require.False(t, events[0].Settled, "nobody settled a Handle")
 	require.Positive(t, events[0].Duration)
 	require.LessOrEqual(t, events[0].HandlerDuration+events[0].StoreDuration, events[0].Duration)
-	require.Equal(t, dedup.StatusDuplicate, events[1].Status)
+	require.Equal(t, delivery.StatusDuplicate, events[1].Status)
 	require.True(t, events[1].Stored)
 	require.Error(t, events[2].Err)
-	require.Equal(t, dedup.StatusNone, events[2].Status)
-	require.Equal(t, dedup.Retry, events[2].Decision.Action)
-	require.Equal(t, dedup.ReasonHandlerError, events[2].Decision.Reason)
+	require.Equal(t, delivery.StatusNone, events[2].Status)
+	require.Equal(t, delivery.Retry, events[2].Decision.Action)
+	require.Equal(t, delivery.ReasonHandlerError, events[2].Decision.Reason)
 	require.False(t, events[2].Stored)
 	require.Equal(t, "fake", events[4].Broker)
 	require.Equal(t, "billing", events[4].Namespace, "Observe fills the namespace")

@@ -9,20 +9,21 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 )
 
-// Default values of Config.
+// Default values of Config, as its fields' documentation gives them.
 const (
-	DefaultNamespace       = "default"
-	DefaultLease           = 30 * time.Second
-	DefaultRetention       = 24 * time.Hour
-	DefaultMaxAttempts     = 5
-	DefaultMaxResultSize   = 64 << 10
-	DefaultStoreRetryDelay = 5 * time.Second
+	defaultNamespace       = "default"
+	defaultLease           = 30 * time.Second
+	defaultRetention       = 24 * time.Hour
+	defaultMaxAttempts     = 5
+	defaultMaxResultSize   = 64 << 10
+	defaultStoreRetryDelay = 5 * time.Second
 
-	// MinLease is the shortest lease accepted: the heartbeat beats at a
+	// minLease is the shortest lease accepted: the heartbeat beats at a
 	// third of it.
-	MinLease = 3 * time.Millisecond
+	minLease = 3 * time.Millisecond
 )
 
 // Config configures a Receiver. A nil *Config means all defaults. A zero
@@ -74,7 +75,7 @@ type Config struct {
 	MaxResultSize int
 
 	// MaxIDLength is the longest message id accepted, in bytes. Defaults to
-	// DefaultMaxIDLength (512).
+	// 512.
 	MaxIDLength int
 
 	// Backoff is the retry delay after a failed attempt. Defaults to
@@ -102,7 +103,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Observer hears of every outcome (see Event). Defaults to nil: none.
-	Observer Observer
+	Observer delivery.Observer
 
 	// Clock is the time source of leases and heartbeats. Tests inject a
 	// clock.Fake. Defaults to clock.Real().
@@ -115,13 +116,13 @@ func (c *Config) withDefaults() Config {
 	if c != nil {
 		out = *c
 	}
-	out.Namespace = cmp.Or(out.Namespace, DefaultNamespace)
-	out.Lease = cmp.Or(out.Lease, DefaultLease)
-	out.Retention = cmp.Or(out.Retention, DefaultRetention)
-	out.MaxAttempts = cmp.Or(out.MaxAttempts, DefaultMaxAttempts)
-	out.MaxResultSize = cmp.Or(out.MaxResultSize, DefaultMaxResultSize)
-	out.MaxIDLength = cmp.Or(out.MaxIDLength, DefaultMaxIDLength)
-	out.StoreRetryDelay = cmp.Or(out.StoreRetryDelay, DefaultStoreRetryDelay)
+	out.Namespace = cmp.Or(out.Namespace, defaultNamespace)
+	out.Lease = cmp.Or(out.Lease, defaultLease)
+	out.Retention = cmp.Or(out.Retention, defaultRetention)
+	out.MaxAttempts = cmp.Or(out.MaxAttempts, defaultMaxAttempts)
+	out.MaxResultSize = cmp.Or(out.MaxResultSize, defaultMaxResultSize)
+	out.MaxIDLength = cmp.Or(out.MaxIDLength, defaultMaxIDLength)
+	out.StoreRetryDelay = cmp.Or(out.StoreRetryDelay, defaultStoreRetryDelay)
 	out.StoreTimeout = min(cmp.Or(out.StoreTimeout, out.Lease/5), out.Lease/5)
 	if isNilInterface(out.Codec) {
 		out.Codec = JSONCodec{}
@@ -143,8 +144,8 @@ func (c *Config) validate() error {
 	switch {
 	case strings.Contains(c.Namespace, ":"):
 		return fmt.Errorf("%w: Namespace %q contains ':', which would make keys ambiguous", ErrInvalidConfig, c.Namespace)
-	case c.Lease < MinLease:
-		return fmt.Errorf("%w: Lease is %v; it must be at least %v", ErrInvalidConfig, c.Lease, MinLease)
+	case c.Lease < minLease:
+		return fmt.Errorf("%w: Lease is %v; it must be at least %v", ErrInvalidConfig, c.Lease, minLease)
 	case c.Retention <= 0:
 		return fmt.Errorf("%w: Retention is %v; it must be positive", ErrInvalidConfig, c.Retention)
 	case c.MaxAttempts < 0:

@@ -32,18 +32,9 @@ type ConsumerStats struct {
 	StaleDeliveries uint64
 }
 
-// Injector is an optional ability of an Observer: Inject writes the trace
-// context of ctx into a message's headers through set. Adapters call it
-// (through [Receiver.Inject]) on the dead letters and retry copies they
-// publish, so that the trace goes on; producer helpers take one in their
-// options.
-type Injector interface {
-	Inject(ctx context.Context, set func(key, value string))
-}
-
-// Inject writes the trace context of ctx through set when the Observer is
-// an [Injector]; else it does nothing.
-func (r *Receiver[M, R]) Inject(ctx context.Context, set func(key, value string)) {
+// inject writes the trace context of ctx through set when the Observer is
+// a delivery.Injector (adapter.Receiver.Inject).
+func (r *Receiver[M, R]) inject(ctx context.Context, set func(key, value string)) {
 	if r.injector != nil {
 		r.injector.Inject(ctx, set)
 	}

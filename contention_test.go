@@ -12,8 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
+	"github.com/dedup-go/dedup/store"
 )
 
 // TestExactlyOnceUnderContention: 64 workers deliver each of 1,000 ids 3
@@ -33,7 +36,7 @@ func TestExactlyOnceUnderContention(t *testing.T) {
 		// One id in ten fails its first attempt (a random failure rate
 		// would exhaust MaxAttempts for some id in about one run of a
 		// hundred, which is not what this test is about).
-		if held, _ := dedup.ClaimFromContext(ctx); n%10 == 0 && held.Attempt == 1 {
+		if held, _ := store.ClaimFromContext(ctx); n%10 == 0 && held.Attempt == 1 {
 			return "", errTransient
 		}
 		effects[n].Add(1)
@@ -61,14 +64,14 @@ func TestExactlyOnceUnderContention(t *testing.T) {
 		wg.Go(func() {
 			for o := range queue {
 				res, err := rcv.Handle(context.Background(), o)
-				switch d := rcv.Decide(res, err); d.Action {
-				case dedup.Ack:
+				switch d := adapter.Bind(rcv).Decide(res, err); d.Action {
+				case delivery.Ack:
 					require.NoError(t, err)
 					mu.Lock()
 					answers[o.ID] = append(answers[o.ID], res.Value)
 					mu.Unlock()
 					pending.Done()
-				case dedup.Retry:
+				case delivery.Retry:
 					queue <- o // the broker redelivers
 				default:
 					t.Errorf("%s: unexpected %v (%v)", o.ID, d.Action, err)
@@ -128,8 +131,8 @@ func TestConcurrentDuplicatesShareOneClaim(t *testing.T) {
 	for i := range n {
 		require.NoError(t, errs[i])
 		require.Equal(t, "first", results[i].Value)
-		require.NotEqual(t, dedup.StatusInFlight, results[i].Status)
-		if results[i].Status == dedup.StatusProcessed {
+		require.NotEqual(t, delivery.StatusInFlight, results[i].Status)
+		if results[i].Status == delivery.StatusProcessed {
 			processed++
 		}
 	}
@@ -219,10 +222,10 @@ func TestManyKeysInFlightAtOnce(t *testing.T) {
 	for i := range keys {
 		want := fmt.Sprintf("value-of-o-%d", i)
 		require.NoError(t, firsts[i].err)
-		require.Equal(t, dedup.StatusProcessed, firsts[i].res.Status)
+		require.Equal(t, delivery.StatusProcessed, firsts[i].res.Status)
 		require.Equal(t, want, firsts[i].res.Value)
 		require.NoError(t, dups[i].err)
-		require.Equal(t, dedup.StatusDuplicate, dups[i].res.Status, "o-%d", i)
+		require.Equal(t, delivery.StatusDuplicate, dups[i].res.Status, "o-%d", i)
 		require.Equal(t, want, dups[i].res.Value, "the duplicate shares its own key's value")
 	}
 	require.Zero(t, dedup.InFlight(rcv), "no key is left in flight")

@@ -3,18 +3,20 @@ package dedup
 import (
 	"context"
 	"log/slog"
+
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // noteDeadLetter readies d, a delivery of msg that no Observer watches,
 // for the log line of its dead letter: the key, and the message's origin
 // for its id when no key was derived. Only a dead letter pays for it.
-func (r *Receiver[M, R]) noteDeadLetter(d *Delivery[R], msg M) {
-	if d.Decision.Action != DeadLetter {
+func (r *Receiver[M, R]) noteDeadLetter(d *handed[R], msg M) {
+	if d.Decision.Action != delivery.DeadLetter {
 		return
 	}
-	d.ev.Key = d.Result.Key
-	if m, ok := any(msg).(Originer); ok && d.ev.Key == "" {
-		d.ev.Origin = m.Origin()
+	d.Event.Key = d.Result.Key
+	if m, ok := any(msg).(delivery.Originer); ok && d.Event.Key == "" {
+		d.Event.Origin = m.Origin()
 	}
 }
 
@@ -24,7 +26,7 @@ func (r *Receiver[M, R]) noteDeadLetter(d *Delivery[R], msg M) {
 // never the body. An operator sees it in the default logger, as every
 // poison message should be (a dropped one is logged by its adapter, at
 // error level).
-func (r *Receiver[M, R]) logDeadLetter(ctx context.Context, e *Event) {
+func (r *Receiver[M, R]) logDeadLetter(ctx context.Context, e *delivery.Event) {
 	attrs := []slog.Attr{
 		slog.String("reason", string(e.Decision.Reason)),
 		slog.String("namespace", r.cfg.Namespace),

@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // lockedLog is a log the receiver writes to from any goroutine.
@@ -45,7 +47,7 @@ func TestDeadLetterLogged(t *testing.T) {
 			var logs lockedLog
 			cfg := &dedup.Config{Namespace: "billing", Clock: clock.NewFake(epoch), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 			if observed {
-				cfg.Observer = dedup.ObserverFunc(func(context.Context, dedup.Event) {})
+				cfg.Observer = delivery.ObserverFunc(func(context.Context, delivery.Event) {})
 			}
 			rcv, err := dedup.NewReceiver(newMemstore(t, cfg.Clock), func(m *dedup.Message[order]) (string, error) {
 				return m.Body.ID, nil
@@ -61,16 +63,16 @@ func TestDeadLetterLogged(t *testing.T) {
 				return &dedup.Message[order]{Body: order{ID: id, Amount: amount}, Data: []byte(`{"secret":"card-4242"}`), ID: "msg-" + id, Broker: "jetstream", Source: "orders.new"}
 			}
 
-			d := rcv.Deliver(ctx, msg("o-1", -5))
-			require.Equal(t, dedup.DeadLetter, d.Decision.Action)
-			d.Settled(dedup.Settlement{})
-			d = rcv.Refused(ctx, msg("", 0), dedup.ErrUndecodable)
-			require.Equal(t, dedup.DeadLetter, d.Decision.Action)
-			d.Settled(dedup.Settlement{})
-			d = rcv.Deliver(ctx, msg("o-2", -5))
-			d.Settled(dedup.Settlement{Err: errors.New("broker refused the dead letter")})
-			d = rcv.Deliver(ctx, msg("o-3", 5))
-			d.Settled(dedup.Settlement{})
+			d := adapter.Bind(rcv).Deliver(ctx, msg("o-1", -5))
+			require.Equal(t, delivery.DeadLetter, d.Decision.Action)
+			d.Settled(adapter.Settlement{})
+			d = adapter.Bind(rcv).Refused(ctx, msg("", 0), dedup.ErrUndecodable)
+			require.Equal(t, delivery.DeadLetter, d.Decision.Action)
+			d.Settled(adapter.Settlement{})
+			d = adapter.Bind(rcv).Deliver(ctx, msg("o-2", -5))
+			d.Settled(adapter.Settlement{Err: errors.New("broker refused the dead letter")})
+			d = adapter.Bind(rcv).Deliver(ctx, msg("o-3", 5))
+			d.Settled(adapter.Settlement{})
 
 			var lines []string
 			for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {

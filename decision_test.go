@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -42,40 +44,40 @@ func TestDecide(t *testing.T) {
 		name    string
 		res     dedup.Result[string]
 		err     error
-		action  dedup.Action
+		action  delivery.Action
 		delay   time.Duration
-		reason  dedup.Reason
+		reason  delivery.Reason
 		wantErr error // Decision.Err; the err argument when nil
 	}{
-		{"processed", dedup.Result[string]{Status: dedup.StatusProcessed}, nil, dedup.Ack, 0, dedup.ReasonProcessed, nil},
-		{"duplicate", dedup.Result[string]{Status: dedup.StatusDuplicate}, nil, dedup.Ack, 0, dedup.ReasonDuplicate, nil},
-		{"bypassed", dedup.Result[string]{Status: dedup.StatusBypassed}, nil, dedup.Ack, 0, dedup.ReasonBypassed, nil},
-		{"processed, result not stored", dedup.Result[string]{Status: dedup.StatusProcessed, Problem: notStored},
-			nil, dedup.Ack, 0, dedup.ReasonNotStored, notStored},
-		{"duplicate, stored result undecodable", dedup.Result[string]{Status: dedup.StatusDuplicate, Problem: undecodable},
-			nil, dedup.Ack, 0, dedup.ReasonDuplicate, undecodable},
-		{"in flight", dedup.Result[string]{Status: dedup.StatusInFlight, RetryAfter: 12 * time.Second}, nil,
-			dedup.Retry, 12 * time.Second, dedup.ReasonInFlight, nil},
-		{"handler error, first attempt", dedup.Result[string]{Attempt: 1}, handlerErr(1, boom), dedup.Retry, time.Second, dedup.ReasonHandlerError, nil},
-		{"handler error, second attempt", dedup.Result[string]{Attempt: 2}, handlerErr(2, boom), dedup.Retry, 2 * time.Second, dedup.ReasonHandlerError, nil},
-		{"handler error, last attempt", dedup.Result[string]{Attempt: 3}, handlerErr(3, boom), dedup.DeadLetter, 0, dedup.ReasonAttemptsExhausted, nil},
-		{"handler's own deadline, second attempt", dedup.Result[string]{Attempt: 2}, handlerErr(2, ownDeadline), dedup.Retry, 2 * time.Second, dedup.ReasonHandlerError, nil},
-		{"handler's own deadline, last attempt", dedup.Result[string]{Attempt: 3}, handlerErr(3, ownDeadline), dedup.DeadLetter, 0, dedup.ReasonAttemptsExhausted, nil},
-		{"permanent", dedup.Result[string]{Attempt: 1}, handlerErr(1, dedup.Permanent(boom)), dedup.DeadLetter, 0, dedup.ReasonPermanent, nil},
-		{"attempts exhausted on claim", dedup.Result[string]{Attempt: 4}, fmt.Errorf("%w: k", dedup.ErrAttemptsExhausted), dedup.DeadLetter, 0, dedup.ReasonAttemptsExhausted, nil},
-		{"no key", dedup.Result[string]{}, fmt.Errorf("%w: empty", dedup.ErrNoKey), dedup.DeadLetter, 0, dedup.ReasonNoKey, nil},
-		{"invalid key", dedup.Result[string]{}, fmt.Errorf("%w: long", dedup.ErrInvalidKey), dedup.DeadLetter, 0, dedup.ReasonInvalidKey, nil},
-		{"undecodable", dedup.Result[string]{}, fmt.Errorf("%w: bad json", dedup.ErrUndecodable), dedup.DeadLetter, 0, dedup.ReasonUndecodable, nil},
-		{"key reused", dedup.Result[string]{}, fmt.Errorf("%w: k", dedup.ErrKeyReused), dedup.DeadLetter, 0, dedup.ReasonKeyReused, nil},
-		{"store unavailable", dedup.Result[string]{}, &store.OpError{Op: "acquire", Err: boom}, dedup.Retry, 9 * time.Second, dedup.ReasonStoreUnavailable, nil},
-		{"shutdown", dedup.Result[string]{Attempt: 3}, fmt.Errorf("%w: %w", dedup.ErrCanceled, handlerErr(3, context.Canceled)), dedup.Retry, time.Second, dedup.ReasonCanceled, nil},
-		{"lease lost under the handler", dedup.Result[string]{Attempt: 3}, handlerErr(3, fmt.Errorf("%w: %w", dedup.ErrLeaseLost, context.Canceled)), dedup.Retry, time.Second, dedup.ReasonInFlight, nil},
-		{"adapter's own wait cancelled", dedup.Result[string]{}, fmt.Errorf("fetch: %w", context.Canceled), dedup.Retry, time.Second, dedup.ReasonCanceled, nil},
-		{"bypassed handler error", dedup.Result[string]{}, handlerErr(0, boom), dedup.Retry, time.Second, dedup.ReasonHandlerError, nil},
+		{"processed", dedup.Result[string]{Status: delivery.StatusProcessed}, nil, delivery.Ack, 0, delivery.ReasonProcessed, nil},
+		{"duplicate", dedup.Result[string]{Status: delivery.StatusDuplicate}, nil, delivery.Ack, 0, delivery.ReasonDuplicate, nil},
+		{"bypassed", dedup.Result[string]{Status: delivery.StatusBypassed}, nil, delivery.Ack, 0, delivery.ReasonBypassed, nil},
+		{"processed, result not stored", dedup.Result[string]{Status: delivery.StatusProcessed, Problem: notStored},
+			nil, delivery.Ack, 0, delivery.ReasonNotStored, notStored},
+		{"duplicate, stored result undecodable", dedup.Result[string]{Status: delivery.StatusDuplicate, Problem: undecodable},
+			nil, delivery.Ack, 0, delivery.ReasonDuplicate, undecodable},
+		{"in flight", dedup.Result[string]{Status: delivery.StatusInFlight, RetryAfter: 12 * time.Second}, nil,
+			delivery.Retry, 12 * time.Second, delivery.ReasonInFlight, nil},
+		{"handler error, first attempt", dedup.Result[string]{Attempt: 1}, handlerErr(1, boom), delivery.Retry, time.Second, delivery.ReasonHandlerError, nil},
+		{"handler error, second attempt", dedup.Result[string]{Attempt: 2}, handlerErr(2, boom), delivery.Retry, 2 * time.Second, delivery.ReasonHandlerError, nil},
+		{"handler error, last attempt", dedup.Result[string]{Attempt: 3}, handlerErr(3, boom), delivery.DeadLetter, 0, delivery.ReasonAttemptsExhausted, nil},
+		{"handler's own deadline, second attempt", dedup.Result[string]{Attempt: 2}, handlerErr(2, ownDeadline), delivery.Retry, 2 * time.Second, delivery.ReasonHandlerError, nil},
+		{"handler's own deadline, last attempt", dedup.Result[string]{Attempt: 3}, handlerErr(3, ownDeadline), delivery.DeadLetter, 0, delivery.ReasonAttemptsExhausted, nil},
+		{"permanent", dedup.Result[string]{Attempt: 1}, handlerErr(1, dedup.Permanent(boom)), delivery.DeadLetter, 0, delivery.ReasonPermanent, nil},
+		{"attempts exhausted on claim", dedup.Result[string]{Attempt: 4}, fmt.Errorf("%w: k", dedup.ErrAttemptsExhausted), delivery.DeadLetter, 0, delivery.ReasonAttemptsExhausted, nil},
+		{"no key", dedup.Result[string]{}, fmt.Errorf("%w: empty", dedup.ErrNoKey), delivery.DeadLetter, 0, delivery.ReasonNoKey, nil},
+		{"invalid key", dedup.Result[string]{}, fmt.Errorf("%w: long", dedup.ErrInvalidKey), delivery.DeadLetter, 0, delivery.ReasonInvalidKey, nil},
+		{"undecodable", dedup.Result[string]{}, fmt.Errorf("%w: bad json", dedup.ErrUndecodable), delivery.DeadLetter, 0, delivery.ReasonUndecodable, nil},
+		{"key reused", dedup.Result[string]{}, fmt.Errorf("%w: k", dedup.ErrKeyReused), delivery.DeadLetter, 0, delivery.ReasonKeyReused, nil},
+		{"store unavailable", dedup.Result[string]{}, &store.OpError{Op: "acquire", Err: boom}, delivery.Retry, 9 * time.Second, delivery.ReasonStoreUnavailable, nil},
+		{"shutdown", dedup.Result[string]{Attempt: 3}, fmt.Errorf("%w: %w", dedup.ErrCanceled, handlerErr(3, context.Canceled)), delivery.Retry, time.Second, delivery.ReasonCanceled, nil},
+		{"lease lost under the handler", dedup.Result[string]{Attempt: 3}, handlerErr(3, fmt.Errorf("%w: %w", dedup.ErrLeaseLost, context.Canceled)), delivery.Retry, time.Second, delivery.ReasonInFlight, nil},
+		{"adapter's own wait cancelled", dedup.Result[string]{}, fmt.Errorf("fetch: %w", context.Canceled), delivery.Retry, time.Second, delivery.ReasonCanceled, nil},
+		{"bypassed handler error", dedup.Result[string]{}, handlerErr(0, boom), delivery.Retry, time.Second, delivery.ReasonHandlerError, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := rcv.Decide(tt.res, tt.err)
+			d := adapter.Bind(rcv).Decide(tt.res, tt.err)
 			require.Equal(t, tt.action, d.Action, d)
 			require.Equal(t, tt.delay, d.Delay)
 			require.Equal(t, tt.reason, d.Reason)
@@ -87,12 +89,12 @@ func TestDecide(t *testing.T) {
 func TestDecideDefaults(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, newMemstore(t, clock.NewFake(epoch)), func(context.Context, order) (string, error) { return "", nil }, nil)
-	d := rcv.Decide(dedup.Result[string]{}, &store.OpError{Op: "acquire", Err: errors.New("down")})
-	require.Equal(t, dedup.Retry, d.Action)
-	require.Equal(t, dedup.DefaultStoreRetryDelay, d.Delay)
+	d := adapter.Bind(rcv).Decide(dedup.Result[string]{}, &store.OpError{Op: "acquire", Err: errors.New("down")})
+	require.Equal(t, delivery.Retry, d.Action)
+	require.Equal(t, (5 * time.Second), d.Delay)
 
-	d = rcv.Decide(dedup.Result[string]{Attempt: dedup.DefaultMaxAttempts}, &dedup.HandlerError{Attempt: dedup.DefaultMaxAttempts, Err: errors.New("x")})
-	require.Equal(t, dedup.DeadLetter, d.Action)
+	d = adapter.Bind(rcv).Decide(dedup.Result[string]{Attempt: 5}, &dedup.HandlerError{Attempt: 5, Err: errors.New("x")})
+	require.Equal(t, delivery.DeadLetter, d.Action)
 }
 
 // TestDecideBadBackoff: a Backoff that panics or answers a negative delay
@@ -106,9 +108,9 @@ func TestDecideBadBackoff(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			rcv := decider(t, b)
-			var d dedup.Decision
-			require.NotPanics(t, func() { d = rcv.Decide(dedup.Result[string]{Attempt: 1}, err) })
-			require.Equal(t, dedup.Retry, d.Action)
+			var d delivery.Decision
+			require.NotPanics(t, func() { d = adapter.Bind(rcv).Decide(dedup.Result[string]{Attempt: 1}, err) })
+			require.Equal(t, delivery.Retry, d.Action)
 			require.GreaterOrEqual(t, d.Delay, 800*time.Millisecond, "the default backoff's first delay")
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"unicode/utf8"
 )
 
@@ -56,21 +55,6 @@ func (RawDecoder) Unmarshal(data []byte, v any) error {
 		*p = string(data)
 	default:
 		return fmt.Errorf("RawDecoder decodes into *[]byte, *string or *json.RawMessage, not %T", v)
-	}
-	return nil
-}
-
-// DecodeBody decodes m.Data into m.Body with dec, for adapters. An error, or
-// a panic of dec, comes back matching ErrUndecodable: such a message is
-// poison, and Decide dead-letters it.
-func DecodeBody[T any](dec Decoder, m *Message[T]) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %s: %w", ErrUndecodable, m.Source, &PanicError{Func: "decoder", Value: p, Stack: debug.Stack()})
-		}
-	}()
-	if err := dec.Unmarshal(m.Data, &m.Body); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrUndecodable, m.Source, err)
 	}
 	return nil
 }

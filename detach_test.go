@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -70,7 +72,7 @@ func TestShutdownDuringCompleteStillRecords(t *testing.T) {
 	clk.Advance(2 * testLease)
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, delivery.StatusDuplicate, res.Status)
 	require.Equal(t, int64(1), effects.Load())
 }
 
@@ -105,7 +107,7 @@ func TestWaiterOfLostLeaseGetsStoredResult(t *testing.T) {
 	storeClock.Advance(testLease + time.Second)
 	res, err := other.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status, "the other process took the key over")
+	require.Equal(t, delivery.StatusProcessed, res.Status, "the other process took the key over")
 
 	releaseOnce()
 	for _, ch := range []<-chan outcome{first, waiter} {
@@ -113,10 +115,10 @@ func TestWaiterOfLostLeaseGetsStoredResult(t *testing.T) {
 		case o := <-ch:
 			require.NoError(t, o.err)
 			if ch == waiter {
-				require.Equal(t, dedup.StatusDuplicate, o.res.Status)
+				require.Equal(t, delivery.StatusDuplicate, o.res.Status)
 				require.Equal(t, "fresh", o.res.Value, "the waiter gets the record's result, not the stale value")
 			} else {
-				require.Equal(t, dedup.StatusProcessed, o.res.Status)
+				require.Equal(t, delivery.StatusProcessed, o.res.Status)
 				require.ErrorIs(t, o.res.Problem, dedup.ErrLeaseLost)
 			}
 		case <-time.After(10 * time.Second):
@@ -141,9 +143,9 @@ func TestStoredResultUndecodable(t *testing.T) {
 	require.NoError(t, err)
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, delivery.StatusDuplicate, res.Status)
 	require.ErrorIs(t, res.Problem, dedup.ErrResultUndecodable)
-	require.Equal(t, dedup.Ack, rcv.Decide(res, err).Action)
+	require.Equal(t, delivery.Ack, adapter.Bind(rcv).Decide(res, err).Action)
 }
 
 // deadlineStore records whether Complete's context had a deadline, says
@@ -190,7 +192,7 @@ func TestStoreTimeoutOnlyForStoresThatWait(t *testing.T) {
 			&dedup.Config{Clock: clk, Lease: testLease})
 		res, err := rcv.Handle(context.Background(), order{ID: "o-1"})
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusProcessed, res.Status)
+		require.Equal(t, delivery.StatusProcessed, res.Status)
 		require.Equal(t, tc.wantDeadline, st.deadline.Load(), "%+v", tc)
 	}
 }
@@ -232,7 +234,7 @@ func TestCompletionKeepsCallerValuesNotItsCancellation(t *testing.T) {
 
 	res, err := rcv.Handle(ctx, order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.NoError(t, res.Problem, "the success is recorded")
 	require.Equal(t, "tenant-7", st.value.Load(), "the caller's values reach the store")
 	require.Zero(t, st.errs.Load(), "the caller's cancellation does not")
@@ -240,5 +242,5 @@ func TestCompletionKeepsCallerValuesNotItsCancellation(t *testing.T) {
 
 	dup, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, dup.Status)
+	require.Equal(t, delivery.StatusDuplicate, dup.Status)
 }

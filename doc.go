@@ -27,12 +27,14 @@
 //	// The broker delivers it twice:
 //	for range 2 {
 //		res, err := rcv.Handle(ctx, msg) // res.Status: processed, duplicate, in-flight or bypassed
-//		d := rcv.Decide(res, err)        // what the broker should do: Ack, Retry after d.Delay, DeadLetter
-//		fmt.Println(res.Status, res.Value, d.Action)
+//		if err != nil {
+//			return err // not done: the broker is to redeliver it
+//		}
+//		fmt.Println(res.Status, res.Value)
 //	}
 //	return nil
 //
-// It prints "processed charged o-1 ack", then "duplicate charged o-1 ack":
+// It prints "processed charged o-1", then "duplicate charged o-1":
 // the handler ran once. The snippet is the body of a function with a ctx
 // that returns an error; the package's Example runs it as written.
 //
@@ -63,12 +65,20 @@
 //
 // # Decisions
 //
-// [Receiver.Decide] maps every outcome to [Ack], [Retry] after a delay, or
-// [DeadLetter] with a [Reason]. Every adapter uses it, so the same
-// situation gets the same answer on RabbitMQ, Kafka and NATS. The rule that
-// matters most: once the handler has succeeded, the delivery is
-// acknowledged, even if its result could not be stored, because a
-// redelivery would repeat the effect.
+// Every adapter maps every outcome the same way (adapter.Receiver.Decide),
+// to an ack, a retry after a delay, or a dead letter with a reason (the
+// vocabulary of package delivery), so the same situation gets the same
+// answer on RabbitMQ, Kafka and NATS. The rule that matters most: once the
+// handler has succeeded, the delivery is acknowledged, even if its result
+// could not be stored, because a redelivery would repeat the effect.
+//
+// # Two audiences
+//
+// This package is what an application developer touches. What an adapter,
+// a middleware or a message type of one's own needs (handing deliveries
+// over and settling them, a message's origin and heartbeat, decoding
+// bodies) is package adapter, with its conformance suite
+// adapter/adaptertest; what an Observer sees is package delivery.
 //
 // # Concurrency and failures
 //
@@ -83,12 +93,12 @@
 // context, so a shutdown cannot lose it. When the store is down, the
 // receiver is fail-closed by default (the handler does not run, the
 // delivery is retried); Config.FailOpen runs it unprotected instead, with
-// status [StatusBypassed], logged.
+// status bypassed (delivery.StatusBypassed), logged.
 //
 // # Observing
 //
 // Config.Observer hears of every delivery the receiver handles and of what
-// each adapter did with it ([Event]); Config.Logger (slog.Default() unless
+// each adapter did with it (a delivery.Event); Config.Logger (slog.Default() unless
 // set) hears of everything a user must see: bypasses, completions that
 // failed, lost leases, recovered panics.
 //

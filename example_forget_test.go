@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -38,7 +39,7 @@ func ExampleReceiver_Forget() {
 	ctx := context.Background()
 	deliver := func() {
 		res, err := rcv.Handle(ctx, Payment{OrderID: "order-42", Cents: 1999})
-		d := rcv.Decide(res, err)
+		d := adapter.Bind(rcv).Decide(res, err)
 		fmt.Println(d.Action, d.Reason)
 	}
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -19,8 +21,8 @@ import (
 // record a span, log, and return.
 func ExampleObserver() {
 	var mu sync.Mutex
-	byStatus := map[dedup.Status]int{} // a metric: deliveries by status
-	obs := dedup.ObserverFunc(func(ctx context.Context, e dedup.Event) {
+	byStatus := map[delivery.Status]int{} // a metric: deliveries by status
+	obs := delivery.ObserverFunc(func(ctx context.Context, e delivery.Event) {
 		mu.Lock()
 		byStatus[e.Status]++
 		mu.Unlock()
@@ -49,14 +51,14 @@ func ExampleObserver() {
 
 	ctx := context.Background()
 	for _, p := range []Payment{{"order-1", 500}, {"order-1", 500}, {"order-2", 0}} {
-		d := rcv.Deliver(ctx, p)
+		d := adapter.Bind(rcv).Deliver(ctx, p)
 		// ... carry out d.Decision (ack, retry after d.Decision.Delay, dead
 		// letter), then report it:
-		d.Settled(dedup.Settlement{})
+		d.Settled(adapter.Settlement{})
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	fmt.Println("processed:", byStatus[dedup.StatusProcessed], "duplicate:", byStatus[dedup.StatusDuplicate])
+	fmt.Println("processed:", byStatus[delivery.StatusProcessed], "duplicate:", byStatus[delivery.StatusDuplicate])
 	// Output:
 	// billing:order-1 ack processed settled: true stored: true
 	// billing:order-1 ack duplicate settled: true stored: true

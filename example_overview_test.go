@@ -24,8 +24,8 @@ func Example() {
 		log.Fatal(err)
 	}
 	// Output:
-	// processed charged o-1 ack
-	// duplicate charged o-1 ack
+	// processed charged o-1
+	// duplicate charged o-1
 }
 
 func overview(ctx context.Context) error {
@@ -46,8 +46,10 @@ func overview(ctx context.Context) error {
 	// The broker delivers it twice:
 	for range 2 {
 		res, err := rcv.Handle(ctx, msg) // res.Status: processed, duplicate, in-flight or bypassed
-		d := rcv.Decide(res, err)        // what the broker should do: Ack, Retry after d.Delay, DeadLetter
-		fmt.Println(res.Status, res.Value, d.Action)
+		if err != nil {
+			return err // not done: the broker is to redeliver it
+		}
+		fmt.Println(res.Status, res.Value)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -67,7 +68,7 @@ func Example_gracefulShutdown() {
 			select {
 			case p := <-deliveries:
 				res, err := rcv.Handle(work, p)
-				d := rcv.Decide(res, err)
+				d := adapter.Bind(rcv).Decide(res, err)
 				fmt.Println(p.OrderID, d.Action, d.Reason) // ack, nak with d.Delay, or dead-letter
 			case <-sig.Done():
 			}

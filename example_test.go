@@ -7,6 +7,7 @@ import (
 	"log"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -67,7 +68,7 @@ func ExampleReceiver_Decide() {
 
 	for _, p := range []Payment{{"order-1", 500}, {"order-1", 500}, {"order-2", -1}, {"", 100}} {
 		res, err := rcv.Handle(context.Background(), p)
-		d := rcv.Decide(res, err)
+		d := adapter.Bind(rcv).Decide(res, err)
 		fmt.Printf("%-8q %-11s %s\n", p.OrderID, d.Action, d.Reason)
 	}
 	// Output:

@@ -61,12 +61,12 @@ func (g *flightGroup[R]) bucketOf(key string) *flightBucket[R] {
 	return &g.buckets[maphash.String(g.seed, key)%flightBuckets]
 }
 
-// delivery is what handling a new message needs besides its handler's
+// runState is what handling a new message needs besides its handler's
 // context: its flight and the heartbeat that extends its claim. Neither
 // reaches user code, so a delivery is recycled through the receiver's
 // pool once nothing else can reach it (see Receiver.recycle): the one
 // allocation left to a new message is its handler's context.
-type delivery[R any] struct {
+type runState[R any] struct {
 	call flightCall[R]
 	hb   heartbeat
 }
@@ -75,17 +75,17 @@ type delivery[R any] struct {
 type deliveryPool[R any] struct{ pool sync.Pool }
 
 // get returns a zero delivery.
-func (p *deliveryPool[R]) get() *delivery[R] {
-	if d, ok := p.pool.Get().(*delivery[R]); ok {
+func (p *deliveryPool[R]) get() *runState[R] {
+	if d, ok := p.pool.Get().(*runState[R]); ok {
 		return d
 	}
-	return new(delivery[R])
+	return new(runState[R])
 }
 
 // put zeroes d, which nothing but its caller can reach any more, and keeps
 // it for another delivery.
-func (p *deliveryPool[R]) put(d *delivery[R]) {
-	*d = delivery[R]{}
+func (p *deliveryPool[R]) put(d *runState[R]) {
+	*d = runState[R]{}
 	p.pool.Put(d)
 }
 

@@ -35,7 +35,7 @@ var ErrKeyHeld = errors.New("dedup: key held by a live claim")
 // The store must be a store.Inspector (memstore, redisstore, tieredstore
 // and pgstore are); otherwise the error matches ErrNotSupported.
 func (r *Receiver[M, R]) Forget(ctx context.Context, id string) error {
-	if err := ValidateID(id, r.cfg.MaxIDLength); err != nil {
+	if err := validateID(id, r.cfg.MaxIDLength); err != nil {
 		return err
 	}
 	in, ok := r.store.(store.Inspector)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/redisstore"
@@ -82,7 +83,7 @@ func TestForgetHeldKey(t *testing.T) {
 			first := make(chan error, 1)
 			go func() {
 				res, err := rcv.Handle(ctx, order{ID: "o-1"})
-				if err == nil && res.Status != dedup.StatusProcessed {
+				if err == nil && res.Status != delivery.StatusProcessed {
 					err = errStatus(res.Status)
 				}
 				first <- err
@@ -98,7 +99,7 @@ func TestForgetHeldKey(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, int64(1), most.Load(), "the handler never runs twice at once")
 			require.Equal(t, int64(1), calls.Load(), "the handler ran once")
-			require.Equal(t, dedup.StatusInFlight, res.Status, "the second delivery finds the key in flight")
+			require.Equal(t, delivery.StatusInFlight, res.Status, "the second delivery finds the key in flight")
 			require.ErrorIs(t, forgot, dedup.ErrKeyHeld, "Forget of a key a delivery holds")
 
 			close(release)
@@ -112,7 +113,7 @@ func TestForgetHeldKey(t *testing.T) {
 			require.NoError(t, rcv.Forget(ctx, "o-1"), "Forget of a completed record")
 			res, err = other.Handle(ctx, order{ID: "o-1"})
 			require.NoError(t, err)
-			require.Equal(t, dedup.StatusProcessed, res.Status, "after Forget the message runs again")
+			require.Equal(t, delivery.StatusProcessed, res.Status, "after Forget the message runs again")
 			require.Equal(t, 1, res.Attempt, "the record starts afresh")
 			require.Equal(t, int64(2), calls.Load())
 			require.Equal(t, int64(1), most.Load())
@@ -160,7 +161,7 @@ func TestForgetEndedLease(t *testing.T) {
 			require.NoError(t, rcv.Forget(t.Context(), "o-2"), "Forget of a claim whose lease ended")
 			res, err := rcv.Handle(t.Context(), order{ID: "o-2"})
 			require.NoError(t, err)
-			require.Equal(t, dedup.StatusProcessed, res.Status)
+			require.Equal(t, delivery.StatusProcessed, res.Status)
 			require.Equal(t, 1, res.Attempt, "the crashed claim was forgotten")
 			require.Equal(t, int64(1), calls.Load())
 			require.ErrorIs(t, st.Complete(t.Context(), store.CompleteRequest{Key: "billing:o-2", Token: c.Token, Retention: time.Minute}),
@@ -169,6 +170,6 @@ func TestForgetEndedLease(t *testing.T) {
 	}
 }
 
-type errStatus dedup.Status
+type errStatus delivery.Status
 
-func (e errStatus) Error() string { return "unexpected status " + dedup.Status(e).String() }
+func (e errStatus) Error() string { return "unexpected status " + delivery.Status(e).String() }

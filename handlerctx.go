@@ -6,11 +6,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dedup-go/dedup/internal/ctxkey"
 	"github.com/dedup-go/dedup/store"
 )
 
 // claimKey is the context key of the claim a handler holds.
-var claimKey = store.ClaimContextKey()
+var claimKey any = ctxkey.Claim{}
 
 // closedChan is the Done channel of a handler context that ended before
 // anyone asked for one.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 )
@@ -68,7 +69,7 @@ func TestHandlerContextFollowsCaller(t *testing.T) {
 			rcv := newReceiver(t, newMemstore(t, clock.NewFake(epoch)), func(ctx context.Context, o order) (struct{}, error) {
 				seenValue = ctx.Value(valueKey{})
 				seenDeadline, _ = ctx.Deadline()
-				if _, ok := dedup.ClaimFromContext(ctx); !ok {
+				if _, ok := store.ClaimFromContext(ctx); !ok {
 					return struct{}{}, errors.New("no claim")
 				}
 				close(entered)
@@ -138,7 +139,7 @@ func TestKeptHandlerContextsStayTheirOwn(t *testing.T) {
 	}
 	var all []kept
 	rcv := newReceiver(t, newMemstore(t, clock.NewFake(epoch)), func(ctx context.Context, o order) (struct{}, error) {
-		held, ok := dedup.ClaimFromContext(ctx)
+		held, ok := store.ClaimFromContext(ctx)
 		require.True(t, ok)
 		all = append(all, kept{ctx: ctx, token: held.Token})
 		return struct{}{}, nil
@@ -146,13 +147,13 @@ func TestKeptHandlerContextsStayTheirOwn(t *testing.T) {
 	for i := range 64 {
 		res, err := rcv.Handle(t.Context(), order{ID: "o-" + strconv.Itoa(i)})
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusProcessed, res.Status)
+		require.Equal(t, delivery.StatusProcessed, res.Status)
 		derived, cancel := context.WithCancel(all[i].ctx)
 		t.Cleanup(cancel)
 		all[i].derived = derived
 	}
 	for i, k := range all {
-		held, ok := dedup.ClaimFromContext(k.ctx)
+		held, ok := store.ClaimFromContext(k.ctx)
 		require.True(t, ok, "delivery %d", i)
 		require.Equal(t, "default:o-"+strconv.Itoa(i), held.Key, "delivery %d's context answers its own claim", i)
 		require.Equal(t, k.token, held.Token, "delivery %d", i)
@@ -160,7 +161,7 @@ func TestKeptHandlerContextsStayTheirOwn(t *testing.T) {
 		require.ErrorIs(t, k.ctx.Err(), context.Canceled, "delivery %d's context is done", i)
 		testenv.Recv(t, k.ctx.Done(), "a kept context to be done")
 		testenv.Recv(t, k.derived.Done(), "a context derived after the return to be done")
-		held, ok = dedup.ClaimFromContext(k.derived)
+		held, ok = store.ClaimFromContext(k.derived)
 		require.True(t, ok)
 		require.Equal(t, "default:o-"+strconv.Itoa(i), held.Key)
 	}

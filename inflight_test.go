@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 )
@@ -52,12 +54,12 @@ func TestInFlightLooksAgainSoon(t *testing.T) {
 	for i, step := range []time.Duration{200, 400, 800, 1600, 3200} {
 		res, err := waiter.Handle(t.Context(), order{ID: "o-1"})
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusInFlight, res.Status)
+		require.Equal(t, delivery.StatusInFlight, res.Status)
 		step *= time.Millisecond
 		require.LessOrEqual(t, res.RetryAfter, step, "look %d", i+1)
 		require.GreaterOrEqual(t, res.RetryAfter, step-step/5, "look %d", i+1)
-		d := waiter.Decide(res, err)
-		require.Equal(t, dedup.Retry, d.Action)
+		d := adapter.Bind(waiter).Decide(res, err)
+		require.Equal(t, delivery.Retry, d.Action)
 		require.Equal(t, res.RetryAfter, d.Delay)
 		clk.Advance(d.Delay)
 		waited += d.Delay
@@ -68,7 +70,7 @@ func TestInFlightLooksAgainSoon(t *testing.T) {
 	testenv.Wait(t, &wg, "the holder to finish")
 	res, err := waiter.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status, "the holder's result is seen at the next look")
+	require.Equal(t, delivery.StatusDuplicate, res.Status, "the holder's result is seen at the next look")
 	require.Equal(t, "done o-1", res.Value)
 	require.Equal(t, int64(1), runs.Load())
 }
@@ -83,7 +85,7 @@ func TestInFlightLooksAreBounded(t *testing.T) {
 	st := newMemstore(t, clk)
 	// The dead holder: claimed o-1 and o-2, and never extends or completes.
 	for _, id := range []string{"o-1", "o-2"} {
-		c, err := st.Acquire(t.Context(), store.AcquireRequest{Key: dedup.DefaultNamespace + ":" + id, Lease: testLease})
+		c, err := st.Acquire(t.Context(), store.AcquireRequest{Key: "default" + ":" + id, Lease: testLease})
 		require.NoError(t, err)
 		require.True(t, c.Acquired)
 	}
@@ -97,8 +99,8 @@ func TestInFlightLooksAreBounded(t *testing.T) {
 	for {
 		res, err := waiter.Handle(t.Context(), order{ID: "o-1"})
 		require.NoError(t, err)
-		if res.Status != dedup.StatusInFlight {
-			require.Equal(t, dedup.StatusProcessed, res.Status, "the expired lease is taken over")
+		if res.Status != delivery.StatusInFlight {
+			require.Equal(t, delivery.StatusProcessed, res.Status, "the expired lease is taken over")
 			break
 		}
 		looks++
@@ -107,7 +109,7 @@ func TestInFlightLooksAreBounded(t *testing.T) {
 		if looks == 6 {
 			other, err := waiter.Handle(t.Context(), order{ID: "o-2"})
 			require.NoError(t, err)
-			require.Equal(t, dedup.StatusInFlight, other.Status)
+			require.Equal(t, delivery.StatusInFlight, other.Status)
 			require.LessOrEqual(t, other.RetryAfter, 200*time.Millisecond, "another key's first look comes soon")
 		}
 		clk.Advance(res.RetryAfter)
@@ -124,7 +126,7 @@ func TestInFlightLooksStartOverOnTakeover(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(epoch)
 	st := newMemstore(t, clk)
-	key := dedup.DefaultNamespace + ":o-1"
+	key := "default" + ":o-1"
 	dead, err := st.Acquire(t.Context(), store.AcquireRequest{Key: key, Lease: testLease})
 	require.NoError(t, err)
 	require.True(t, dead.Acquired)
@@ -138,7 +140,7 @@ func TestInFlightLooksStartOverOnTakeover(t *testing.T) {
 	for clk.Now().Before(dead.Record.LeaseUntil) {
 		res, err := waiter.Handle(t.Context(), order{ID: "o-1"})
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusInFlight, res.Status)
+		require.Equal(t, delivery.StatusInFlight, res.Status)
 		require.Equal(t, 1, res.Attempt)
 		longest = max(longest, res.RetryAfter)
 		clk.Advance(res.RetryAfter)
@@ -153,7 +155,7 @@ func TestInFlightLooksStartOverOnTakeover(t *testing.T) {
 
 	res, err := waiter.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusInFlight, res.Status)
+	require.Equal(t, delivery.StatusInFlight, res.Status)
 	require.Equal(t, 2, res.Attempt)
 	require.LessOrEqual(t, res.RetryAfter, 200*time.Millisecond, "the new holder's first look comes soon")
 }

@@ -5,19 +5,17 @@ import (
 	"unicode/utf8"
 )
 
-// DefaultMaxIDLength is the longest message id accepted by default, in bytes.
-const DefaultMaxIDLength = 512
+// defaultMaxIDLength is the longest message id accepted by default, in bytes.
+const defaultMaxIDLength = 512 // adapter.DefaultMaxIDLength
 
 // KeyFunc derives a message's id. It returns an error matching ErrNoKey when
 // the message carries none; package idstrategy has ready-made ones.
 type KeyFunc[M any] func(M) (string, error)
 
-// ValidateID checks that id is usable as a message id: not empty, at most
-// maxLen bytes (DefaultMaxIDLength when maxLen <= 0) and valid UTF-8. The
-// error matches ErrNoKey (empty) or ErrInvalidKey.
-func ValidateID(id string, maxLen int) error {
+// validateID checks that id is usable as a message id (adapter.ValidateID).
+func validateID(id string, maxLen int) error {
 	if maxLen <= 0 {
-		maxLen = DefaultMaxIDLength
+		maxLen = defaultMaxIDLength
 	}
 	switch {
 	case id == "":

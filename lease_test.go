@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -52,29 +54,29 @@ func TestLeaseExpiryTakeover(t *testing.T) {
 
 	res, err := next.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusInFlight, res.Status, "the lease still holds")
+	require.Equal(t, delivery.StatusInFlight, res.Status, "the lease still holds")
 	require.InDelta(t, 180*time.Millisecond, res.RetryAfter, float64(20*time.Millisecond), "the first look again comes soon")
-	require.Equal(t, dedup.Retry, next.Decide(res, err).Action)
+	require.Equal(t, delivery.Retry, adapter.Bind(next).Decide(res, err).Action)
 
 	storeClock.Advance(testLease + time.Second)
 	res, err = next.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status, "the expired lease was taken over")
+	require.Equal(t, delivery.StatusProcessed, res.Status, "the expired lease was taken over")
 	require.Equal(t, 2, res.Attempt)
 	require.Equal(t, "fresh", res.Value)
 
 	releaseOnce()
 	testenv.Wait(t, &wg, "the deliveries to return")
 	require.NoError(t, staleErr, "a done status never comes with an error")
-	require.Equal(t, dedup.StatusProcessed, staleRes.Status)
+	require.Equal(t, delivery.StatusProcessed, staleRes.Status)
 	require.ErrorIs(t, staleRes.Problem, dedup.ErrLeaseLost)
-	require.Equal(t, dedup.Ack, stale.Decide(staleRes, staleErr).Action,
+	require.Equal(t, delivery.Ack, adapter.Bind(stale).Decide(staleRes, staleErr).Action,
 		"the stale worker's effect happened; the new holder owns the record")
 	require.Equal(t, uint64(1), stale.Stats().LeaseLost)
 
 	res, err = next.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, delivery.StatusDuplicate, res.Status)
 	require.Equal(t, "fresh", res.Value, "the stale completion did not overwrite the newer result")
 	require.Equal(t, int64(1), fresh.Load())
 }
@@ -122,14 +124,14 @@ func TestHeartbeatKeepsSlowHandlerLease(t *testing.T) {
 		clk.Advance(testLease / 3)
 		r, err := other.Handle(t.Context(), msg)
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusInFlight, r.Status, "the heartbeat keeps the key")
+		require.Equal(t, delivery.StatusInFlight, r.Status, "the heartbeat keeps the key")
 	}
 	require.Equal(t, int64(6), beats.Load())
 
 	releaseOnce()
 	testenv.Wait(t, &wg, "the deliveries to return")
 	require.NoError(t, resErr)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Equal(t, 1, res.Attempt)
 	require.Zero(t, clk.Pending(), "the heartbeat timer is stopped once the handler returns")
 }
@@ -176,7 +178,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 			storeClock.Advance(testLease + time.Second)
 			res, err := next.Handle(t.Context(), order{ID: "o-1"})
 			require.NoError(t, err)
-			require.Equal(t, dedup.StatusProcessed, res.Status)
+			require.Equal(t, delivery.StatusProcessed, res.Status)
 
 			workerClock.Advance(testLease / 3) // the stale worker's heartbeat runs
 			close(proceed)
@@ -184,11 +186,11 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 			require.ErrorIs(t, ctxErr, context.Canceled)
 			require.ErrorIs(t, cause, dedup.ErrLeaseLost)
 			require.ErrorIs(t, staleErr, dedup.ErrLeaseLost, "Handle says why the handler failed")
-			require.Equal(t, dedup.ReasonInFlight, stale.Decide(dedup.Result[string]{}, staleErr).Reason, "never dead-lettered: the new holder decides")
+			require.Equal(t, delivery.ReasonInFlight, adapter.Bind(stale).Decide(dedup.Result[string]{}, staleErr).Reason, "never dead-lettered: the new holder decides")
 
 			res, err = next.Handle(t.Context(), order{ID: "o-1"})
 			require.NoError(t, err)
-			require.Equal(t, dedup.StatusDuplicate, res.Status)
+			require.Equal(t, delivery.StatusDuplicate, res.Status)
 			require.Equal(t, "fresh", res.Value)
 		})
 	}
@@ -219,7 +221,7 @@ func TestHeartbeatOneTimerPerReceiver(t *testing.T) {
 	for i := range 20 {
 		res, err := rcv.Handle(t.Context(), beatingOrder{ID: "quick-" + strconv.Itoa(i), beats: &quickBeats})
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusProcessed, res.Status)
+		require.Equal(t, delivery.StatusProcessed, res.Status)
 		<-started
 	}
 	require.LessOrEqual(t, clk.Pending(), 1, "finished deliveries leave one shared timer at most")
@@ -327,7 +329,7 @@ func TestDeliveryEndsWhileItsFirstBeatIsHandedOver(t *testing.T) {
 	testenv.Recv(t, bDone, "b to return")
 	res, err := rcv.Handle(t.Context(), order{ID: "c"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	testenv.Recv(t, started, "c's handler to start")
 
 	close(hold)
@@ -337,8 +339,8 @@ func TestDeliveryEndsWhileItsFirstBeatIsHandedOver(t *testing.T) {
 	testenv.Wait(t, &wg, "the deliveries to return")
 	require.NoError(t, errA)
 	require.NoError(t, errB)
-	require.Equal(t, dedup.StatusProcessed, resA.Status)
-	require.Equal(t, dedup.StatusProcessed, resB.Status)
+	require.Equal(t, delivery.StatusProcessed, resA.Status)
+	require.Equal(t, delivery.StatusProcessed, resB.Status)
 
 	clk.Advance(2 * testLease)
 	require.Equal(t, int64(1), st.extends.Load(), "no extension after the deliveries ended")
@@ -357,7 +359,7 @@ func TestDroppedReceiverLetsItsStoreGo(t *testing.T) {
 		rcv := newReceiver(t, st, func(context.Context, order) (struct{}, error) { return struct{}{}, nil }, &dedup.Config{Clock: clk})
 		res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusProcessed, res.Status)
+		require.Equal(t, delivery.StatusProcessed, res.Status)
 		require.Equal(t, 1, clk.Pending(), "the shared beat timer waits")
 		return weak.Make(st)
 	}()

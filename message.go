@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
+
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // Message is the envelope every broker adapter hands the receiver, whatever
@@ -33,9 +35,9 @@ import (
 // adapter's typed accessor (dedupnats.JetStreamMsg(m), say), never through
 // Native directly.
 //
-// A *Message implements [Heartbeater] (it calls OnHeartbeat, the adapter's
+// A *Message implements adapter.Heartbeater (it calls OnHeartbeat, the adapter's
 // way to tell the broker that a long handler is still working) and
-// [Fingerprinter] (the SHA-256 of Data, when FingerprintData is set).
+// adapter.Fingerprinter (the SHA-256 of Data, when FingerprintData is set).
 type Message[T any] struct {
 	// Body is Data decoded by the adapter's Decoder.
 	Body T
@@ -43,7 +45,7 @@ type Message[T any] struct {
 	Data []byte
 	// Header holds the message's headers; nil when it has none. Use
 	// [Message.HeaderValue], which also works on a nil Header.
-	Header Header
+	Header delivery.Header
 	// ID is the broker's message id, when the producer set one: the
 	// Nats-Msg-Id header, the AMQP message-id property. Empty otherwise
 	// (Kafka has none: key on a header or the body).
@@ -87,8 +89,8 @@ type Message[T any] struct {
 }
 
 // Origin says where m comes from, for an Observer ([Originer]).
-func (m *Message[T]) Origin() Origin {
-	o := Origin{Broker: m.Broker, Source: m.Source, Stream: m.Stream, Partition: m.Partition, Offset: m.Offset,
+func (m *Message[T]) Origin() delivery.Origin {
+	o := delivery.Origin{Broker: m.Broker, Source: m.Source, Stream: m.Stream, Partition: m.Partition, Offset: m.Offset,
 		DeliveryCount: m.DeliveryCount, MessageID: m.ID, Header: m.Header}
 	return o
 }
@@ -120,25 +122,17 @@ func (m *Message[T]) Fingerprint() (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-// Fingerprinter is implemented by messages that can fingerprint their
-// payload (a hash of the body, say). When the message type implements it,
-// the receiver stores the first delivery's fingerprint with the record, and a
-// later message with the same key but another fingerprint gets ErrKeyReused
-// instead of someone else's result. An empty fingerprint is not checked.
-type Fingerprinter interface {
-	Fingerprint() (string, error)
-}
-
-// Heartbeater is implemented by messages whose broker wants to hear that a
-// long handler is still working (JetStream's InProgress). The receiver calls
-// Heartbeat each time it extends the message's lease; an error (or a panic)
-// is logged and does not stop the handler.
-type Heartbeater interface {
-	Heartbeat(ctx context.Context) error
-}
+// fingerprinter and heartbeater are adapter.Fingerprinter and
+// adapter.Heartbeater, which the receiver finds on a message type.
+type (
+	fingerprinter interface{ Fingerprint() (string, error) }
+	heartbeater   interface {
+		Heartbeat(ctx context.Context) error
+	}
+)
 
 // Compile-time checks.
 var (
-	_ Heartbeater   = (*Message[struct{}])(nil)
-	_ Fingerprinter = (*Message[struct{}])(nil)
+	_ heartbeater   = (*Message[struct{}])(nil)
+	_ fingerprinter = (*Message[struct{}])(nil)
 )

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -46,8 +48,8 @@ func TestMisbehavingStore(t *testing.T) {
 			res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 			require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
 			require.Contains(t, err.Error(), "the store answered")
-			d := rcv.Decide(res, err)
-			require.Equal(t, dedup.Retry, d.Action)
+			d := adapter.Bind(rcv).Decide(res, err)
+			require.Equal(t, delivery.Retry, d.Action)
 			require.Equal(t, 3*time.Second, d.Delay)
 			require.Zero(t, calls.Load())
 		})
@@ -104,16 +106,16 @@ func TestLeaseEndingDuringAcquire(t *testing.T) {
 	}, &dedup.Config{Clock: clk, FailOpen: true})
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusInFlight, res.Status)
+	require.Equal(t, delivery.StatusInFlight, res.Status)
 	require.Positive(t, res.RetryAfter)
 	require.LessOrEqual(t, res.RetryAfter, 200*time.Millisecond, "no more than a first wait, however late")
-	d := rcv.Decide(res, err)
-	require.Equal(t, dedup.Retry, d.Action)
-	require.Equal(t, dedup.ReasonInFlight, d.Reason)
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.Retry, d.Action)
+	require.Equal(t, delivery.ReasonInFlight, d.Reason)
 
 	for _, o := range rcv.HandleBatch(t.Context(), []order{{ID: "o-2"}, {ID: "o-3"}}) {
 		require.NoError(t, o.Err)
-		require.Equal(t, dedup.StatusInFlight, o.Result.Status)
+		require.Equal(t, delivery.StatusInFlight, o.Result.Status)
 	}
 	require.Zero(t, calls.Load(), "no handler ran beside the holder's")
 }

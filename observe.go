@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dedup-go/dedup/delivery"
+	"github.com/dedup-go/dedup/internal/bridge"
+	"github.com/dedup-go/dedup/internal/ctxkey"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -43,95 +46,42 @@ func (t *timing) addHandler(since time.Time) {
 	}
 }
 
-// Delivery is one message handled for an adapter, until the adapter
-// settled it: [Receiver.Deliver] runs Handle and Decide, the adapter
-// carries out the Decision (ack, retry, dead letter) and reports it with
-// Settled, which hands the Observer one Event for the whole delivery.
-type Delivery[R any] struct {
-	Result   Result[R]
-	Err      error
-	Decision Decision
+// handed is a delivery handled for an adapter (see package adapter),
+// before the adapter settled it.
+type handed[R any] = bridge.Delivery[Result[R]]
 
-	ctx      context.Context
-	rcv      settler
-	ev       Event
-	observed bool // ev is to be reported
-	settled  bool
-}
-
-// settler is the part of a Receiver a Delivery reports to.
-type settler interface {
-	settle(ctx context.Context, e *Event, observed bool)
-}
-
-// Context is the delivery's context: the caller's, with what the
-// Observer's StartDelivery added (a span). Use it for what the adapter
-// does next (a dead letter carries its trace context).
-func (d *Delivery[R]) Context() context.Context { return d.ctx }
-
-// Settlement is what an adapter did with a delivery.
-type Settlement struct {
-	// Decision is what was carried out; the zero value means the
-	// Delivery's own Decision.
-	Decision Decision
-	// Duration is how long carrying it out took.
-	Duration time.Duration
-	// Err is what kept the adapter from carrying it out, nil when it did.
-	Err error
-}
-
-// Settled reports what the adapter did with the delivery: the Observer
-// gets one Event, and a dead letter the broker took is counted in the
-// receiver's Stats. Later calls do nothing.
-func (d *Delivery[R]) Settled(s Settlement) {
-	if d.settled || d.rcv == nil {
-		return
-	}
-	d.settled = true
-	if s.Decision.Action == 0 {
-		s.Decision = d.Decision
-	}
-	d.ev.Decision = s.Decision
-	d.ev.Settled, d.ev.SettleDuration, d.ev.SettleErr = true, s.Duration, s.Err
-	d.rcv.settle(d.ctx, &d.ev, d.observed)
-}
-
-// Deliver is Handle and Decide for an adapter: it handles msg and returns
-// the Delivery for the adapter to carry out and then report with
-// Settled. With an Observer that is a [DeliveryStarter], the handler runs
-// under the context StartDelivery returned.
-func (r *Receiver[M, R]) Deliver(ctx context.Context, msg M) Delivery[R] {
+// deliver is Handle and Decide for an adapter (adapter.Receiver.Deliver).
+func (r *Receiver[M, R]) deliver(ctx context.Context, msg M) handed[R] {
 	if r.cfg.Observer == nil {
 		res, err := r.handle(ctx, msg, nil)
-		d := Delivery[R]{Result: res, Err: err, Decision: r.Decide(res, err), ctx: ctx, rcv: r}
+		d := handed[R]{Result: res, Err: err, Decision: r.decide(res, err), Ctx: ctx}
 		r.noteDeadLetter(&d, msg)
 		return d
 	}
 	return r.deliverObserved(ctx, msg)
 }
 
-// Refused returns the Delivery of a message the adapter could not hand to
-// the receiver, because of err (an undecodable body: ErrUndecodable): its
-// Decision is Decide's for err.
-func (r *Receiver[M, R]) Refused(ctx context.Context, msg M, err error) Delivery[R] {
-	d := Delivery[R]{Err: err, Decision: r.Decide(Result[R]{}, err), ctx: ctx, rcv: r}
+// refused is the delivery of a message the adapter could not hand to the
+// receiver (adapter.Receiver.Refused).
+func (r *Receiver[M, R]) refused(ctx context.Context, msg M, err error) handed[R] {
+	d := handed[R]{Err: err, Decision: r.decide(Result[R]{}, err), Ctx: ctx}
 	r.noteDeadLetter(&d, msg)
 	if r.cfg.Observer != nil {
-		d.ctx, d.ev.Origin = r.startDelivery(ctx, msg)
-		d.ev.Namespace, d.ev.Err, d.ev.Decision, d.observed = r.cfg.Namespace, err, d.Decision, true
+		d.Ctx, d.Event.Origin = r.startDelivery(ctx, msg)
+		d.Event.Namespace, d.Event.Err, d.Event.Decision, d.Observed = r.cfg.Namespace, err, d.Decision, true
 	}
 	return d
 }
 
 // startDelivery finds msg's origin and lets the Observer start the
 // delivery.
-func (r *Receiver[M, R]) startDelivery(ctx context.Context, msg M) (context.Context, Origin) {
-	var o Origin
-	if m, ok := any(msg).(Originer); ok {
+func (r *Receiver[M, R]) startDelivery(ctx context.Context, msg M) (context.Context, delivery.Origin) {
+	var o delivery.Origin
+	if m, ok := any(msg).(delivery.Originer); ok {
 		o = m.Origin()
 	}
 	o = fillOrigin(ctx, o)
-	if s, ok := r.cfg.Observer.(DeliveryStarter); ok {
+	if s, ok := r.cfg.Observer.(delivery.DeliveryStarter); ok {
 		if c := r.startSafely(ctx, s, o); c != nil {
 			ctx = c
 		}
@@ -141,7 +91,7 @@ func (r *Receiver[M, R]) startDelivery(ctx context.Context, msg M) (context.Cont
 
 // startSafely calls s, recovering a panic (logged; the delivery goes on
 // without what the Observer would have added).
-func (r *Receiver[M, R]) startSafely(ctx context.Context, s DeliveryStarter, o Origin) (c context.Context) {
+func (r *Receiver[M, R]) startSafely(ctx context.Context, s delivery.DeliveryStarter, o delivery.Origin) (c context.Context) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.cfg.Logger.ErrorContext(ctx, "dedup: Observer's StartDelivery panicked", slog.Any("panic", p))
@@ -153,21 +103,21 @@ func (r *Receiver[M, R]) startSafely(ctx context.Context, s DeliveryStarter, o O
 
 // deliverObserved is Deliver with an Observer: it starts the delivery,
 // times it and prepares its Event.
-func (r *Receiver[M, R]) deliverObserved(ctx context.Context, msg M) Delivery[R] {
+func (r *Receiver[M, R]) deliverObserved(ctx context.Context, msg M) handed[R] {
 	ctx, origin := r.startDelivery(ctx, msg)
 	var tm timing
 	begin := time.Now()
 	res, err := r.handle(ctx, msg, &tm)
-	d := Delivery[R]{Result: res, Err: err, Decision: r.Decide(res, err), ctx: ctx, rcv: r, observed: true}
-	d.ev = r.event(origin, res.Key, res.Status, res.Attempt, res.Problem, err, d.Decision)
-	d.ev.Duration, d.ev.HandlerDuration = time.Since(begin), tm.handler
-	d.ev.ClaimDuration, d.ev.CompleteDuration, d.ev.StoreDuration = tm.claim, tm.complete, tm.claim+tm.complete
+	d := handed[R]{Result: res, Err: err, Decision: r.decide(res, err), Ctx: ctx, Observed: true}
+	d.Event = r.event(origin, res.Key, res.Status, res.Attempt, res.Problem, err, d.Decision)
+	d.Event.Duration, d.Event.HandlerDuration = time.Since(begin), tm.handler
+	d.Event.ClaimDuration, d.Event.CompleteDuration, d.Event.StoreDuration = tm.claim, tm.complete, tm.claim+tm.complete
 	return d
 }
 
 // event is the Event of an answered delivery, before its settlement.
-func (r *Receiver[M, R]) event(o Origin, key string, st Status, attempt int, problem, err error, dec Decision) Event {
-	return Event{
+func (r *Receiver[M, R]) event(o delivery.Origin, key string, st delivery.Status, attempt int, problem, err error, dec delivery.Decision) delivery.Event {
+	return delivery.Event{
 		Origin: o, Namespace: r.cfg.Namespace, Store: r.storeName, Key: key, Status: st, Attempt: attempt,
 		Decision: dec, Err: err, Problem: problem, Stored: stored(st, problem),
 	}
@@ -175,11 +125,11 @@ func (r *Receiver[M, R]) event(o Origin, key string, st Status, attempt int, pro
 
 // stored reports whether a delivery answered with st and problem left its
 // outcome in the store.
-func stored(st Status, problem error) bool {
+func stored(st delivery.Status, problem error) bool {
 	switch st {
-	case StatusDuplicate:
+	case delivery.StatusDuplicate:
 		return true
-	case StatusProcessed:
+	case delivery.StatusProcessed:
 		return problem == nil || !(errors.Is(problem, ErrResultNotStored) || errors.Is(problem, ErrLeaseLost))
 	}
 	return false
@@ -189,14 +139,14 @@ func stored(st Status, problem error) bool {
 // soon as it is answered.
 func (r *Receiver[M, R]) handleObserved(ctx context.Context, msg M) (Result[R], error) {
 	d := r.deliverObserved(ctx, msg)
-	r.emit(d.ctx, &d.ev)
+	r.emit(d.Ctx, &d.Event)
 	return d.Result, d.Err
 }
 
 // settle counts what an adapter carried out and reports it when the
 // delivery was observed.
-func (r *Receiver[M, R]) settle(ctx context.Context, e *Event, observed bool) {
-	if e.Decision.Action == DeadLetter && e.SettleErr == nil {
+func (r *Receiver[M, R]) settle(ctx context.Context, e *delivery.Event, observed bool) {
+	if e.Decision.Action == delivery.DeadLetter && e.SettleErr == nil {
 		r.stats.deadLettered(e.Decision.Reason)
 		r.logDeadLetter(ctx, e)
 	}
@@ -206,7 +156,7 @@ func (r *Receiver[M, R]) settle(ctx context.Context, e *Event, observed bool) {
 }
 
 // emit hands e to the Observer, recovering a panic.
-func (r *Receiver[M, R]) emit(ctx context.Context, e *Event) {
+func (r *Receiver[M, R]) emit(ctx context.Context, e *delivery.Event) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.cfg.Logger.ErrorContext(ctx, "dedup: Observer panicked", slog.Any("panic", p), slog.String("key", e.Key))
@@ -215,12 +165,9 @@ func (r *Receiver[M, R]) emit(ctx context.Context, e *Event) {
 	r.cfg.Observer.Observe(ctx, *e)
 }
 
-// Observe hands e to Config.Observer, if there is one: for an adapter to
-// report a delivery it never handed to the receiver (one that arrived
-// after Stop and went back to the broker unhandled). Its Origin is
-// completed as a handled delivery's is ([WithOrigin]). A panicking
-// observer is recovered and logged.
-func (r *Receiver[M, R]) Observe(ctx context.Context, e Event) {
+// observe hands e to Config.Observer, if there is one
+// (adapter.Receiver.Observe).
+func (r *Receiver[M, R]) observe(ctx context.Context, e delivery.Event) {
 	if r.cfg.Observer == nil {
 		return
 	}
@@ -243,4 +190,13 @@ func storeName(s store.Store) string {
 		p = p[i+1:]
 	}
 	return cmp.Or(p, t.Name())
+}
+
+// fillOrigin returns o completed by the fill adapter.WithOrigin put in
+// ctx, if any.
+func fillOrigin(ctx context.Context, o delivery.Origin) delivery.Origin {
+	if fill, ok := ctx.Value(ctxkey.OriginFill{}).(func(delivery.Origin) delivery.Origin); ok {
+		return fill(o)
+	}
+	return o
 }

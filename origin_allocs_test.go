@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -19,7 +21,7 @@ import (
 // the race detector, which allocates.
 func TestWithOriginAllocatesNothing(t *testing.T) {
 	var filled int
-	obs := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+	obs := delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
 		if e.ConsumerGroup == "billing" {
 			filled++
 		}
@@ -34,10 +36,10 @@ func TestWithOriginAllocatesNothing(t *testing.T) {
 	_, err = rcv.Handle(t.Context(), m)
 	require.NoError(t, err)
 	for name, ctx := range map[string]context.Context{
-		"without": context.Background(), "with": dedup.WithOrigin(context.Background(), consumerOrigin),
+		"without": context.Background(), "with": adapter.WithOrigin(context.Background(), consumerOrigin),
 	} {
 		allocs := testing.AllocsPerRun(100, func() {
-			if res, _ := rcv.Handle(ctx, m); res.Status != dedup.StatusDuplicate {
+			if res, _ := rcv.Handle(ctx, m); res.Status != delivery.StatusDuplicate {
 				t.Fatalf("status %v", res.Status)
 			}
 		})

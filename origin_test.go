@@ -7,11 +7,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // consumerOrigin is what an adapter knows of its consumer and no message
 // carries.
-func consumerOrigin(o dedup.Origin) dedup.Origin {
+func consumerOrigin(o delivery.Origin) delivery.Origin {
 	o.ServerAddress, o.ServerPort, o.ConsumerGroup, o.DestinationTemplate = "nats.example", 4222, "billing", "orders.*"
 	return o
 }
@@ -27,26 +29,26 @@ func TestWithOriginCompletesEveryDelivery(t *testing.T) {
 	var mu sync.Mutex
 	var handlerSpans []string
 	rcv := newDeliveryReceiver(t, &rec, &handlerSpans, &mu)
-	ctx := dedup.WithOrigin(t.Context(), consumerOrigin)
+	ctx := adapter.WithOrigin(t.Context(), consumerOrigin)
 
-	d := rcv.Deliver(ctx, envelope("o-1", 100))
-	d.Settled(dedup.Settlement{})
-	d = rcv.Refused(ctx, envelope("o-2", 0), dedup.ErrUndecodable)
-	d.Settled(dedup.Settlement{})
-	for _, d := range rcv.DeliverBatch(ctx, []msg{envelope("o-3", 1)}) {
-		d.Settled(dedup.Settlement{})
+	d := adapter.Bind(rcv).Deliver(ctx, envelope("o-1", 100))
+	d.Settled(adapter.Settlement{})
+	d = adapter.Bind(rcv).Refused(ctx, envelope("o-2", 0), dedup.ErrUndecodable)
+	d.Settled(adapter.Settlement{})
+	for _, d := range adapter.Bind(rcv).DeliverBatch(ctx, []msg{envelope("o-3", 1)}) {
+		d.Settled(adapter.Settlement{})
 	}
 	_, err := rcv.Handle(ctx, envelope("o-4", 1))
 	require.NoError(t, err)
-	e := dedup.Event{Origin: envelope("o-5", 1).Origin(), Decision: dedup.Decision{Action: dedup.Retry, Reason: dedup.ReasonCanceled}, Settled: true}
-	rcv.Observe(ctx, e)
+	e := delivery.Event{Origin: envelope("o-5", 1).Origin(), Decision: delivery.Decision{Action: delivery.Retry, Reason: delivery.ReasonCanceled}, Settled: true}
+	adapter.Bind(rcv).Observe(ctx, e)
 
-	want := dedup.Origin{Broker: "fake", Source: "orders", Stream: "ORDERS", Partition: 3, Offset: 42, DeliveryCount: 2,
+	want := delivery.Origin{Broker: "fake", Source: "orders", Stream: "ORDERS", Partition: 3, Offset: 42, DeliveryCount: 2,
 		DestinationTemplate: "orders.*", ConsumerGroup: "billing", ServerAddress: "nats.example", ServerPort: 4222}
 	events, _ := rec.snapshot()
 	require.Len(t, events, 5)
 	rec.mu.Lock()
-	started := append([]dedup.Origin(nil), rec.started...)
+	started := append([]delivery.Origin(nil), rec.started...)
 	rec.mu.Unlock()
 	require.Len(t, started, 4, "every delivery but the one reported with Observe is started")
 	for i, o := range append(started, originsOf(events)...) {
@@ -56,18 +58,18 @@ func TestWithOriginCompletesEveryDelivery(t *testing.T) {
 	}
 
 	var order []string
-	nested := dedup.WithOrigin(dedup.WithOrigin(t.Context(), func(o dedup.Origin) dedup.Origin {
+	nested := adapter.WithOrigin(adapter.WithOrigin(t.Context(), func(o delivery.Origin) delivery.Origin {
 		order = append(order, "outer")
 		o.ConsumerGroup, o.ServerPort = "outer", 1
 		return o
-	}), func(o dedup.Origin) dedup.Origin {
+	}), func(o delivery.Origin) delivery.Origin {
 		order = append(order, "inner")
 		o.ConsumerGroup = "inner"
 		return o
 	})
-	require.Equal(t, t.Context(), dedup.WithOrigin(t.Context(), nil), "a nil fill adds nothing")
-	d = rcv.Deliver(nested, envelope("o-6", 1))
-	d.Settled(dedup.Settlement{})
+	require.Equal(t, t.Context(), adapter.WithOrigin(t.Context(), nil), "a nil fill adds nothing")
+	d = adapter.Bind(rcv).Deliver(nested, envelope("o-6", 1))
+	d.Settled(adapter.Settlement{})
 	events, _ = rec.snapshot()
 	require.Equal(t, []string{"outer", "inner"}, order)
 	require.Equal(t, "inner", events[5].ConsumerGroup)
@@ -82,16 +84,16 @@ func TestWithOriginWithoutObserver(t *testing.T) {
 	var handlerSpans []string
 	rcv := newDeliveryReceiver(t, nil, &handlerSpans, &mu)
 	called := false
-	ctx := dedup.WithOrigin(t.Context(), func(o dedup.Origin) dedup.Origin { called = true; return o })
-	d := rcv.Deliver(ctx, envelope("o-1", 1))
-	d.Settled(dedup.Settlement{})
-	rcv.Observe(ctx, dedup.Event{})
-	require.Equal(t, dedup.StatusProcessed, d.Result.Status)
+	ctx := adapter.WithOrigin(t.Context(), func(o delivery.Origin) delivery.Origin { called = true; return o })
+	d := adapter.Bind(rcv).Deliver(ctx, envelope("o-1", 1))
+	d.Settled(adapter.Settlement{})
+	adapter.Bind(rcv).Observe(ctx, delivery.Event{})
+	require.Equal(t, delivery.StatusProcessed, d.Result.Status)
 	require.False(t, called)
 }
 
-func originsOf(events []dedup.Event) []dedup.Origin {
-	out := make([]dedup.Origin, len(events))
+func originsOf(events []delivery.Event) []delivery.Origin {
+	out := make([]delivery.Origin, len(events))
 	for i, e := range events {
 		out[i] = e.Origin
 	}

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -85,7 +87,7 @@ func TestCompletionRetriedWhileLeaseHolds(t *testing.T) {
 
 	dup, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, dup.Status, "an in-process duplicate is answered from the result held")
+	require.Equal(t, delivery.StatusDuplicate, dup.Status, "an in-process duplicate is answered from the result held")
 	require.Equal(t, "charged", dup.Value)
 	_, err = other.Handle(t.Context(), order{ID: "o-1"})
 	require.ErrorIs(t, err, dedup.ErrStoreUnavailable, "fail-closed elsewhere while the store is down")
@@ -94,13 +96,13 @@ func TestCompletionRetriedWhileLeaseHolds(t *testing.T) {
 	st.down.Store(false)
 	o := advanceUntil(t, clk, 100*time.Millisecond, first)
 	require.NoError(t, o.err)
-	require.Equal(t, dedup.StatusProcessed, o.res.Status)
+	require.Equal(t, delivery.StatusProcessed, o.res.Status)
 	require.NoError(t, o.res.Problem, "the completion was recorded once the store came back")
 
 	clk.Advance(3 * testLease) // long past the first claim's lease
 	res, err := other.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, delivery.StatusDuplicate, res.Status)
 	require.Equal(t, "charged", res.Value)
 	require.Equal(t, int64(1), effects.Load(), "no double effect")
 	require.Zero(t, rcv.Stats().ResultsNotStored)
@@ -126,11 +128,11 @@ func TestCompletionRetriedUnderNoWait(t *testing.T) {
 	st.down.Store(false)
 	o := advanceUntil(t, clk, 100*time.Millisecond, first)
 	require.NoError(t, o.err)
-	require.Equal(t, dedup.StatusProcessed, o.res.Status)
+	require.Equal(t, delivery.StatusProcessed, o.res.Status)
 	require.NoError(t, o.res.Problem, "the completion was recorded once the store came back")
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, delivery.StatusDuplicate, res.Status)
 	require.Equal(t, int64(1), effects.Load())
 }
 
@@ -150,10 +152,10 @@ func TestCompletionGivesUpWhenLeaseEnds(t *testing.T) {
 	o := advanceUntil(t, clk, time.Second, handleAsync(t.Context(), rcv, order{ID: "o-1"}))
 	gaveUpAt = clk.Now()
 	require.NoError(t, o.err)
-	require.Equal(t, dedup.StatusProcessed, o.res.Status)
+	require.Equal(t, delivery.StatusProcessed, o.res.Status)
 	require.ErrorIs(t, o.res.Problem, dedup.ErrResultNotStored)
 	require.ErrorIs(t, o.res.Problem, dedup.ErrStoreUnavailable)
-	require.Equal(t, dedup.Ack, rcv.Decide(o.res, o.err).Action)
+	require.Equal(t, delivery.Ack, adapter.Bind(rcv).Decide(o.res, o.err).Action)
 	require.True(t, gaveUpAt.Before(epoch.Add(testLease+time.Second)), "gave up at %v, within the lease (one step of slack)", gaveUpAt.Sub(epoch))
 	require.Equal(t, uint64(1), rcv.Stats().ResultsNotStored)
 }
@@ -257,13 +259,13 @@ func TestCompletionRetriesFitInTheLease(t *testing.T) {
 
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.NoError(t, res.Problem, "the completion was retried within the lease")
 	require.Equal(t, int64(2), st.completes.Load(), "two attempts hung before the third stored the result")
 
 	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, delivery.StatusDuplicate, res.Status)
 	require.Equal(t, "charged o-1", res.Value)
 	require.Equal(t, int64(1), runs.Load())
 	require.Zero(t, rcv.Stats().ResultsNotStored)

@@ -10,7 +10,9 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/outbox"
+	"github.com/dedup-go/dedup/store"
 )
 
 // outgoingRun is what one run of a handler derived: the ids of its two
@@ -33,7 +35,7 @@ func TestOutgoingIDStableAcrossRuns(t *testing.T) {
 	var runs []outgoingRun
 	handler := func(fail bool) dedup.Handler[order, string] {
 		return func(ctx context.Context, o order) (string, error) {
-			held, ok := dedup.ClaimFromContext(ctx)
+			held, ok := store.ClaimFromContext(ctx)
 			require.True(t, ok)
 			var r outgoingRun
 			r.attempt = held.Attempt
@@ -62,7 +64,7 @@ func TestOutgoingIDStableAcrossRuns(t *testing.T) {
 	stuck := make(chan struct{})
 	dying := newReceiver(t, st, func(ctx context.Context, o order) (string, error) {
 		r := outgoingRun{}
-		held, _ := dedup.ClaimFromContext(ctx)
+		held, _ := store.ClaimFromContext(ctx)
 		r.attempt = held.Attempt
 		r.captured, r.capturedErr = dedup.OutgoingID(ctx, "payment-captured")
 		r.receipt, r.other = dedup.OutgoingID(ctx, "receipt")
@@ -85,7 +87,7 @@ func TestOutgoingIDStableAcrossRuns(t *testing.T) {
 	ok := newReceiver(t, st, handler(false), cfg("billing"))
 	res, err := ok.Handle(ctx, o)
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 
 	require.GreaterOrEqual(t, len(runs), 3)
 	first := runs[0]

@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 )
@@ -57,15 +59,15 @@ func TestPanicAfterEffect(t *testing.T) {
 	var err error
 	require.NotPanics(t, func() { res, err = rcv.Handle(t.Context(), order{ID: "o-1"}) })
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.ErrorIs(t, res.Problem, dedup.ErrResultNotStored)
 	var pe *dedup.PanicError
 	require.ErrorAs(t, res.Problem, &pe)
-	require.Equal(t, dedup.Ack, rcv.Decide(res, err).Action)
+	require.Equal(t, delivery.Ack, adapter.Bind(rcv).Decide(res, err).Action)
 
 	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, delivery.StatusDuplicate, res.Status)
 	require.Equal(t, int64(1), calls.Load(), "the effect never repeats")
 }
 
@@ -85,9 +87,9 @@ func TestPanicOnReplay(t *testing.T) {
 		var res dedup.Result[panicky]
 		require.NotPanics(t, func() { res, err = rcv.Handle(t.Context(), order{ID: "o-1"}) })
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusDuplicate, res.Status)
+		require.Equal(t, delivery.StatusDuplicate, res.Status)
 		require.ErrorIs(t, res.Problem, dedup.ErrResultUndecodable)
-		require.Equal(t, dedup.Ack, rcv.Decide(res, err).Action)
+		require.Equal(t, delivery.Ack, adapter.Bind(rcv).Decide(res, err).Action)
 	}
 	require.Equal(t, uint64(2), rcv.Stats().ResultsUndecodable)
 }
@@ -113,7 +115,7 @@ func TestPanickingCodec(t *testing.T) {
 	require.ErrorIs(t, res.Problem, dedup.ErrResultNotStored)
 	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, delivery.StatusDuplicate, res.Status)
 	require.Equal(t, int64(1), calls.Load())
 }
 
@@ -136,7 +138,7 @@ func TestPanicBeforeEffect(t *testing.T) {
 	require.ErrorIs(t, err, dedup.ErrUndecodable)
 	var pe *dedup.PanicError
 	require.ErrorAs(t, err, &pe)
-	require.Equal(t, dedup.DeadLetter, rcv.Decide(res, err).Action)
+	require.Equal(t, delivery.DeadLetter, adapter.Bind(rcv).Decide(res, err).Action)
 	require.Zero(t, calls.Load())
 }
 
@@ -183,10 +185,10 @@ func TestHandlerOwnDeadlineIsHandlerError(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, dedup.ErrCanceled)
-	d := rcv.Decide(res, err)
-	require.Equal(t, dedup.ReasonHandlerError, d.Reason)
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.ReasonHandlerError, d.Reason)
 	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
-	require.Equal(t, dedup.ReasonAttemptsExhausted, rcv.Decide(res, err).Reason, "it counts towards MaxAttempts")
+	require.Equal(t, delivery.ReasonAttemptsExhausted, adapter.Bind(rcv).Decide(res, err).Reason, "it counts towards MaxAttempts")
 
 	// The caller's own cancellation is a shutdown: not processed, retried.
 	ctx, cancel := context.WithCancel(t.Context())
@@ -196,7 +198,7 @@ func TestHandlerOwnDeadlineIsHandlerError(t *testing.T) {
 	}, &dedup.Config{Clock: clk})
 	res, err = shut.Handle(ctx, order{ID: "o-2"})
 	require.ErrorIs(t, err, dedup.ErrCanceled)
-	require.Equal(t, dedup.ReasonCanceled, shut.Decide(res, err).Reason)
+	require.Equal(t, delivery.ReasonCanceled, adapter.Bind(shut).Decide(res, err).Reason)
 	require.True(t, errors.Is(err, context.Canceled))
 }
 

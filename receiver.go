@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -48,8 +49,8 @@ type Receiver[M, R any] struct {
 	zeroSize     bool // R carries no data: nothing to encode or decode
 	nillable     bool // M can be nil (pointer, interface, map...)
 	flight       flightGroup[R]
-	injector     Injector // the Observer's, even a quiet one's
-	storeName    string   // Event.Store
+	injector     delivery.Injector // the Observer's, even a quiet one's
+	storeName    string            // Event.Store
 	waits        inFlightWaits
 	lost         lostClaims
 	beatCfg      beatConfig
@@ -91,9 +92,9 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 		prefix:   c.Namespace + ":",
 		zeroSize: reflect.TypeFor[R]().Size() == 0,
 	}
-	r.injector, _ = c.Observer.(Injector)
+	r.injector, _ = c.Observer.(delivery.Injector)
 	r.storeName = storeName(s)
-	if q, ok := c.Observer.(Quiet); ok && q.Quiet() {
+	if q, ok := c.Observer.(delivery.Quiet); ok && q.Quiet() {
 		r.cfg.Observer = nil // records nothing: not worth a delivery's time
 	}
 	r.peeker, _ = s.(store.Peeker)
@@ -118,10 +119,10 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 	switch {
 	case mt.Kind() == reflect.Interface:
 		r.fingerprints = fingerprintDynamic
-	case mt.Implements(reflect.TypeFor[Fingerprinter]()):
+	case mt.Implements(reflect.TypeFor[fingerprinter]()):
 		r.fingerprints = fingerprintAlways
 	}
-	r.heartbeats = mt.Kind() == reflect.Interface || mt.Implements(reflect.TypeFor[Heartbeater]())
+	r.heartbeats = mt.Kind() == reflect.Interface || mt.Implements(reflect.TypeFor[heartbeater]())
 	return r, nil
 }
 
@@ -148,23 +149,6 @@ func (r *Receiver[M, R]) Namespace() string { return r.cfg.Namespace }
 // broker's redelivery horizon: a duplicate arriving after the record
 // expired runs again.
 func (r *Receiver[M, R]) Retention() time.Duration { return r.cfg.Retention }
-
-// StoreRetryDelay returns Config.StoreRetryDelay: how long adapters wait
-// before retrying a delivery whose outcome could not be recorded with the
-// broker (a dead letter that could not be published).
-func (r *Receiver[M, R]) StoreRetryDelay() time.Duration { return r.cfg.StoreRetryDelay }
-
-// Logger returns the receiver's logger (Config.Logger), which adapters log
-// to unless given their own.
-func (r *Receiver[M, R]) Logger() *slog.Logger { return r.cfg.Logger }
-
-// ClaimFromContext returns the claim the handler running under ctx holds:
-// its key, fencing token, attempt and the receiver's retention. A store
-// that completes the record inside the handler's own transaction reads it
-// and marks it completed. It reports false outside a handler.
-func ClaimFromContext(ctx context.Context) (*store.HeldClaim, bool) {
-	return store.ClaimFromContext(ctx)
-}
 
 // Handle delivers one message. It returns:
 //   - StatusProcessed with the handler's value, when this delivery ran it;
@@ -246,7 +230,7 @@ func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[
 // else lets it go to the collector, as it would without a pool: another
 // delivery may still read its flight's outcome, a timer that fired may
 // still find its heartbeat stopped.
-func (r *Receiver[M, R]) recycle(d *delivery[R], alone bool) {
+func (r *Receiver[M, R]) recycle(d *runState[R], alone bool) {
 	if alone && !d.hb.timed {
 		r.deliveries.put(d)
 	}
@@ -260,7 +244,7 @@ func (r *Receiver[M, R]) follow(ctx context.Context, key, fp string, msg M, call
 	if handlingKey(ctx, key) {
 		// The first delivery's lease bounds how long it may hold the key.
 		r.stats.inFlight.Add(1)
-		return Result[R]{Status: StatusInFlight, Key: key, RetryAfter: r.cfg.Lease}, nil
+		return Result[R]{Status: delivery.StatusInFlight, Key: key, RetryAfter: r.cfg.Lease}, nil
 	}
 	call.waiters.Add(1)
 	defer call.waiters.Add(-1)
@@ -285,7 +269,7 @@ func (r *Receiver[M, R]) share(ctx context.Context, key, fp string, msg M, first
 		// record's. Ask the store, which has the newer outcome or holder.
 		return r.handle(ctx, msg, tm)
 	case res.Status.Done():
-		res.Status, res.Problem = StatusDuplicate, nil
+		res.Status, res.Problem = delivery.StatusDuplicate, nil
 		r.stats.duplicates.Add(1)
 		return res, nil
 	}
@@ -318,7 +302,7 @@ func (r *Receiver[M, R]) idOf(msg M) (id string, err error) {
 		}
 		return "", fmt.Errorf("%w: %w", ErrNoKey, err)
 	}
-	if err := ValidateID(id, r.cfg.MaxIDLength); err != nil {
+	if err := validateID(id, r.cfg.MaxIDLength); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -331,7 +315,7 @@ func (r *Receiver[M, R]) fingerprintOf(msg M) (fp string, err error) {
 	if r.fingerprints == fingerprintNever {
 		return "", nil
 	}
-	f, ok := any(msg).(Fingerprinter)
+	f, ok := any(msg).(fingerprinter)
 	if !ok {
 		return "", nil
 	}
@@ -348,7 +332,7 @@ func (r *Receiver[M, R]) fingerprintOf(msg M) (fp string, err error) {
 
 // replay answers a delivery whose key is completed.
 func (r *Receiver[M, R]) replay(ctx context.Context, msg M, rec *store.Record) (Result[R], error) {
-	res := Result[R]{Status: StatusDuplicate, Key: rec.Key, Attempt: rec.Attempt}
+	res := Result[R]{Status: delivery.StatusDuplicate, Key: rec.Key, Attempt: rec.Attempt}
 	if r.fingerprints != fingerprintNever && rec.Fingerprint != "" {
 		fp, err := r.fingerprintOf(msg)
 		if err != nil {
@@ -390,7 +374,7 @@ func (r *Receiver[M, R]) decode(data []byte) (v R, err error) {
 
 // claimAndRun is one delivery through the store: claim, run, complete. d
 // holds the delivery's flight, which waiting duplicates read.
-func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M, tm *timing, d *delivery[R]) (Result[R], error) {
+func (r *Receiver[M, R]) claimAndRun(ctx context.Context, key, fp string, msg M, tm *timing, d *runState[R]) (Result[R], error) {
 	if ctx.Err() != nil {
 		return Result[R]{Key: key}, fmt.Errorf("%w: before claiming %q: %w", ErrCanceled, key, context.Cause(ctx))
 	}
@@ -472,14 +456,14 @@ func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, e
 		}
 		return res, &HandlerError{Key: key, Err: herr}
 	}
-	res.Status, res.Value = StatusBypassed, v
+	res.Status, res.Value = delivery.StatusBypassed, v
 	return res, nil
 }
 
 // afterClaim acts on a Claim made at sent (local clock): replays, reports
 // in flight, or runs the handler under the claim, with a heartbeat of its
 // own that extends the lease until the completion is recorded.
-func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, claim *store.Claim, sent time.Time, tm *timing, d *delivery[R]) (Result[R], error) {
+func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, claim *store.Claim, sent time.Time, tm *timing, d *runState[R]) (Result[R], error) {
 	if res, err, ok := r.notClaimed(ctx, key, msg, claim); ok {
 		return res, err
 	}
@@ -506,7 +490,7 @@ func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, clai
 		r.stats.inFlight.Add(1)
 		now := r.cfg.Clock.Now()
 		wait := r.waits.next(key, now, max(rec.LeaseUntil.Sub(now), 0), rec.Attempt)
-		return Result[R]{Status: StatusInFlight, Key: key, Attempt: rec.Attempt, RetryAfter: wait}, nil, true
+		return Result[R]{Status: delivery.StatusInFlight, Key: key, Attempt: rec.Attempt, RetryAfter: wait}, nil, true
 	case rec.Attempt > r.cfg.MaxAttempts:
 		// Workers crashed (or were dead-lettered and redriven) too often: do
 		// not run the handler again. Recording the failure keeps the count.
@@ -530,7 +514,7 @@ func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, token s
 		hb.finish(idx) // no extension of a released claim
 		return r.handlerFailed(ctx, key, token, attempt, herr)
 	}
-	res := Result[R]{Status: StatusProcessed, Key: key, Attempt: attempt, Value: v}
+	res := Result[R]{Status: delivery.StatusProcessed, Key: key, Attempt: attempt, Value: v}
 	data, encErr := r.encode(v)
 	var storeErr error
 	if !hctx.held.Completed() {
@@ -731,7 +715,7 @@ func (r *Receiver[M, R]) beaterOf(msg M) func(context.Context) error {
 	if !r.heartbeats {
 		return nil
 	}
-	if b, ok := any(msg).(Heartbeater); ok {
+	if b, ok := any(msg).(heartbeater); ok {
 		return b.Heartbeat
 	}
 	return nil

@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -32,17 +34,17 @@ func TestHandleProcessesOnceAndReplays(t *testing.T) {
 
 	res, err := rcv.Handle(ctx, order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Equal(t, receipt{"o-1", 100}, res.Value)
 	require.Equal(t, "billing:o-1", res.Key)
 	require.Equal(t, 1, res.Attempt)
 
 	dup, err := rcv.Handle(ctx, order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, dup.Status)
+	require.Equal(t, delivery.StatusDuplicate, dup.Status)
 	require.Equal(t, res.Value, dup.Value, "a duplicate gets the first result")
 	require.Equal(t, int64(1), calls.Load())
-	require.Equal(t, dedup.Ack, rcv.Decide(dup, err).Action)
+	require.Equal(t, delivery.Ack, adapter.Bind(rcv).Decide(dup, err).Action)
 
 	st := rcv.Stats()
 	require.Equal(t, uint64(1), st.Processed)
@@ -62,8 +64,8 @@ func TestNamespacesDoNotShareRecords(t *testing.T) {
 	require.NoError(t, err)
 	b, err := shipping.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, a.Status)
-	require.Equal(t, dedup.StatusProcessed, b.Status, "another service's record must not answer")
+	require.Equal(t, delivery.StatusProcessed, a.Status)
+	require.Equal(t, delivery.StatusProcessed, b.Status, "another service's record must not answer")
 	require.Equal(t, int64(2), calls.Load())
 }
 
@@ -83,21 +85,21 @@ func TestTransientFailureThenSuccess(t *testing.T) {
 	var he *dedup.HandlerError
 	require.ErrorAs(t, err, &he)
 	require.Equal(t, 1, he.Attempt)
-	require.Equal(t, dedup.StatusNone, res.Status)
-	d := rcv.Decide(res, err)
-	require.Equal(t, dedup.Retry, d.Action)
+	require.Equal(t, delivery.StatusNone, res.Status)
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.Retry, d.Action)
 	require.Equal(t, time.Second, d.Delay)
-	require.Equal(t, dedup.ReasonHandlerError, d.Reason)
+	require.Equal(t, delivery.ReasonHandlerError, d.Reason)
 
 	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Equal(t, 2, res.Attempt)
 	require.Equal(t, "charged o-1", res.Value)
 
 	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, delivery.StatusDuplicate, res.Status)
 	require.Equal(t, "charged o-1", res.Value)
 	require.Equal(t, int64(2), calls.Load())
 }
@@ -113,9 +115,9 @@ func TestPermanentFailureDeadLetters(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.ErrorIs(t, err, errCard)
 	require.True(t, dedup.IsPermanent(err))
-	d := rcv.Decide(res, err)
-	require.Equal(t, dedup.DeadLetter, d.Action)
-	require.Equal(t, dedup.ReasonPermanent, d.Reason)
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.DeadLetter, d.Action)
+	require.Equal(t, delivery.ReasonPermanent, d.Reason)
 }
 
 func TestAttemptsExhaustedDeadLetters(t *testing.T) {
@@ -130,12 +132,12 @@ func TestAttemptsExhaustedDeadLetters(t *testing.T) {
 	for attempt := 1; attempt <= 3; attempt++ {
 		res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 		require.ErrorIs(t, err, errTransient)
-		d := rcv.Decide(res, err)
+		d := adapter.Bind(rcv).Decide(res, err)
 		if attempt < 3 {
-			require.Equal(t, dedup.Retry, d.Action, "attempt %d", attempt)
+			require.Equal(t, delivery.Retry, d.Action, "attempt %d", attempt)
 		} else {
-			require.Equal(t, dedup.DeadLetter, d.Action)
-			require.Equal(t, dedup.ReasonAttemptsExhausted, d.Reason)
+			require.Equal(t, delivery.DeadLetter, d.Action)
+			require.Equal(t, delivery.ReasonAttemptsExhausted, d.Reason)
 		}
 	}
 	// A redelivery past the limit (a redriven dead letter, or a crash loop)
@@ -143,7 +145,7 @@ func TestAttemptsExhaustedDeadLetters(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.ErrorIs(t, err, dedup.ErrAttemptsExhausted)
 	require.Contains(t, err.Error(), errTransient.Error(), "the last error is reported")
-	require.Equal(t, dedup.DeadLetter, rcv.Decide(res, err).Action)
+	require.Equal(t, delivery.DeadLetter, adapter.Bind(rcv).Decide(res, err).Action)
 	require.Equal(t, int64(3), calls.Load())
 }
 
@@ -163,11 +165,11 @@ func TestPanicIsRecoveredAndReleased(t *testing.T) {
 	var pe *dedup.PanicError
 	require.ErrorAs(t, err, &pe)
 	require.Contains(t, string(pe.Stack), "receiver_test.go", "the stack points at the handler")
-	require.Equal(t, dedup.Retry, rcv.Decide(res, err).Action)
+	require.Equal(t, delivery.Retry, adapter.Bind(rcv).Decide(res, err).Action)
 
 	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Equal(t, 2, res.Attempt)
 }
 
@@ -190,18 +192,18 @@ func TestFingerprintMismatchIsKeyReused(t *testing.T) {
 
 	res, err := rcv.Handle(t.Context(), signedOrder{ID: "o-1", Amount: 10})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 
 	res, err = rcv.Handle(t.Context(), signedOrder{ID: "o-1", Amount: 10})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status)
+	require.Equal(t, delivery.StatusDuplicate, res.Status)
 
 	res, err = rcv.Handle(t.Context(), signedOrder{ID: "o-1", Amount: 99})
 	require.ErrorIs(t, err, dedup.ErrKeyReused)
-	require.NotEqual(t, dedup.StatusDuplicate, res.Status, "never replay someone else's result")
-	d := rcv.Decide(res, err)
-	require.Equal(t, dedup.DeadLetter, d.Action)
-	require.Equal(t, dedup.ReasonKeyReused, d.Reason)
+	require.NotEqual(t, delivery.StatusDuplicate, res.Status, "never replay someone else's result")
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.DeadLetter, d.Action)
+	require.Equal(t, delivery.ReasonKeyReused, d.Reason)
 	require.Equal(t, int64(1), calls.Load())
 }
 
@@ -223,10 +225,10 @@ func TestStoreDownFailClosed(t *testing.T) {
 		require.ErrorAs(t, err, &se)
 		require.Equal(t, "acquire", se.Op)
 		require.ErrorIs(t, err, errConnRefused.errno, "the store's own error stays reachable")
-		d := rcv.Decide(res, err)
-		require.Equal(t, dedup.Retry, d.Action)
+		d := adapter.Bind(rcv).Decide(res, err)
+		require.Equal(t, delivery.Retry, d.Action)
 		require.Equal(t, 7*time.Second, d.Delay)
-		require.Equal(t, dedup.ReasonStoreUnavailable, d.Reason)
+		require.Equal(t, delivery.ReasonStoreUnavailable, d.Reason)
 	}
 	require.Zero(t, calls.Load(), "fail-closed: the handler never runs unprotected")
 
@@ -234,7 +236,7 @@ func TestStoreDownFailClosed(t *testing.T) {
 	for i := range 5 {
 		res, err := rcv.Handle(t.Context(), order{ID: fmt.Sprint("o-", i)})
 		require.NoError(t, err)
-		require.Equal(t, dedup.StatusProcessed, res.Status)
+		require.Equal(t, delivery.StatusProcessed, res.Status)
 	}
 	require.Equal(t, int64(5), calls.Load())
 	require.Equal(t, uint64(5), rcv.Stats().StoreErrors)
@@ -253,11 +255,11 @@ func TestStoreDownFailOpen(t *testing.T) {
 	st.down.Store(true)
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusBypassed, res.Status)
+	require.Equal(t, delivery.StatusBypassed, res.Status)
 	require.Equal(t, "ok o-1", res.Value)
-	d := rcv.Decide(res, err)
-	require.Equal(t, dedup.Ack, d.Action)
-	require.Equal(t, dedup.ReasonBypassed, d.Reason)
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.Ack, d.Action)
+	require.Equal(t, delivery.ReasonBypassed, d.Reason)
 	require.Equal(t, int64(1), calls.Load())
 	require.Equal(t, uint64(1), rcv.Stats().Bypassed)
 }
@@ -275,10 +277,10 @@ func TestCancelledContextStillCompletes(t *testing.T) {
 
 	res, err := rcv.Handle(ctx, order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 
 	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, res.Status, "the completion was recorded despite the cancelled context")
+	require.Equal(t, delivery.StatusDuplicate, res.Status, "the completion was recorded despite the cancelled context")
 	require.Equal(t, int64(1), calls.Load())
 }

@@ -1,53 +1,15 @@
 package dedup
 
-import "time"
+import (
+	"time"
 
-// Status is what Handle did with a message.
-type Status uint8
-
-const (
-	// StatusNone: nothing was done for this delivery; the error says why.
-	StatusNone Status = iota
-	// StatusProcessed: the handler ran and succeeded; Value is its result.
-	StatusProcessed
-	// StatusDuplicate: the message was processed before; Value is the first
-	// result, replayed.
-	StatusDuplicate
-	// StatusInFlight: another delivery holds the key right now; retry after
-	// RetryAfter.
-	StatusInFlight
-	// StatusBypassed: the store was unavailable and the receiver is
-	// fail-open, so the handler ran without protection.
-	StatusBypassed
+	"github.com/dedup-go/dedup/delivery"
 )
-
-// String returns the status's name.
-func (s Status) String() string {
-	switch s {
-	case StatusProcessed:
-		return "processed"
-	case StatusDuplicate:
-		return "duplicate"
-	case StatusInFlight:
-		return "in-flight"
-	case StatusBypassed:
-		return "bypassed"
-	default:
-		return "none"
-	}
-}
-
-// Done reports whether the message's effect has happened (processed,
-// duplicate or bypassed): such a delivery is acknowledged. Handle never
-// returns an error with a done status.
-func (s Status) Done() bool {
-	return s == StatusProcessed || s == StatusDuplicate || s == StatusBypassed
-}
 
 // Result is the outcome of one delivery.
 type Result[R any] struct {
 	// Status says what happened.
-	Status Status
+	Status delivery.Status
 	// Value is the handler's result (processed, bypassed) or the first
 	// result replayed (duplicate). Concurrent duplicates inside one process
 	// share the first delivery's value.

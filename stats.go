@@ -1,6 +1,10 @@
 package dedup
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/dedup-go/dedup/delivery"
+)
 
 // Stats counts what a Receiver did since it was created.
 type Stats struct {
@@ -25,12 +29,12 @@ type Stats struct {
 	// DeadLetters counts, by reason, the dead letters adapters reported
 	// settled (Delivery.Settled): poison the broker took. Nil when there
 	// were none.
-	DeadLetters map[Reason]uint64
+	DeadLetters map[delivery.Reason]uint64
 }
 
 // deadLetterReasons are the reasons Decide dead-letters for, in the order
 // of stats.deadLetters.
-var deadLetterReasons = [...]Reason{ReasonNoKey, ReasonInvalidKey, ReasonUndecodable, ReasonKeyReused, ReasonAttemptsExhausted, ReasonPermanent}
+var deadLetterReasons = [...]delivery.Reason{delivery.ReasonNoKey, delivery.ReasonInvalidKey, delivery.ReasonUndecodable, delivery.ReasonKeyReused, delivery.ReasonAttemptsExhausted, delivery.ReasonPermanent}
 
 type stats struct {
 	deadLetters                                  [len(deadLetterReasons) + 1]atomic.Uint64 // the last: any other reason
@@ -40,7 +44,7 @@ type stats struct {
 }
 
 // deadLettered counts a dead letter for reason.
-func (s *stats) deadLettered(reason Reason) {
+func (s *stats) deadLettered(reason delivery.Reason) {
 	for i, r := range deadLetterReasons {
 		if r == reason {
 			s.deadLetters[i].Add(1)
@@ -53,16 +57,16 @@ func (s *stats) deadLettered(reason Reason) {
 // Stats returns the receiver's counters.
 func (r *Receiver[M, R]) Stats() Stats {
 	s := &r.stats
-	var dead map[Reason]uint64
+	var dead map[delivery.Reason]uint64
 	for i := range s.deadLetters {
 		n := s.deadLetters[i].Load()
 		if n == 0 {
 			continue
 		}
 		if dead == nil {
-			dead = make(map[Reason]uint64)
+			dead = make(map[delivery.Reason]uint64)
 		}
-		reason := Reason("other")
+		reason := delivery.Reason("other")
 		if i < len(deadLetterReasons) {
 			reason = deadLetterReasons[i]
 		}

@@ -8,11 +8,14 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -31,9 +34,9 @@ func TestStoreFailingInsideTheHandler(t *testing.T) {
 	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
 	var he *dedup.HandlerError
 	require.False(t, errors.As(err, &he), "not the handler's failure: %v", err)
-	d := rcv.Decide(dedup.Result[string]{Attempt: 1}, err)
-	require.Equal(t, dedup.Retry, d.Action, "never dead-lettered for attempts")
-	require.Equal(t, dedup.ReasonStoreUnavailable, d.Reason)
+	d := adapter.Bind(rcv).Decide(dedup.Result[string]{Attempt: 1}, err)
+	require.Equal(t, delivery.Retry, d.Action, "never dead-lettered for attempts")
+	require.Equal(t, delivery.ReasonStoreUnavailable, d.Reason)
 	require.Equal(t, uint64(1), rcv.Stats().StoreErrors)
 	require.Zero(t, rcv.Stats().HandlerErrors)
 }
@@ -64,10 +67,10 @@ func TestMisconfiguredStore(t *testing.T) {
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
 	require.NotErrorIs(t, err, dedup.ErrStoreUnavailable)
 	require.Zero(t, runs.Load(), "fail-open does not run through a misconfigured store")
-	d := rcv.Decide(res, err)
-	require.Equal(t, dedup.Retry, d.Action)
-	require.Equal(t, dedup.ReasonStoreMisconfigured, d.Reason)
-	require.Equal(t, dedup.DefaultStoreRetryDelay, d.Delay)
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.Retry, d.Action)
+	require.Equal(t, delivery.ReasonStoreMisconfigured, d.Reason)
+	require.Equal(t, (5 * time.Second), d.Delay)
 	require.Contains(t, logs.String(), "level=ERROR")
 	require.Contains(t, logs.String(), "store misconfigured")
 	require.Equal(t, uint64(1), rcv.Stats().StoreErrors)

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -85,7 +86,7 @@ func completedOnce[R any](tb testing.TB, handler func(context.Context, order) (R
 	}
 	o := order{ID: "o-1", Amount: 1999}
 	res, err := rcv.Handle(context.Background(), o)
-	if err != nil || res.Status != dedup.StatusProcessed {
+	if err != nil || res.Status != delivery.StatusProcessed {
 		tb.Fatalf("first delivery: status %v, %v", res.Status, err)
 	}
 	prefix, ok := strings.CutSuffix(res.Key, o.ID)
@@ -102,7 +103,7 @@ func duplicates[R comparable](rcv *dedup.Receiver[order, R], want R) func(tb tes
 		ctx := context.Background()
 		o := order{ID: "o-1", Amount: 1999}
 		return timed(n, func(int) {
-			if res, err := rcv.Handle(ctx, o); err != nil || res.Status != dedup.StatusDuplicate || res.Value != want {
+			if res, err := rcv.Handle(ctx, o); err != nil || res.Status != delivery.StatusDuplicate || res.Value != want {
 				tb.Fatalf("status %v, value %+v, %v; want a duplicate with %+v", res.Status, res.Value, err, want)
 			}
 		})
@@ -172,11 +173,11 @@ func init() {
 					}
 					keys := ids("default:o-", n)
 					return timed(n, func(i int) {
-						c, err := st.Acquire(ctx, store.AcquireRequest{Key: keys[i], Lease: dedup.DefaultLease})
+						c, err := st.Acquire(ctx, store.AcquireRequest{Key: keys[i], Lease: (30 * time.Second)})
 						if err != nil {
 							tb.Fatal(err)
 						}
-						if err := st.Complete(ctx, store.CompleteRequest{Key: keys[i], Token: c.Token, Retention: dedup.DefaultRetention}); err != nil {
+						if err := st.Complete(ctx, store.CompleteRequest{Key: keys[i], Token: c.Token, Retention: (24 * time.Hour)}); err != nil {
 							tb.Fatal(err)
 						}
 					})
@@ -185,7 +186,7 @@ func init() {
 					rcv := newMemReceiver(tb)
 					keys := ids("o-", n)
 					return timed(n, func(i int) {
-						if res, err := rcv.Handle(ctx, order{ID: keys[i]}); err != nil || res.Status != dedup.StatusProcessed {
+						if res, err := rcv.Handle(ctx, order{ID: keys[i]}); err != nil || res.Status != delivery.StatusProcessed {
 							tb.Fatalf("status %v, %v", res.Status, err)
 						}
 					})

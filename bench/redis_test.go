@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/redisstore"
@@ -130,7 +131,7 @@ func init() {
 	const lease = 30 * time.Second
 	setNX := func(c *redis.Client, key string) error { return c.SetNX(ctx, key, "1", lease).Err() }
 	handle := func(tb testing.TB, rcv *dedup.Receiver[order, struct{}], id string) {
-		if res, err := rcv.Handle(ctx, order{ID: id}); err != nil || res.Status != dedup.StatusProcessed {
+		if res, err := rcv.Handle(ctx, order{ID: id}); err != nil || res.Status != delivery.StatusProcessed {
 			tb.Fatalf("status %v, %v", res.Status, err)
 		}
 	}
@@ -366,7 +367,7 @@ func cpuRow(name string, workers int) row {
 					keys := ids(runPrefix("cpu-dedup"), n)
 					return perMessage(tb, n, func() {
 						parallel(n, workers, func(i int) {
-							if res, err := rcv.Handle(ctx, order{ID: keys[i]}); err != nil || res.Status != dedup.StatusProcessed {
+							if res, err := rcv.Handle(ctx, order{ID: keys[i]}); err != nil || res.Status != delivery.StatusProcessed {
 								tb.Errorf("%s: status %v, %v", keys[i], res.Status, err)
 							}
 						})
@@ -387,7 +388,7 @@ func handleBatches(tb testing.TB, rcv *dedup.Receiver[order, struct{}], keys []s
 			batch[i] = order{ID: keys[lo+i]}
 		}
 		for _, out := range rcv.HandleBatch(context.Background(), batch) {
-			if out.Err != nil || out.Result.Status != dedup.StatusProcessed {
+			if out.Err != nil || out.Result.Status != delivery.StatusProcessed {
 				tb.Fatalf("status %v, %v", out.Result.Status, out.Err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
@@ -42,7 +43,7 @@ func newReplicatedReceiver(tb testing.TB, c *redis.Client, minReplicas int) *ded
 func init() {
 	ctx := context.Background()
 	handle := func(tb testing.TB, rcv *dedup.Receiver[order, struct{}], id string) {
-		if res, err := rcv.Handle(ctx, order{ID: id}); err != nil || res.Status != dedup.StatusProcessed {
+		if res, err := rcv.Handle(ctx, order{ID: id}); err != nil || res.Status != delivery.StatusProcessed {
 			tb.Errorf("status %v, %v", res.Status, err)
 		}
 	}

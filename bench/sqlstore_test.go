@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/mysqlstore"
 	"github.com/dedup-go/dedup/store/pgstore"
@@ -104,7 +105,7 @@ func openPostgres(tb testing.TB) *pgxpool.Pool {
 func init() {
 	ctx := context.Background()
 	const ordersTable = "CREATE TABLE orders (id VARCHAR(64) NOT NULL, amount INT NOT NULL)"
-	handle := func(tb testing.TB, rcv *dedup.Receiver[order, struct{}], id string, want dedup.Status) {
+	handle := func(tb testing.TB, rcv *dedup.Receiver[order, struct{}], id string, want delivery.Status) {
 		if res, err := rcv.Handle(ctx, order{ID: id, Amount: 1}); err != nil || res.Status != want {
 			tb.Fatalf("status %v, want %v: %v", res.Status, want, err)
 		}
@@ -143,7 +144,7 @@ func init() {
 			if err != nil {
 				tb.Fatal(err)
 			}
-			handle(tb, rcv, "dup", dedup.StatusProcessed)
+			handle(tb, rcv, "dup", delivery.StatusProcessed)
 			return []side{
 				{name: "bare transaction: BEGIN, INSERT, COMMIT", run: func(tb testing.TB, n int) sample {
 					keys := ids(runPrefix("bare"), n)
@@ -161,10 +162,10 @@ func init() {
 				}},
 				{name: "mysqlstore.TxHandler: claim, then BEGIN, INSERT, completion, COMMIT", run: func(tb testing.TB, n int) sample {
 					keys := ids(runPrefix("dedup"), n)
-					return timed(n, func(i int) { handle(tb, rcv, keys[i], dedup.StatusProcessed) })
+					return timed(n, func(i int) { handle(tb, rcv, keys[i], delivery.StatusProcessed) })
 				}},
 				{name: "a duplicate through Handle (one read)", run: func(tb testing.TB, n int) sample {
-					return timed(n, func(int) { handle(tb, rcv, "dup", dedup.StatusDuplicate) })
+					return timed(n, func(int) { handle(tb, rcv, "dup", delivery.StatusDuplicate) })
 				}},
 			}
 		},
@@ -193,7 +194,7 @@ func init() {
 			if err != nil {
 				tb.Fatal(err)
 			}
-			handle(tb, rcv, "dup", dedup.StatusProcessed)
+			handle(tb, rcv, "dup", delivery.StatusProcessed)
 			return []side{
 				{name: "bare transaction: BEGIN, INSERT, COMMIT", run: func(tb testing.TB, n int) sample {
 					keys := ids(runPrefix("bare"), n)
@@ -209,10 +210,10 @@ func init() {
 				}},
 				{name: "pgstore.TxHandler: claim, then BEGIN, INSERT, completion, COMMIT", run: func(tb testing.TB, n int) sample {
 					keys := ids(runPrefix("dedup"), n)
-					return timed(n, func(i int) { handle(tb, rcv, keys[i], dedup.StatusProcessed) })
+					return timed(n, func(i int) { handle(tb, rcv, keys[i], delivery.StatusProcessed) })
 				}},
 				{name: "a duplicate through Handle (one read-only statement)", run: func(tb testing.TB, n int) sample {
-					return timed(n, func(int) { handle(tb, rcv, "dup", dedup.StatusDuplicate) })
+					return timed(n, func(int) { handle(tb, rcv, "dup", delivery.StatusDuplicate) })
 				}},
 			}
 		},

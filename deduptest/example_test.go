@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/store"
@@ -71,11 +72,15 @@ func (f *flaky) step(id string) error {
 // replicas builds, for each process of the service, its receiver over
 // the shared store s on clk, keyed by key.
 func replicas(clk *clock.Fake, s store.Store, key dedup.KeyFunc[Order], h dedup.Handler[Order, string]) deduptest.Target[Order, string] {
-	return deduptest.Replicas(func(replica int) (*dedup.Receiver[Order, string], error) {
-		return dedup.NewReceiver(s, key, h, &dedup.Config{
+	return deduptest.Replicas(func(replica int) (deduptest.Target[Order, string], error) {
+		rcv, err := dedup.NewReceiver(s, key, h, &dedup.Config{
 			Namespace: "payments", Lease: 10 * time.Second, Clock: clk,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
+		if err != nil {
+			return nil, err
+		}
+		return adapter.Bind(rcv), nil
 	})
 }
 
@@ -201,7 +206,7 @@ func ExampleRun_keyDiffersBetweenCopies() {
 	})
 	// The broker stamps each delivery with a new tag.
 	var tags atomic.Int64
-	broker := deduptest.TargetFunc[Order, string](func(ctx context.Context, o Order) dedup.Delivery[string] {
+	broker := deduptest.TargetFunc[Order, string](func(ctx context.Context, o Order) adapter.Delivery[string] {
 		o.Tag = tags.Add(1)
 		return service.Deliver(ctx, o)
 	})

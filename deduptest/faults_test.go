@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/store"
@@ -179,7 +180,7 @@ func TestReceiverRidesOutFaults(t *testing.T) {
 				g.effects.Record(p.ID)
 				return receipt{ID: "r-" + p.ID, Amount: p.Amount}, nil
 			})
-			rep := run(t, g, rcv, payments(3), g.opts())
+			rep := run(t, g, adapter.Bind(rcv), payments(3), g.opts())
 			require.NotEmpty(t, g.faults.Injected())
 			require.True(t, rep.Check(t))
 			for _, m := range rep.Messages {
@@ -222,7 +223,7 @@ func TestFaultNotInjected(t *testing.T) {
 		t.Cleanup(func() { _ = fs.Close() })
 		g := &rig{clk: clk, faults: fs, effects: new(deduptest.Effects)}
 		selfCompleting := func(ctx context.Context, p payment) (receipt, error) {
-			held, ok := dedup.ClaimFromContext(ctx)
+			held, ok := store.ClaimFromContext(ctx)
 			if !ok {
 				return receipt{}, errors.New("no claim in the handler's context")
 			}

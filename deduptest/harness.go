@@ -11,15 +11,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // Target is what Run delivers to: a *dedup.Receiver, an adapter-shaped
 // function (TargetFunc), or several processes sharing one store
 // (Replicas).
 type Target[M, R any] interface {
-	Deliver(ctx context.Context, msg M) dedup.Delivery[R]
+	Deliver(ctx context.Context, msg M) adapter.Delivery[R]
 }
 
 // Replicas returns a Target that stands for several processes of one
@@ -57,10 +58,10 @@ type replicas[M, R any] struct {
 }
 
 // Deliver delivers to replica 0, outside Run.
-func (rs *replicas[M, R]) Deliver(ctx context.Context, msg M) dedup.Delivery[R] {
+func (rs *replicas[M, R]) Deliver(ctx context.Context, msg M) adapter.Delivery[R] {
 	rs.once.Do(func() { rs.first, rs.err = rs.build(0) })
 	if rs.err != nil {
-		return dedup.Delivery[R]{Err: rs.err}
+		return adapter.Delivery[R]{Err: rs.err}
 	}
 	return rs.first.Deliver(ctx, msg)
 }
@@ -79,12 +80,12 @@ func isNil(v any) bool {
 }
 
 // TargetFunc adapts a function to Target: one delivery, handled and
-// decided (a dedup.Delivery built by hand carries Result, Err and
+// decided (a adapter.Delivery built by hand carries Result, Err and
 // Decision; its Settled does nothing).
-type TargetFunc[M, R any] func(ctx context.Context, msg M) dedup.Delivery[R]
+type TargetFunc[M, R any] func(ctx context.Context, msg M) adapter.Delivery[R]
 
 // Deliver calls f.
-func (f TargetFunc[M, R]) Deliver(ctx context.Context, msg M) dedup.Delivery[R] { return f(ctx, msg) }
+func (f TargetFunc[M, R]) Deliver(ctx context.Context, msg M) adapter.Delivery[R] { return f(ctx, msg) }
 
 // Defaults of Options.
 const (
@@ -120,7 +121,7 @@ type Options[M any] struct {
 	Effects func(id string) int
 	// Lease is the receiver's Config.Lease: a delivery that crashed (a
 	// Crash fault) is redelivered once it has run out. Default
-	// dedup.DefaultLease.
+	// (30 * time.Second).
 	Lease time.Duration
 	// Tick is how far the fake clock is moved when deliveries are running
 	// but none finishes (a handler or a completion waiting on the clock).
@@ -179,7 +180,7 @@ func Run[M, R any](ctx context.Context, clk *clock.Fake, target Target[M, R], ms
 	o.Copies = cmp.Or(o.Copies, DefaultCopies)
 	o.Workers = cmp.Or(o.Workers, DefaultWorkers)
 	o.MaxDeliveries = cmp.Or(o.MaxDeliveries, DefaultMaxDeliveries)
-	o.Lease = cmp.Or(o.Lease, dedup.DefaultLease)
+	o.Lease = cmp.Or(o.Lease, (30 * time.Second))
 	o.Tick = cmp.Or(o.Tick, o.Lease/10)
 	o.Idle = cmp.Or(o.Idle, DefaultIdle)
 	o.Timeout = cmp.Or(o.Timeout, DefaultTimeout)
@@ -229,7 +230,7 @@ type job struct {
 type outcome[R any] struct {
 	job    job
 	worker int
-	d      dedup.Delivery[R]
+	d      adapter.Delivery[R]
 }
 
 type run[M, R any] struct {
@@ -408,16 +409,16 @@ func (r *run[M, R]) settle(out outcome[R]) (job, bool) {
 	case crashed:
 		// The worker died: the broker redelivers once the lease ran out.
 		next.due = now.Add(r.o.Lease + time.Millisecond)
-	case d.Decision.Action == dedup.Ack:
-		d.Settled(dedup.Settlement{})
+	case d.Decision.Action == delivery.Ack:
+		d.Settled(adapter.Settlement{})
 		cs.acked = true
 		return job{}, false
-	case d.Decision.Action == dedup.DeadLetter:
-		d.Settled(dedup.Settlement{})
+	case d.Decision.Action == delivery.DeadLetter:
+		d.Settled(adapter.Settlement{})
 		cs.deadLettered = true
 		return job{}, false
 	default: // Retry, or no decision at all: redeliver
-		d.Settled(dedup.Settlement{})
+		d.Settled(adapter.Settlement{})
 		next.due = now.Add(max(d.Decision.Delay, 0))
 	}
 	if cs.deliveries >= r.o.MaxDeliveries {

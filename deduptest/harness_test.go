@@ -17,8 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -82,7 +84,7 @@ func (g *rig) newReceiver(key dedup.KeyFunc[payment], h dedup.Handler[payment, r
 // replicas is a service of h whose processes share the rig's store (Run
 // builds two by default).
 func (g *rig) replicas(h dedup.Handler[payment, receipt]) deduptest.Target[payment, receipt] {
-	return deduptest.Replicas(func(int) (*dedup.Receiver[payment, receipt], error) { return g.newReceiver(paymentID, h) })
+	return deduptest.Replicas(func(int) (deduptest.Target[payment, receipt], error) { return bind(g.newReceiver(paymentID, h)) })
 }
 
 func (g *rig) opts() *deduptest.Options[payment] {
@@ -130,7 +132,7 @@ func TestSafeHandlerPasses(t *testing.T) {
 		g.effects.Record(p.ID)
 		return receipt{ID: "r-" + p.ID, Amount: p.Amount}, nil
 	})
-	rep := run(t, g, rcv, payments(5), g.opts())
+	rep := run(t, g, adapter.Bind(rcv), payments(5), g.opts())
 	require.True(t, rep.Check(t))
 	for _, m := range rep.Messages {
 		require.Equal(t, 3, m.Acked, m.ID)
@@ -139,10 +141,10 @@ func TestSafeHandlerPasses(t *testing.T) {
 		for _, v := range m.Replayed() {
 			require.Equal(t, "r-"+m.ID, v.ID)
 		}
-		require.Contains(t, m.Statuses(), dedup.StatusDuplicate)
+		require.Contains(t, m.Statuses(), delivery.StatusDuplicate)
 		var retried bool
 		for _, d := range m.Decisions() {
-			retried = retried || d.Reason == dedup.ReasonHandlerError
+			retried = retried || d.Reason == delivery.ReasonHandlerError
 		}
 		require.True(t, retried, m.ID)
 	}
@@ -166,7 +168,7 @@ func TestDetectsDoubleEffect(t *testing.T) {
 		}
 		return receipt{ID: "r-" + p.ID}, nil
 	})
-	rep := run(t, g, rcv, payments(2), g.opts())
+	rep := run(t, g, adapter.Bind(rcv), payments(2), g.opts())
 	require.False(t, rep.OK())
 	require.Len(t, rep.ProblemsOf(deduptest.DoubleEffect), 2, rep.String())
 	p := rep.ProblemsOf(deduptest.DoubleEffect)[0]
@@ -193,7 +195,7 @@ func TestDetectsLostMessage(t *testing.T) {
 		}
 		return receipt{ID: "r-" + p.ID}, nil
 	})
-	rep := run(t, g, rcv, payments(3), g.opts())
+	rep := run(t, g, adapter.Bind(rcv), payments(3), g.opts())
 	lost := rep.ProblemsOf(deduptest.NoEffect)
 	require.Len(t, lost, 1, rep.String())
 	require.Equal(t, "p1", lost[0].ID)
@@ -205,10 +207,10 @@ func TestDetectsLostMessage(t *testing.T) {
 		g2.effects.Record(p.ID)
 		return receipt{ID: "r-" + p.ID}, nil
 	})
-	dropping := deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) dedup.Delivery[receipt] {
-		d := rcv2.Deliver(ctx, p)
+	dropping := deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) adapter.Delivery[receipt] {
+		d := adapter.Bind(rcv2).Deliver(ctx, p)
 		if p.ID == "p2" {
-			d.Decision = dedup.Decision{Action: dedup.Retry, Delay: time.Second}
+			d.Decision = delivery.Decision{Action: delivery.Retry, Delay: time.Second}
 		}
 		return d
 	})
@@ -233,7 +235,7 @@ func TestDetectsWrongReplay(t *testing.T) {
 	})
 	o := g.opts()
 	o.Workers = 1 // each duplicate reads the record, not the first delivery's flight
-	rep := run(t, g, rcv, payments(2), o)
+	rep := run(t, g, adapter.Bind(rcv), payments(2), o)
 	wrong := rep.ProblemsOf(deduptest.WrongReplay)
 	require.Len(t, wrong, 2, rep.String())
 	require.Contains(t, wrong[0].Detail, "Note:approved")
@@ -309,9 +311,9 @@ func TestReplicas(t *testing.T) {
 		return receipt{ID: "r-" + p.ID}, nil
 	}
 	var built []int
-	service := deduptest.Replicas(func(i int) (*dedup.Receiver[payment, receipt], error) {
+	service := deduptest.Replicas(func(i int) (deduptest.Target[payment, receipt], error) {
 		built = append(built, i)
-		return g.newReceiver(paymentID, h)
+		return bind(g.newReceiver(paymentID, h))
 	})
 	o := g.opts()
 	o.Replicas, o.Copies = 3, 4
@@ -326,23 +328,23 @@ func TestReplicas(t *testing.T) {
 	// Outside Run, the target delivers to replica 0.
 	d := service.Deliver(t.Context(), payment{ID: "p0"})
 	require.NoError(t, d.Err)
-	require.Equal(t, dedup.StatusDuplicate, d.Result.Status)
+	require.Equal(t, delivery.StatusDuplicate, d.Result.Status)
 
-	rcv := g.receiver(t, h)
+	rcv := adapter.Bind(g.receiver(t, h))
 	rep = run(t, g, rcv, payments(1), g.opts())
 	require.Equal(t, 1, rep.Replicas, "a plain target is one process")
 	require.NotContains(t, rep.String(), "replica")
 
 	failing := errors.New("no database")
-	_, err := deduptest.Run(t.Context(), g.clk, deduptest.Replicas(func(i int) (*dedup.Receiver[payment, receipt], error) {
+	_, err := deduptest.Run(t.Context(), g.clk, deduptest.Replicas(func(i int) (deduptest.Target[payment, receipt], error) {
 		if i == 1 {
 			return nil, failing
 		}
-		return g.newReceiver(paymentID, h)
+		return bind(g.newReceiver(paymentID, h))
 	}), payments(1), g.opts())
 	require.ErrorIs(t, err, failing)
 	require.ErrorContains(t, err, "replica 1")
-	_, err = deduptest.Run(t.Context(), g.clk, deduptest.Replicas(func(int) (*dedup.Receiver[payment, receipt], error) { return nil, nil }), payments(1), g.opts())
+	_, err = deduptest.Run(t.Context(), g.clk, deduptest.Replicas(func(int) (deduptest.Target[payment, receipt], error) { return nil, nil }), payments(1), g.opts())
 	require.ErrorContains(t, err, "replica 0 is nil")
 	o = g.opts()
 	o.Replicas = 2
@@ -366,7 +368,7 @@ func TestDetectsHandlerIgnoringCancellation(t *testing.T) {
 	})
 	o := g.opts()
 	o.Timeout = 300 * time.Millisecond
-	rep := run(t, g, rcv, payments(2), o)
+	rep := run(t, g, adapter.Bind(rcv), payments(2), o)
 	require.NotEmpty(t, rep.Ended)
 	stuck := rep.ProblemsOf(deduptest.Stuck)
 	require.NotEmpty(t, stuck, rep.String())
@@ -400,14 +402,14 @@ func TestDetectsKeyDiffers(t *testing.T) {
 	t.Parallel()
 	g := newRig(t)
 	byContent := idstrategy.ContentHash(func(p payment) ([]byte, error) { return json.Marshal(p) })
-	service := deduptest.Replicas(func(int) (*dedup.Receiver[payment, receipt], error) {
-		return g.newReceiver(byContent, func(ctx context.Context, p payment) (receipt, error) {
+	service := deduptest.Replicas(func(int) (deduptest.Target[payment, receipt], error) {
+		return bind(g.newReceiver(byContent, func(ctx context.Context, p payment) (receipt, error) {
 			g.effects.Record(p.ID)
 			return receipt{ID: "r-" + p.ID}, nil
-		})
+		}))
 	})
 	var sends atomic.Int64
-	producer := deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) dedup.Delivery[receipt] {
+	producer := deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) adapter.Delivery[receipt] {
 		p.SentAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(sends.Add(1)) * time.Millisecond)
 		return service.Deliver(ctx, p)
 	})
@@ -443,16 +445,16 @@ func TestDetectsKeyDiffers(t *testing.T) {
 	// problem.
 	g2 := newRig(t)
 	var sends2 atomic.Int64
-	fixed := deduptest.Replicas(func(int) (*dedup.Receiver[payment, receipt], error) {
-		return g2.newReceiver(idstrategy.ContentHash(func(p payment) ([]byte, error) {
+	fixed := deduptest.Replicas(func(int) (deduptest.Target[payment, receipt], error) {
+		return bind(g2.newReceiver(idstrategy.ContentHash(func(p payment) ([]byte, error) {
 			p.SentAt = time.Time{}
 			return json.Marshal(p)
 		}), func(ctx context.Context, p payment) (receipt, error) {
 			g2.effects.Record(p.ID)
 			return receipt{ID: "r-" + p.ID}, nil
-		})
+		}))
 	})
-	rep := run(t, g2, deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) dedup.Delivery[receipt] {
+	rep := run(t, g2, deduptest.TargetFunc[payment, receipt](func(ctx context.Context, p payment) adapter.Delivery[receipt] {
 		p.SentAt = time.Unix(sends2.Add(1), 0)
 		return fixed.Deliver(ctx, p)
 	}), payments(2), g2.opts())
@@ -480,7 +482,7 @@ func TestCrashAfterEffect(t *testing.T) {
 				charged[p.ID] = true
 				return receipt{ID: "r-" + p.ID}, nil
 			})
-			rep := run(t, g, rcv, payments(2), g.opts())
+			rep := run(t, g, adapter.Bind(rcv), payments(2), g.opts())
 			require.Len(t, g.faults.Injected(), 1)
 			m := rep.Message("p0")
 			require.Equal(t, 2, m.Runs, rep.String())
@@ -513,7 +515,7 @@ func TestCrashAfterEffect(t *testing.T) {
 func TestRunRejectsBadArguments(t *testing.T) {
 	t.Parallel()
 	g := newRig(t)
-	rcv := g.receiver(t, func(ctx context.Context, p payment) (receipt, error) { return receipt{}, nil })
+	rcv := adapter.Bind(g.receiver(t, func(ctx context.Context, p payment) (receipt, error) { return receipt{}, nil }))
 	_, err := deduptest.Run(context.Background(), nil, rcv, payments(1), nil)
 	require.Error(t, err)
 	_, err = deduptest.Run(context.Background(), g.clk, rcv, []payment{{ID: "a"}, {ID: "a"}}, g.opts())
@@ -528,4 +530,12 @@ type fakeT struct{ msgs []string }
 func (f *fakeT) Helper() {}
 func (f *fakeT) Errorf(format string, args ...any) {
 	f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
+}
+
+// bind is adapter.Bind for a replica factory's answer.
+func bind[M, R any](r *dedup.Receiver[M, R], err error) (deduptest.Target[M, R], error) {
+	if err != nil {
+		return nil, err
+	}
+	return adapter.Bind(r), nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // ProblemKind names what went wrong with a message.
@@ -78,14 +80,14 @@ type DeliveryReport[R any] struct {
 	At time.Time
 	// Key is the store key the receiver used.
 	Key     string
-	Status  dedup.Status
+	Status  delivery.Status
 	Attempt int
 	// Value is the result the delivery answered with (the replayed one for
 	// a duplicate).
 	Value    R
 	Err      error
 	Problem  error
-	Decision dedup.Decision
+	Decision delivery.Decision
 	// Crashed: a Crash fault dropped the completion; the delivery was not
 	// settled but redelivered after the lease.
 	Crashed bool
@@ -95,7 +97,7 @@ type DeliveryReport[R any] struct {
 
 // Ran reports whether the delivery ran the handler (whatever its outcome).
 func (d DeliveryReport[R]) Ran() bool {
-	if d.Status == dedup.StatusProcessed || d.Status == dedup.StatusBypassed {
+	if d.Status == delivery.StatusProcessed || d.Status == delivery.StatusBypassed {
 		return true
 	}
 	var he *dedup.HandlerError
@@ -117,7 +119,7 @@ func (d DeliveryReport[R]) String() string {
 		b.WriteString(", crashed before the record")
 	} else {
 		fmt.Fprintf(&b, ", %s", d.Decision.Action)
-		if d.Decision.Action == dedup.Retry {
+		if d.Decision.Action == delivery.Retry {
 			fmt.Fprintf(&b, " after %v", d.Decision.Delay)
 		}
 		if d.Decision.Reason != "" {
@@ -170,8 +172,8 @@ type keyAttempt struct {
 }
 
 // Statuses returns the status of each delivery, in order.
-func (m *MessageReport[R]) Statuses() []dedup.Status {
-	out := make([]dedup.Status, len(m.Deliveries))
+func (m *MessageReport[R]) Statuses() []delivery.Status {
+	out := make([]delivery.Status, len(m.Deliveries))
 	for i, d := range m.Deliveries {
 		out[i] = d.Status
 	}
@@ -180,8 +182,8 @@ func (m *MessageReport[R]) Statuses() []dedup.Status {
 
 // Decisions returns the decision of each delivery, in order (the zero
 // Decision for a crashed one).
-func (m *MessageReport[R]) Decisions() []dedup.Decision {
-	out := make([]dedup.Decision, len(m.Deliveries))
+func (m *MessageReport[R]) Decisions() []delivery.Decision {
+	out := make([]delivery.Decision, len(m.Deliveries))
 	for i, d := range m.Deliveries {
 		if !d.Crashed {
 			out[i] = d.Decision
@@ -194,14 +196,14 @@ func (m *MessageReport[R]) Decisions() []dedup.Decision {
 func (m *MessageReport[R]) Replayed() []R {
 	var out []R
 	for _, d := range m.Deliveries {
-		if d.Status == dedup.StatusDuplicate {
+		if d.Status == delivery.StatusDuplicate {
 			out = append(out, d.Value)
 		}
 	}
 	return out
 }
 
-func (m *MessageReport[R]) record(copyNo, replica, replicas int, d dedup.Delivery[R], at time.Time, crashed bool) {
+func (m *MessageReport[R]) record(copyNo, replica, replicas int, d adapter.Delivery[R], at time.Time, crashed bool) {
 	dr := DeliveryReport[R]{
 		Copy: copyNo, Replica: replica, replicated: replicas > 1, At: at, Key: d.Result.Key, Status: d.Result.Status, Attempt: d.Result.Attempt, Value: d.Result.Value,
 		Err: d.Err, Problem: d.Result.Problem, Decision: d.Decision, Crashed: crashed,
@@ -391,14 +393,14 @@ func (r *Report[R]) check(effects func(string) int) {
 		var first *DeliveryReport[R]
 		for j := range m.Deliveries {
 			d := &m.Deliveries[j]
-			if d.Status == dedup.StatusProcessed && !d.Crashed {
+			if d.Status == delivery.StatusProcessed && !d.Crashed {
 				first = d
 				break
 			}
 		}
 		if first != nil {
 			for _, d := range m.Deliveries {
-				if d.Status == dedup.StatusDuplicate && d.Problem == nil && !reflect.DeepEqual(d.Value, first.Value) {
+				if d.Status == delivery.StatusDuplicate && d.Problem == nil && !reflect.DeepEqual(d.Value, first.Value) {
 					add(&rest, WrongReplay, "copy %d was replayed %+v, but the first delivery that ran the handler (copy %d) answered %+v", d.Copy, d.Value, first.Copy, first.Value)
 					break
 				}

@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // ByType picks the strategy by the message's type name, for a topic that
@@ -124,7 +125,7 @@ func run[M any](k dedup.KeyFunc[M], m M, strategy string) (string, error) {
 	if id == "" {
 		return "", noKey(strategy, "the strategy returned an empty id")
 	}
-	if err := check(strategy, id, dedup.DefaultMaxIDLength); err != nil {
+	if err := check(strategy, id, adapter.DefaultMaxIDLength); err != nil {
 		return "", err
 	}
 	return id, nil

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // Composite builds an id from several parts of the message, such as tenant,
@@ -59,7 +60,7 @@ func Composite[M any](parts ...dedup.KeyFunc[M]) dedup.KeyFunc[M] {
 			writeEscaped(&b, v)
 		}
 		id := b.String()
-		if err := check(strategy, id, dedup.DefaultMaxIDLength); err != nil {
+		if err := check(strategy, id, adapter.DefaultMaxIDLength); err != nil {
 			return "", err
 		}
 		return id, nil

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/idstrategy"
 )
 
@@ -94,7 +95,7 @@ func TestCompositeHashLongHashesTheWhole(t *testing.T) {
 	t.Parallel()
 	// A part over the limit must not make HashLong hash that part alone:
 	// messages differing in the other part would share an id.
-	key := idstrategy.HashLong(pairKey(), dedup.DefaultMaxIDLength)
+	key := idstrategy.HashLong(pairKey(), adapter.DefaultMaxIDLength)
 	a, err := key(pair{megabyte, "x"})
 	wantID(t, a, err, hashOf(megabyte+":x"))
 	b, err := key(pair{megabyte, "y"})
@@ -104,7 +105,7 @@ func TestCompositeHashLongHashesTheWhole(t *testing.T) {
 	key2 := idstrategy.HashLong(idstrategy.Composite(
 		idstrategy.Field("ID", orderID),
 		idstrategy.Field("Tenant", orderTenant),
-	), dedup.DefaultMaxIDLength)
+	), adapter.DefaultMaxIDLength)
 	id, err := key2(order{ID: megabyte, Tenant: "t"})
 	wantID(t, id, err, hashOf(megabyte+":t"))
 }

@@ -60,13 +60,13 @@
 //   - [ByType], [ByGoType]: a strategy per message type, by a type name or by
 //     Go type.
 //   - [HashLong]: hash ids over a length limit instead of rejecting them.
-//   - [MaxLength]: another length limit than dedup.DefaultMaxIDLength.
+//   - [MaxLength]: another length limit than adapter.DefaultMaxIDLength.
 //
 // # Errors
 //
 // A missing id never means "do not deduplicate". A message without one fails with an
 // error matching dedup.ErrNoKey, a message whose id is unusable (empty,
-// longer than dedup.DefaultMaxIDLength bytes, not valid UTF-8) with one
+// longer than adapter.DefaultMaxIDLength bytes, not valid UTF-8) with one
 // matching dedup.ErrInvalidKey; errors returned by the user's functions are
 // wrapped to match dedup.ErrInvalidKey too. The Receiver treats both as poison
 // and adapters dead-letter the message. The message names the strategy and
@@ -74,8 +74,8 @@
 //
 //	idstrategy: composite part 2 of 2: field "OrderID": dedup: message has no id: the field is empty
 //
-// Every id returned has passed dedup.ValidateID with
-// dedup.DefaultMaxIDLength. Over-long ids are rejected rather than cut or
+// Every id returned has passed adapter.ValidateID with
+// adapter.DefaultMaxIDLength. Over-long ids are rejected rather than cut or
 // hashed unless the receiver opts into [HashLong], because an id that long is
 // more often a bug worth seeing. A receiver whose Config.MaxIDLength is
 // larger wraps its strategy in [MaxLength] with the same limit; the Receiver

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // TooLongError is the error of a strategy whose id is valid UTF-8 but longer
@@ -75,10 +76,10 @@ func invalidKey(strategy, detail string) error {
 	return &strategyError{strategy: strategy, err: fmt.Errorf("%w: %s", dedup.ErrInvalidKey, detail)}
 }
 
-// check validates a finished id with dedup.ValidateID. An id that is too long
+// check validates a finished id with adapter.ValidateID. An id that is too long
 // but otherwise fine gets a TooLongError, so HashLong and MaxLength can use it.
 func check(strategy, id string, limit int) error {
-	err := dedup.ValidateID(id, limit)
+	err := adapter.ValidateID(id, limit)
 	switch {
 	case err == nil:
 		return nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 )
 
@@ -197,7 +198,7 @@ func ExampleFirstOf_message() {
 
 	withHeader := &dedup.Message[Order]{
 		Data:   []byte("hello"),
-		Header: dedup.MapHeader{"Idempotency-Key": {"k-1"}},
+		Header: delivery.MapHeader{"Idempotency-Key": {"k-1"}},
 		Broker: "nats",
 	}
 	id, _ := key(withHeader)
@@ -206,7 +207,7 @@ func ExampleFirstOf_message() {
 	// Names are matched exactly: this header is not Idempotency-Key.
 	otherCase := &dedup.Message[Order]{
 		Data:   []byte("hello"),
-		Header: dedup.MapHeader{"idempotency-key": {"k-1"}},
+		Header: delivery.MapHeader{"idempotency-key": {"k-1"}},
 		Broker: "nats",
 	}
 	id, _ = key(otherCase)

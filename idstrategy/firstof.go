@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // FirstOf tries strategies in order and uses the first id found, for traffic
@@ -44,7 +45,7 @@ func FirstOf[M any](strategies ...dedup.KeyFunc[M]) dedup.KeyFunc[M] {
 			if err != nil {
 				return "", within(fmt.Sprintf("first of, strategy %d of %d", i+1, len(strategies)), err)
 			}
-			if err := check(strategy, id, dedup.DefaultMaxIDLength); err != nil {
+			if err := check(strategy, id, adapter.DefaultMaxIDLength); err != nil {
 				return "", err
 			}
 			return id, nil

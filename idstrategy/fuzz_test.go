@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/idstrategy"
 )
 
@@ -186,7 +187,7 @@ func FuzzStrategies(f *testing.F) {
 		} {
 			got, err := key(msg)
 			if err == nil {
-				if err := dedup.ValidateID(got, 0); err != nil {
+				if err := adapter.ValidateID(got, 0); err != nil {
 					t.Fatalf("strategy %d returned %q: %v", i, short(got), err)
 				}
 				continue

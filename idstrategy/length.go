@@ -20,10 +20,10 @@ const hashedLen = len("sha256:") + 2*sha256.Size
 //
 // inner's own too-long failures (a *TooLongError) are hashed too, which is
 // what makes HashLong(Field(...), limit) work although Field rejects ids over
-// dedup.DefaultMaxIDLength. Ids that are not valid UTF-8 are still rejected
+// adapter.DefaultMaxIDLength. Ids that are not valid UTF-8 are still rejected
 // whatever their length: hashing would hide that the producer sends garbage.
 //
-// The result is at most limit bytes. A limit above dedup.DefaultMaxIDLength
+// The result is at most limit bytes. A limit above adapter.DefaultMaxIDLength
 // lets ids up to limit through unhashed, so the Receiver's
 // Config.MaxIDLength must allow them. It panics if limit is shorter than a
 // hashed id (71 bytes) or inner is nil.
@@ -51,7 +51,7 @@ func HashLong[M any](inner dedup.KeyFunc[M], limit int) dedup.KeyFunc[M] {
 }
 
 // MaxLength holds inner's ids to limit bytes instead of
-// dedup.DefaultMaxIDLength: lower, to fit a store with short keys, or higher,
+// adapter.DefaultMaxIDLength: lower, to fit a store with short keys, or higher,
 // for producers with long ids (set the Receiver's Config.MaxIDLength to
 // match). Longer ids fail with a *TooLongError, so HashLong around MaxLength
 // hashes them. It panics if limit is not positive or inner is nil.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/idstrategy"
 )
 
@@ -33,8 +34,8 @@ func TestHashLong(t *testing.T) {
 		{name: "short passes", key: idstrategy.HashLong(field, 100), id: "order-1", want: "order-1"},
 		{name: "at the limit passes", key: idstrategy.HashLong(field, 100), id: exactLimit[:100], want: exactLimit[:100]},
 		{name: "over the limit is hashed", key: idstrategy.HashLong(field, 100), id: exactLimit[:101], want: hashOf(exactLimit[:101])},
-		{name: "a megabyte", key: idstrategy.HashLong(field, dedup.DefaultMaxIDLength), id: megabyte, want: hashOf(megabyte)},
-		{name: "a megabyte, unchecked inner", key: idstrategy.HashLong(raw, dedup.DefaultMaxIDLength), id: megabyte, want: hashOf(megabyte)},
+		{name: "a megabyte", key: idstrategy.HashLong(field, adapter.DefaultMaxIDLength), id: megabyte, want: hashOf(megabyte)},
+		{name: "a megabyte, unchecked inner", key: idstrategy.HashLong(raw, adapter.DefaultMaxIDLength), id: megabyte, want: hashOf(megabyte)},
 		{name: "limit above the default", key: idstrategy.HashLong(field, 1000), id: overLimit, want: overLimit},
 		{name: "smallest limit", key: idstrategy.HashLong(field, 71), id: exactLimit[:72], want: hashOf(exactLimit[:72])},
 		{name: "empty", key: idstrategy.HashLong(field, 100), id: "", target: dedup.ErrNoKey,

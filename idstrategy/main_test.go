@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -38,7 +39,7 @@ func wantID(t *testing.T, id string, err error, want string) {
 	t.Helper()
 	require.NoError(t, err)
 	require.Equal(t, want, id)
-	require.NoError(t, dedup.ValidateID(id, 0), "the returned id must pass ValidateID")
+	require.NoError(t, adapter.ValidateID(id, 0), "the returned id must pass ValidateID")
 }
 
 // wantErr fails the test unless err matches target (through the wrapping),
@@ -80,8 +81,8 @@ func short(s string) string {
 var (
 	megabyte   = strings.Repeat("x", 1<<20)
 	badUTF8    = "order-\xff-1"
-	exactLimit = strings.Repeat("y", dedup.DefaultMaxIDLength)
-	overLimit  = strings.Repeat("y", dedup.DefaultMaxIDLength+1)
+	exactLimit = strings.Repeat("y", adapter.DefaultMaxIDLength)
+	overLimit  = strings.Repeat("y", adapter.DefaultMaxIDLength+1)
 )
 
 // keyCase is one row of a strategy's table test: the id the strategy

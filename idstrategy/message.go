@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // The strategies of this file key a *dedup.Message[T], the envelope every
@@ -40,7 +41,7 @@ func MessageID[T any]() dedup.KeyFunc[*dedup.Message[T]] {
 		if m.ID == "" {
 			return "", noKey(strategy, "the message has no broker message id")
 		}
-		if err := check(strategy, m.ID, dedup.DefaultMaxIDLength); err != nil {
+		if err := check(strategy, m.ID, adapter.DefaultMaxIDLength); err != nil {
 			return "", err
 		}
 		return m.ID, nil
@@ -49,7 +50,7 @@ func MessageID[T any]() dedup.KeyFunc[*dedup.Message[T]] {
 
 // MessageHeader uses the first value of the named header as the id, read
 // with Message.HeaderValue. The name is matched exactly, case included, as
-// on dedup.Header: "idempotency-key" does not find "Idempotency-Key". A
+// on delivery.Header: "idempotency-key" does not find "Idempotency-Key". A
 // header that is missing and one that is present but empty both fail with
 // dedup.ErrNoKey, as in [Header].
 //
@@ -128,7 +129,7 @@ func StreamSequence[T any]() dedup.KeyFunc[*dedup.Message[T]] {
 			return "", err
 		}
 		id := m.Stream + ":" + strconv.FormatInt(m.Offset, 10)
-		if err := check(strategy, id, dedup.DefaultMaxIDLength); err != nil {
+		if err := check(strategy, id, adapter.DefaultMaxIDLength); err != nil {
 			return "", err
 		}
 		return id, nil
@@ -161,7 +162,7 @@ func TopicPartitionOffset[T any]() dedup.KeyFunc[*dedup.Message[T]] {
 			return "", err
 		}
 		id := m.Stream + ":" + strconv.Itoa(m.Partition) + ":" + strconv.FormatInt(m.Offset, 10)
-		if err := check(strategy, id, dedup.DefaultMaxIDLength); err != nil {
+		if err := check(strategy, id, adapter.DefaultMaxIDLength); err != nil {
 			return "", err
 		}
 		return id, nil

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 )
 
@@ -26,7 +28,7 @@ func placedOrderID(p placed) string { return p.OrderID }
 
 type placedMsg = *dedup.Message[placed]
 
-// amqpTable is a dedup.Header over an AMQP headers table (amqp091.Table is a
+// amqpTable is a delivery.Header over an AMQP headers table (amqp091.Table is a
 // map[string]any), as the RabbitMQ adapter wraps it: values that are not
 // strings are given as their text.
 type amqpTable map[string]any
@@ -61,7 +63,7 @@ func amqpText(v any) string {
 	return fmt.Sprint(v)
 }
 
-// kafkaHeaders is a dedup.Header over Kafka record headers (kafka-go's
+// kafkaHeaders is a delivery.Header over Kafka record headers (kafka-go's
 // []kafka.Header), as the Kafka adapter wraps them: a list, in which a key
 // may repeat, of byte values.
 type kafkaHeaders []struct {
@@ -89,8 +91,8 @@ func (h kafkaHeaders) All() iter.Seq2[string, string] {
 }
 
 var (
-	_ dedup.Header = amqpTable(nil)
-	_ dedup.Header = kafkaHeaders(nil)
+	_ delivery.Header = amqpTable(nil)
+	_ delivery.Header = kafkaHeaders(nil)
 )
 
 // One logical message, order ord-42 published with message id msg-7 and an
@@ -106,7 +108,7 @@ func jetStreamMessage() placedMsg {
 	return &dedup.Message[placed]{
 		Body:   placedBody,
 		Data:   []byte(placedData),
-		Header: dedup.MapHeader{"Nats-Msg-Id": {"msg-7"}, "Idempotency-Key": {"idem-7"}},
+		Header: delivery.MapHeader{"Nats-Msg-Id": {"msg-7"}, "Idempotency-Key": {"idem-7"}},
 		ID:     "msg-7", Source: "orders.placed",
 		Stream: "ORDERS", Offset: 42,
 		DeliveryCount: 1, Timestamp: placedAt, Broker: "jetstream",
@@ -117,7 +119,7 @@ func coreNATSMessage() placedMsg {
 	return &dedup.Message[placed]{
 		Body:   placedBody,
 		Data:   []byte(placedData),
-		Header: dedup.MapHeader{"Nats-Msg-Id": {"msg-7"}, "Idempotency-Key": {"idem-7"}},
+		Header: delivery.MapHeader{"Nats-Msg-Id": {"msg-7"}, "Idempotency-Key": {"idem-7"}},
 		ID:     "msg-7", Source: "orders.placed",
 		Broker: "nats",
 	}
@@ -436,7 +438,7 @@ func FuzzMessageStrategies(f *testing.F) {
 		} {
 			got, err := key(m)
 			if err == nil {
-				if err := dedup.ValidateID(got, 0); err != nil {
+				if err := adapter.ValidateID(got, 0); err != nil {
 					t.Fatalf("strategy %d returned %q: %v", i, short(got), err)
 				}
 				continue

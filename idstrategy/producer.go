@@ -4,6 +4,7 @@ import (
 	"reflect"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // Field uses a field of the message as its id: the producer's own message id
@@ -21,7 +22,7 @@ func Field[M any](name string, get func(M) string) dedup.KeyFunc[M] {
 		if id == "" {
 			return "", noKey(strategy, "the field is empty")
 		}
-		if err := check(strategy, id, dedup.DefaultMaxIDLength); err != nil {
+		if err := check(strategy, id, adapter.DefaultMaxIDLength); err != nil {
 			return "", err
 		}
 		return id, nil
@@ -50,7 +51,7 @@ func Header[M any](name string, get func(M, string) (string, bool)) dedup.KeyFun
 		case id == "":
 			return "", noKey(strategy, "the header is empty")
 		}
-		if err := check(strategy, id, dedup.DefaultMaxIDLength); err != nil {
+		if err := check(strategy, id, adapter.DefaultMaxIDLength); err != nil {
 			return "", err
 		}
 		return id, nil
@@ -78,7 +79,7 @@ func Method[M IdempotencyKeyer]() dedup.KeyFunc[M] {
 		if id == "" {
 			return "", noKey(strategy, "IdempotencyKey returned an empty string")
 		}
-		if err := check(strategy, id, dedup.DefaultMaxIDLength); err != nil {
+		if err := check(strategy, id, adapter.DefaultMaxIDLength); err != nil {
 			return "", err
 		}
 		return id, nil

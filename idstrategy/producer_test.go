@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/idstrategy"
 )
 
@@ -49,7 +50,7 @@ func TestFieldTooLongCarriesTheID(t *testing.T) {
 	var long *idstrategy.TooLongError
 	require.ErrorAs(t, err, &long)
 	require.True(t, long.ID == megabyte, "TooLongError.ID is not the id")
-	require.Equal(t, dedup.DefaultMaxIDLength, long.Limit)
+	require.Equal(t, adapter.DefaultMaxIDLength, long.Limit)
 	require.Less(t, len(err.Error()), 300, "the message should not contain the id")
 }
 

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // Windowed makes inner's id unique per time window: the id is inner's id, '@'
@@ -51,7 +52,7 @@ func Windowed[M any](inner dedup.KeyFunc[M], window time.Duration, at func(M) ti
 			return "", noKey(strategy, "the message has no time (at returned the zero time)")
 		}
 		id = id + "@" + t.Truncate(window).UTC().Format(time.RFC3339Nano)
-		if err := check(strategy, id, dedup.DefaultMaxIDLength); err != nil {
+		if err := check(strategy, id, adapter.DefaultMaxIDLength); err != nil {
 			return "", err
 		}
 		return id, nil

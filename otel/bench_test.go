@@ -15,6 +15,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	dedupotel "github.com/dedup-go/dedup/otel"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -29,16 +30,16 @@ func BenchmarkHandle(b *testing.B) {
 	exp := tracetest.NewInMemoryExporter()
 	observers := []struct {
 		name string
-		obs  func(b *testing.B) dedup.Observer
+		obs  func(b *testing.B) delivery.Observer
 	}{
-		{"observer=none", func(*testing.B) dedup.Observer { return nil }},
-		{"observer=empty-func", func(*testing.B) dedup.Observer {
-			return dedup.ObserverFunc(func(context.Context, dedup.Event) {})
+		{"observer=none", func(*testing.B) delivery.Observer { return nil }},
+		{"observer=empty-func", func(*testing.B) delivery.Observer {
+			return delivery.ObserverFunc(func(context.Context, delivery.Event) {})
 		}},
-		{"observer=otel-noop", func(b *testing.B) dedup.Observer {
+		{"observer=otel-noop", func(b *testing.B) delivery.Observer {
 			return newObserver(b, tracenoop.NewTracerProvider(), metricnoop.NewMeterProvider())
 		}},
-		{"observer=otel-sdk", func(b *testing.B) dedup.Observer {
+		{"observer=otel-sdk", func(b *testing.B) delivery.Observer {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 			b.Cleanup(func() { _ = tp.Shutdown(ctx); _ = mp.Shutdown(ctx) })

@@ -22,7 +22,7 @@
 // messaging.operation.type "process", messaging.operation.name,
 // messaging.destination.name, messaging.destination.template,
 // messaging.consumer.group.name, server.address and server.port (the
-// broker's, as the adapter reports them in dedup.Origin),
+// broker's, as the adapter reports them in delivery.Origin),
 // messaging.destination.partition.id and messaging.kafka.offset (Kafka),
 // messaging.message.id, and, when it ends, dedup.status, dedup.decision,
 // dedup.reason, dedup.attempt, dedup.namespace, dedup.key, dedup.stored,
@@ -92,7 +92,7 @@
 // destination (dedup.handlers.active only the last two: the namespace is
 // not known when a delivery starts). The destination is
 // messaging.destination.name, or, when the delivery's origin has a
-// template (dedup.Origin.DestinationTemplate: a subject that carries an
+// template (delivery.Origin.DestinationTemplate: a subject that carries an
 // id, orders.<id>, named orders.*), messaging.destination.template, with
 // the name only when it is the template itself: a name with an id would
 // make a series per message.

@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	dedupotel "github.com/dedup-go/dedup/otel"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -44,11 +46,11 @@ func Example() {
 
 	// What an adapter does with each message.
 	m := &dedup.Message[order]{Body: order{ID: "o-1"}, Broker: "kafka", Source: "orders",
-		Header: dedup.MapHeader{"traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}
+		Header: delivery.MapHeader{"traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}
 	for range 2 {
-		d := rcv.Deliver(ctx, m)
+		d := adapter.Bind(rcv).Deliver(ctx, m)
 		// ... ack, retry or dead-letter as d.Decision says, then:
-		d.Settled(dedup.Settlement{})
+		d.Settled(adapter.Settlement{})
 	}
 
 	for _, s := range spans.Ended() {

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	dedupotel "github.com/dedup-go/dedup/otel"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -100,7 +101,7 @@ func (e *env) ended(name string) []sdktrace.ReadOnlySpan {
 
 // kafkaMsg is an order from the Kafka topic orders, partition 3, with
 // header h.
-func kafkaMsg(id string, amount int, h dedup.MapHeader) msg {
+func kafkaMsg(id string, amount int, h delivery.MapHeader) msg {
 	return &dedup.Message[order]{Body: order{ID: id, Amount: amount}, ID: "m-" + id, Broker: "kafka", Source: "orders",
 		Stream: "orders", Partition: 3, Offset: 42, DeliveryCount: 1, Header: h}
 }
@@ -115,7 +116,7 @@ func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
 }
 
 // producer is a producer's span context, as a traceparent carries it.
-func producer(t testing.TB) (trace.SpanContext, dedup.MapHeader) {
+func producer(t testing.TB) (trace.SpanContext, delivery.MapHeader) {
 	t.Helper()
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID:    trace.TraceID{0x0a, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
@@ -123,7 +124,7 @@ func producer(t testing.TB) (trace.SpanContext, dedup.MapHeader) {
 		TraceFlags: trace.FlagsSampled,
 		Remote:     true,
 	})
-	h := dedup.MapHeader{}
+	h := delivery.MapHeader{}
 	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), propagation.HeaderCarrier(h))
 	// HeaderCarrier canonicalises the name; brokers keep what the producer
 	// wrote, which OTel propagators write in lower case.

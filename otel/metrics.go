@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -73,7 +74,7 @@ func (m *instruments) init(meter metric.Meter) error {
 }
 
 // record records the metrics of e.
-func (ob *Observer) record(ctx context.Context, e *dedup.Event) {
+func (ob *Observer) record(ctx context.Context, e *delivery.Event) {
 	a := ob.attrs.of(e)
 	m := &ob.m
 	m.deliveries.Add(ctx, 1, a.deliveries...)
@@ -100,14 +101,14 @@ func (ob *Observer) record(ctx context.Context, e *dedup.Event) {
 			m.notStored.Add(ctx, 1, a.baseAdd...)
 		}
 	}
-	if e.Status == dedup.StatusBypassed {
+	if e.Status == delivery.StatusBypassed {
 		m.bypassed.Add(ctx, 1, a.baseAdd...)
 	}
 	if e.Settled {
 		switch {
 		case e.SettleErr != nil:
 			m.settleFailures.Add(ctx, 1, a.settleFailure...)
-		case e.Decision.Action == dedup.DeadLetter:
+		case e.Decision.Action == delivery.DeadLetter:
 			m.deadLetters.Add(ctx, 1, a.deadLetter...)
 		}
 	}
@@ -131,9 +132,9 @@ type eventKey struct {
 	ns, store, group string
 	server           string
 	port             int
-	status           dedup.Status
-	action           dedup.Action
-	reason           dedup.Reason
+	status           delivery.Status
+	action           delivery.Action
+	reason           delivery.Reason
 	failed           bool
 }
 
@@ -143,7 +144,7 @@ type eventKey struct {
 // from its template may carry an id: one series per message.
 type destination struct{ system, name, template string }
 
-func destinationOf(o *dedup.Origin) destination {
+func destinationOf(o *delivery.Origin) destination {
 	d := destination{system: o.Broker, name: o.Source, template: o.DestinationTemplate}
 	if d.template != "" && d.template != d.name {
 		d.name = ""
@@ -178,7 +179,7 @@ type eventAttrs struct {
 	storeComplete   []metric.RecordOption // and of the completion
 }
 
-func (c *attrCache) of(e *dedup.Event) *eventAttrs {
+func (c *attrCache) of(e *delivery.Event) *eventAttrs {
 	k := eventKey{destination: destinationOf(&e.Origin), ns: e.Namespace, store: e.Store, group: cmp.Or(c.group, e.ConsumerGroup),
 		server: e.ServerAddress, port: e.ServerPort, status: e.Status, action: e.Decision.Action, reason: e.Decision.Reason,
 		failed: e.Err != nil}
@@ -245,7 +246,7 @@ func (c *attrCache) build(k eventKey) *eventAttrs {
 }
 
 // activeOf returns dedup.handlers.active's options for a delivery from o.
-func (c *attrCache) activeOf(o *dedup.Origin) []metric.AddOption {
+func (c *attrCache) activeOf(o *delivery.Origin) []metric.AddOption {
 	k := destinationOf(o)
 	c.mu.RLock()
 	a, ok := c.actives[k]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -40,14 +41,14 @@ type Options struct {
 	// ConsumerGroup is messaging.consumer.group.name on the spans and the
 	// messaging.* metrics of every delivery, whatever its adapter says.
 	// Defaults to the group the delivery's adapter reports
-	// (dedup.Origin.ConsumerGroup: the JetStream consumer's name, the core
+	// (delivery.Origin.ConsumerGroup: the JetStream consumer's name, the core
 	// NATS queue group, the Kafka reader's GroupID; none for RabbitMQ),
 	// and to none without one.
 	ConsumerGroup string
 }
 
 // Observer traces and measures deliveries with OpenTelemetry: it is a
-// dedup.Observer, a dedup.DeliveryStarter and a dedup.Injector. Make it
+// delivery.Observer, a delivery.DeliveryStarter and a delivery.Injector. Make it
 // with New and set it as dedup.Config.Observer. It is safe for concurrent
 // use.
 type Observer struct {
@@ -61,10 +62,10 @@ type Observer struct {
 }
 
 var (
-	_ dedup.Observer        = (*Observer)(nil)
-	_ dedup.DeliveryStarter = (*Observer)(nil)
-	_ dedup.Injector        = (*Observer)(nil)
-	_ dedup.Quiet           = (*Observer)(nil)
+	_ delivery.Observer        = (*Observer)(nil)
+	_ delivery.DeliveryStarter = (*Observer)(nil)
+	_ delivery.Injector        = (*Observer)(nil)
+	_ delivery.Quiet           = (*Observer)(nil)
 )
 
 // New returns an Observer made with opts; nil opts means the global
@@ -103,12 +104,12 @@ func New(opts *Options) (*Observer, error) {
 	return ob, nil
 }
 
-// delivery is the span StartDelivery puts in the delivery's context: the
+// deliverySpan is the span StartDelivery puts in the delivery's context: the
 // Observer's own span, or, for HTTP and gRPC, the server span it
 // annotates. It marks the context as one StartDelivery made, so that
 // Observe ends only a span it started and counts a delivery that ends
 // only once in dedup.handlers.active.
-type delivery struct {
+type deliverySpan struct {
 	trace.Span
 	ob       *Observer
 	own      bool // the Observer started Span: Observe ends it
@@ -128,7 +129,7 @@ func server(broker string) bool { return broker == "http" || broker == "grpc" }
 // gRPC origin it starts none: the server span in ctx is the delivery's,
 // and Observe annotates it. The context returned carries the span, so the
 // handler's spans nest under it.
-func (ob *Observer) StartDelivery(ctx context.Context, o dedup.Origin) context.Context {
+func (ob *Observer) StartDelivery(ctx context.Context, o delivery.Origin) context.Context {
 	if !ob.tracing && !ob.metering {
 		return ctx
 	}
@@ -142,19 +143,19 @@ func (ob *Observer) StartDelivery(ctx context.Context, o dedup.Origin) context.C
 		if active == nil {
 			return ctx
 		}
-		return trace.ContextWithSpan(ctx, &delivery{Span: trace.SpanFromContext(ctx), ob: ob, annotate: true, active: active})
+		return trace.ContextWithSpan(ctx, &deliverySpan{Span: trace.SpanFromContext(ctx), ob: ob, annotate: true, active: active})
 	case ob.tracing:
 		span := ob.start(ctx, o, time.Time{})
-		return trace.ContextWithSpan(ctx, &delivery{Span: span, ob: ob, own: true, active: active})
+		return trace.ContextWithSpan(ctx, &deliverySpan{Span: span, ob: ob, own: true, active: active})
 	case active != nil:
-		return trace.ContextWithSpan(ctx, &delivery{Span: trace.SpanFromContext(ctx), ob: ob, active: active})
+		return trace.ContextWithSpan(ctx, &deliverySpan{Span: trace.SpanFromContext(ctx), ob: ob, active: active})
 	}
 	return ctx
 }
 
 // start starts the span of a delivery from o, at the given time when not
 // zero.
-func (ob *Observer) start(ctx context.Context, o dedup.Origin, at time.Time) trace.Span {
+func (ob *Observer) start(ctx context.Context, o delivery.Origin, at time.Time) trace.Span {
 	var kv [14]attribute.KeyValue
 	attrs := append(kv[:0], semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"))
 	if o.Broker != "" {
@@ -207,7 +208,7 @@ func (ob *Observer) start(ctx context.Context, o dedup.Origin, at time.Time) tra
 }
 
 // Quiet reports whether the Observer records nothing (both its providers
-// are no-op): a receiver then never calls it (dedup.Quiet), so it costs a
+// are no-op): a receiver then never calls it (delivery.Quiet), so it costs a
 // delivery nothing; Inject still works.
 func (ob *Observer) Quiet() bool { return !ob.tracing && !ob.metering }
 
@@ -216,11 +217,11 @@ func (ob *Observer) Quiet() bool { return !ob.tracing && !ob.metering }
 // e tells, and records the delivery's metrics. A delivery StartDelivery
 // never saw (one an adapter returned unhandled at Stop) gets a span
 // started and ended now.
-func (ob *Observer) Observe(ctx context.Context, e dedup.Event) {
+func (ob *Observer) Observe(ctx context.Context, e delivery.Event) {
 	if !ob.tracing && !ob.metering {
 		return
 	}
-	d, _ := trace.SpanFromContext(ctx).(*delivery)
+	d, _ := trace.SpanFromContext(ctx).(*deliverySpan)
 	if d != nil && (d.ob != ob || d.ended) {
 		d = nil
 	}
@@ -251,7 +252,7 @@ func (ob *Observer) Observe(ctx context.Context, e dedup.Event) {
 }
 
 // end adds what e tells to span and ends it at now.
-func (ob *Observer) end(span trace.Span, e *dedup.Event, now time.Time) {
+func (ob *Observer) end(span trace.Span, e *delivery.Event, now time.Time) {
 	if !span.IsRecording() {
 		span.End()
 		return
@@ -302,14 +303,14 @@ func (ob *Observer) end(span trace.Span, e *dedup.Event, now time.Time) {
 }
 
 // annotate adds to an HTTP or gRPC server span what the receiver did.
-func (ob *Observer) annotate(span trace.Span, e *dedup.Event) {
+func (ob *Observer) annotate(span trace.Span, e *delivery.Event) {
 	var kv [8]attribute.KeyValue
 	attrs := append(kv[:0],
 		attribute.String("dedup.status", e.Status.String()),
 		attribute.String("dedup.reason", string(e.Decision.Reason)),
 		attribute.Int("dedup.attempt", e.Attempt),
-		attribute.Bool("dedup.replayed", e.Status == dedup.StatusDuplicate),
-		attribute.Bool("dedup.in_flight", e.Status == dedup.StatusInFlight),
+		attribute.Bool("dedup.replayed", e.Status == delivery.StatusDuplicate),
+		attribute.Bool("dedup.in_flight", e.Status == delivery.StatusInFlight),
 		attribute.Bool("dedup.key_reused", errors.Is(e.Err, dedup.ErrKeyReused)),
 	)
 	if e.Namespace != "" {
@@ -323,7 +324,7 @@ func (ob *Observer) annotate(span trace.Span, e *dedup.Event) {
 
 // errorType is error.type for a failed delivery: the decision's reason,
 // a bounded value.
-func errorType(e *dedup.Event) string {
+func errorType(e *delivery.Event) string {
 	if e.Decision.Reason != "" {
 		return string(e.Decision.Reason)
 	}
@@ -342,7 +343,7 @@ func (ob *Observer) Inject(ctx context.Context, set func(key, value string)) {
 }
 
 // headerCarrier reads an Origin's headers for a propagator.
-type headerCarrier struct{ h dedup.Header }
+type headerCarrier struct{ h delivery.Header }
 
 func (c headerCarrier) Get(key string) string { v, _ := c.h.Get(key); return v }
 func (c headerCarrier) Set(string, string)    {}

@@ -15,6 +15,8 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	dedupotel "github.com/dedup-go/dedup/otel"
 )
 
@@ -29,12 +31,12 @@ func TestDeliverySpan(t *testing.T) {
 	prod, h := producer(t)
 
 	ctx, caller := e.tp.Tracer("caller").Start(context.Background(), "poll")
-	d := rcv.Deliver(ctx, kafkaMsg("o-1", 10, h))
+	d := adapter.Bind(rcv).Deliver(ctx, kafkaMsg("o-1", 10, h))
 	require.NoError(t, d.Err)
-	require.Equal(t, dedup.Ack, d.Decision.Action)
+	require.Equal(t, delivery.Ack, d.Decision.Action)
 	require.Equal(t, trace.SpanFromContext(d.Context()).SpanContext().TraceID(), caller.SpanContext().TraceID())
 	require.Empty(t, e.ended("process orders"), "the span ends when the delivery is settled")
-	d.Settled(dedup.Settlement{Duration: 3 * time.Millisecond})
+	d.Settled(adapter.Settlement{Duration: 3 * time.Millisecond})
 	caller.End()
 
 	spans := e.ended("process orders")
@@ -84,14 +86,14 @@ func TestDeliverySpanStatus(t *testing.T) {
 	rcv := e.receiver(t, nil)
 	ctx := context.Background()
 
-	d := rcv.Deliver(ctx, kafkaMsg("fail", 0, nil))
+	d := adapter.Bind(rcv).Deliver(ctx, kafkaMsg("fail", 0, nil))
 	require.Error(t, d.Err)
-	d.Settled(dedup.Settlement{})
-	d = rcv.Deliver(ctx, kafkaMsg("ok", 1, nil))
-	d.Settled(dedup.Settlement{})
-	d = rcv.Deliver(ctx, kafkaMsg("ok", 1, nil))
-	require.Equal(t, dedup.StatusDuplicate, d.Result.Status)
-	d.Settled(dedup.Settlement{Err: errors.New("commit failed")})
+	d.Settled(adapter.Settlement{})
+	d = adapter.Bind(rcv).Deliver(ctx, kafkaMsg("ok", 1, nil))
+	d.Settled(adapter.Settlement{})
+	d = adapter.Bind(rcv).Deliver(ctx, kafkaMsg("ok", 1, nil))
+	require.Equal(t, delivery.StatusDuplicate, d.Result.Status)
+	d.Settled(adapter.Settlement{Err: errors.New("commit failed")})
 
 	spans := e.ended("process orders")
 	require.Len(t, spans, 3)
@@ -120,7 +122,7 @@ func TestObserveNeverEndsAForeignSpan(t *testing.T) {
 	rcv := e.receiver(t, nil)
 	ctx, caller := e.tp.Tracer("caller").Start(context.Background(), "poll")
 	m := kafkaMsg("late", 1, nil)
-	rcv.Observe(ctx, dedup.Event{Origin: m.Origin(), Decision: dedup.Decision{Action: dedup.Retry, Reason: dedup.ReasonCanceled},
+	adapter.Bind(rcv).Observe(ctx, delivery.Event{Origin: m.Origin(), Decision: delivery.Decision{Action: delivery.Retry, Reason: delivery.ReasonCanceled},
 		Settled: true, Duration: time.Millisecond})
 	require.Empty(t, e.ended("poll"), "the caller's span is not the Observer's to end")
 	spans := e.ended("process orders")
@@ -141,11 +143,11 @@ func TestServerSpanAnnotated(t *testing.T) {
 			e := newEnv(t)
 			rcv := e.receiver(t, nil)
 			n := 0
-			req := func(id string) (trace.Span, dedup.Delivery[string]) {
+			req := func(id string) (trace.Span, adapter.Delivery[string]) {
 				ctx, srv := e.tp.Tracer("otelhttp").Start(context.Background(), "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
 				m := &dedup.Message[order]{Body: order{ID: id, Amount: 1}, Broker: broker, Source: "POST /orders"}
-				d := rcv.Deliver(ctx, m)
-				d.Settled(dedup.Settlement{})
+				d := adapter.Bind(rcv).Deliver(ctx, m)
+				d.Settled(adapter.Settlement{})
 				require.Len(t, e.ended("POST /orders"), n, "the server span is the middleware's to end")
 				srv.End()
 				n++
@@ -153,7 +155,7 @@ func TestServerSpanAnnotated(t *testing.T) {
 			}
 			first, _ := req("o-1")
 			again, d := req("o-1")
-			require.Equal(t, dedup.StatusDuplicate, d.Result.Status)
+			require.Equal(t, delivery.StatusDuplicate, d.Result.Status)
 
 			require.Len(t, e.spans.Ended(), 3, "two server spans and the first request's handler span, no delivery span")
 			servers := e.ended("POST /orders")
@@ -194,7 +196,7 @@ func TestInject(t *testing.T) {
 	}
 	// Through a receiver, as adapters call it.
 	got := map[string]string{}
-	e.receiver(t, nil).Inject(ctx, func(k, v string) { got[k] = v })
+	adapter.Bind(e.receiver(t, nil)).Inject(ctx, func(k, v string) { got[k] = v })
 	require.Equal(t, want, got["traceparent"])
 	require.NotPanics(t, func() { e.obs.Inject(ctx, nil) })
 }
@@ -219,20 +221,20 @@ func TestMetrics(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	deliver := func(m msg, s dedup.Settlement) dedup.Delivery[string] {
-		d := rcv.Deliver(ctx, m)
+	deliver := func(m msg, s adapter.Settlement) adapter.Delivery[string] {
+		d := adapter.Bind(rcv).Deliver(ctx, m)
 		d.Settled(s)
 		return d
 	}
-	deliver(kafkaMsg("a", 1, nil), dedup.Settlement{})                                              // processed
-	deliver(kafkaMsg("a", 1, nil), dedup.Settlement{})                                              // duplicate
-	deliver(kafkaMsg("b", 0, nil), dedup.Settlement{})                                              // failing: retried
-	deliver(kafkaMsg("b", 0, nil), dedup.Settlement{})                                              // failing again
-	deliver(kafkaMsg("c", -1, nil), dedup.Settlement{})                                             // dead letter, taken
-	deliver(kafkaMsg("d", -1, nil), dedup.Settlement{Err: errors.New("dead letter not confirmed")}) // dead letter, failed
-	deliver(kafkaMsg("e", 1, nil), dedup.Settlement{Err: errors.New("commit failed")})              // processed, ack failed
-	rcv.Handle(ctx, kafkaMsg("a", 1, nil))                                                          // duplicate, unsettled
-	rcv.Handle(ctx, kafkaMsg("f", -1, nil))                                                         // to dead-letter, unsettled: no dead letter
+	deliver(kafkaMsg("a", 1, nil), adapter.Settlement{})                                              // processed
+	deliver(kafkaMsg("a", 1, nil), adapter.Settlement{})                                              // duplicate
+	deliver(kafkaMsg("b", 0, nil), adapter.Settlement{})                                              // failing: retried
+	deliver(kafkaMsg("b", 0, nil), adapter.Settlement{})                                              // failing again
+	deliver(kafkaMsg("c", -1, nil), adapter.Settlement{})                                             // dead letter, taken
+	deliver(kafkaMsg("d", -1, nil), adapter.Settlement{Err: errors.New("dead letter not confirmed")}) // dead letter, failed
+	deliver(kafkaMsg("e", 1, nil), adapter.Settlement{Err: errors.New("commit failed")})              // processed, ack failed
+	rcv.Handle(ctx, kafkaMsg("a", 1, nil))                                                            // duplicate, unsettled
+	rcv.Handle(ctx, kafkaMsg("f", -1, nil))                                                           // to dead-letter, unsettled: no dead letter
 
 	rm := e.collect(t)
 	ns := attribute.String("dedup.namespace", "billing")
@@ -277,7 +279,7 @@ func TestMetrics(t *testing.T) {
 	}
 	m, _ := find(rm, dedupotel.MetricConsumedMessages)
 	require.Equal(t, "{message}", m.Unit)
-	require.Equal(t, rcv.Stats().DeadLetters[dedup.ReasonPermanent], uint64(sum(t, rm, dedupotel.MetricDeadLetters)),
+	require.Equal(t, rcv.Stats().DeadLetters[delivery.ReasonPermanent], uint64(sum(t, rm, dedupotel.MetricDeadLetters)),
 		"the metric agrees with the receiver's Stats")
 }
 
@@ -293,13 +295,13 @@ func TestMetricsProblems(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	st.down = true
-	d := rcv.Deliver(ctx, kafkaMsg("a", 1, nil))
-	require.Equal(t, dedup.StatusBypassed, d.Result.Status)
-	d.Settled(dedup.Settlement{})
+	d := adapter.Bind(rcv).Deliver(ctx, kafkaMsg("a", 1, nil))
+	require.Equal(t, delivery.StatusBypassed, d.Result.Status)
+	d.Settled(adapter.Settlement{})
 	st.down = false
-	d = rcv.Deliver(ctx, kafkaMsg("b", 1, nil))
+	d = adapter.Bind(rcv).Deliver(ctx, kafkaMsg("b", 1, nil))
 	require.ErrorIs(t, d.Result.Problem, dedup.ErrResultNotStored)
-	d.Settled(dedup.Settlement{})
+	d.Settled(adapter.Settlement{})
 
 	rm := e.collect(t)
 	require.EqualValues(t, 1, sum(t, rm, dedupotel.MetricBypassed, attribute.String("messaging.system", "kafka")))
@@ -317,7 +319,7 @@ func TestNoopProviders(t *testing.T) {
 	_, h := producer(t)
 	m := kafkaMsg("a", 1, h)
 	o := m.Origin()
-	ev := dedup.Event{Origin: o, Status: dedup.StatusDuplicate, Decision: dedup.Decision{Action: dedup.Ack, Reason: dedup.ReasonDuplicate},
+	ev := delivery.Event{Origin: o, Status: delivery.StatusDuplicate, Decision: delivery.Decision{Action: delivery.Ack, Reason: delivery.ReasonDuplicate},
 		Settled: true, Duration: time.Millisecond}
 	require.Equal(t, ctx, ob.StartDelivery(ctx, o))
 	if raceEnabled {

@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	dedupotel "github.com/dedup-go/dedup/otel"
 )
 
@@ -24,7 +26,7 @@ func jetStreamMsg(id, subject string, amount int) msg {
 // fromConsumer is the context of an adapter's deliveries: what it knows
 // of its consumer, for every delivery's Origin.
 func fromConsumer(template string) context.Context {
-	return dedup.WithOrigin(context.Background(), func(o dedup.Origin) dedup.Origin {
+	return adapter.WithOrigin(context.Background(), func(o delivery.Origin) delivery.Origin {
 		o.ServerAddress, o.ServerPort, o.ConsumerGroup, o.DestinationTemplate = "nats.internal", 4222, "billing-durable", template
 		return o
 	})
@@ -40,10 +42,10 @@ func TestServerAndGroupFromOrigin(t *testing.T) {
 	t.Parallel()
 	e := newEnvWith(t, dedupotel.Options{Propagator: propagation.TraceContext{}})
 	rcv := e.receiver(t, nil)
-	d := rcv.Deliver(fromConsumer(""), jetStreamMsg("o-1", "orders", 1))
-	d.Settled(dedup.Settlement{})
-	d = rcv.Deliver(context.Background(), jetStreamMsg("o-2", "orders", 1))
-	d.Settled(dedup.Settlement{})
+	d := adapter.Bind(rcv).Deliver(fromConsumer(""), jetStreamMsg("o-1", "orders", 1))
+	d.Settled(adapter.Settlement{})
+	d = adapter.Bind(rcv).Deliver(context.Background(), jetStreamMsg("o-2", "orders", 1))
+	d.Settled(adapter.Settlement{})
 
 	spans := e.ended("process orders")
 	require.Len(t, spans, 2)
@@ -72,8 +74,8 @@ func TestServerAndGroupFromOrigin(t *testing.T) {
 	// The option names the group of every delivery.
 	named := newEnv(t)
 	rcv = named.receiver(t, nil)
-	d = rcv.Deliver(fromConsumer(""), jetStreamMsg("o-1", "orders", 1))
-	d.Settled(dedup.Settlement{})
+	d = adapter.Bind(rcv).Deliver(fromConsumer(""), jetStreamMsg("o-1", "orders", 1))
+	d.Settled(adapter.Settlement{})
 	require.Equal(t, "billing-workers", attrs(named.ended("process orders")[0].Attributes())["messaging.consumer.group.name"].AsString())
 	require.EqualValues(t, 1, sum(t, named.collect(t), dedupotel.MetricConsumedMessages,
 		attribute.String("messaging.consumer.group.name", "billing-workers"), attribute.String("server.address", "nats.internal")))
@@ -98,13 +100,13 @@ func TestDestinationTemplate(t *testing.T) {
 			amount = 0 // a handler error: a failed delivery's series too
 		}
 		m := jetStreamMsg(fmt.Sprint("o-", i), fmt.Sprint("orders.", i), amount)
-		d := rcv.Deliver(ctx, m)
-		d.Settled(dedup.Settlement{})
-		d = rcv.Deliver(ctx, m) // a redelivery: a duplicate, or the failure again
-		d.Settled(dedup.Settlement{})
+		d := adapter.Bind(rcv).Deliver(ctx, m)
+		d.Settled(adapter.Settlement{})
+		d = adapter.Bind(rcv).Deliver(ctx, m) // a redelivery: a duplicate, or the failure again
+		d.Settled(adapter.Settlement{})
 	}
 	late := jetStreamMsg("late", "orders.late", 1) // returned unhandled at Stop
-	rcv.Observe(ctx, dedup.Event{Origin: late.Origin(), Decision: dedup.Decision{Action: dedup.Retry, Reason: dedup.ReasonCanceled},
+	adapter.Bind(rcv).Observe(ctx, delivery.Event{Origin: late.Origin(), Decision: delivery.Decision{Action: delivery.Retry, Reason: delivery.ReasonCanceled},
 		Settled: true, Duration: time.Millisecond})
 
 	spans := e.ended("process orders.*")
@@ -138,8 +140,8 @@ func TestDestinationTemplate(t *testing.T) {
 	require.Contains(t, all, dedupotel.MetricHandlersActive)
 
 	// A literal subject is its own template: the metrics keep its name.
-	d := rcv.Deliver(fromConsumer("refunds"), jetStreamMsg("r-1", "refunds", 1))
-	d.Settled(dedup.Settlement{})
+	d := adapter.Bind(rcv).Deliver(fromConsumer("refunds"), jetStreamMsg("r-1", "refunds", 1))
+	d.Settled(adapter.Settlement{})
 	require.Len(t, e.ended("process refunds"), 1)
 	rm = e.collect(t)
 	both := []attribute.KeyValue{attribute.String("messaging.destination.name", "refunds"),
@@ -154,8 +156,8 @@ func TestNoTemplateKeepsTheName(t *testing.T) {
 	t.Parallel()
 	e := newEnvWith(t, dedupotel.Options{Propagator: propagation.TraceContext{}})
 	rcv := e.receiver(t, nil)
-	d := rcv.Deliver(fromConsumer(""), jetStreamMsg("o-1", "orders", 1))
-	d.Settled(dedup.Settlement{})
+	d := adapter.Bind(rcv).Deliver(fromConsumer(""), jetStreamMsg("o-1", "orders", 1))
+	d.Settled(adapter.Settlement{})
 	spans := e.ended("process orders")
 	require.Len(t, spans, 1)
 	require.NotContains(t, attrs(spans[0].Attributes()), attribute.Key("messaging.destination.template"))

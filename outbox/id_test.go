@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/outbox"
 )
 
@@ -23,7 +23,7 @@ func TestMessageIDGolden(t *testing.T) {
 	} {
 		got := outbox.MessageID(c.key, c.name)
 		require.Len(t, got, outbox.IDLength)
-		require.NoError(t, dedup.ValidateID(got, 0), "a valid message id for every receiver")
+		require.NoError(t, adapter.ValidateID(got, 0), "a valid message id for every receiver")
 		if c.id != "" {
 			require.Equal(t, c.id, got, "MessageID(%q, %q)", c.key, c.name)
 		}

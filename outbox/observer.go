@@ -6,7 +6,7 @@ import (
 )
 
 // Observer hears what a relay does: metrics and logs plug in here, as
-// dedup.Observer does for deliveries. Observe is called synchronously on
+// delivery.Observer does for deliveries. Observe is called synchronously on
 // the relay's goroutine, so it must be fast and safe for concurrent use
 // (several relays may share one); a panic in it is recovered and logged.
 type Observer interface {

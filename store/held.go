@@ -4,11 +4,12 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/dedup-go/dedup/internal/ctxkey"
 )
 
 // HeldClaim is the claim a handler runs under, reachable from the handler's
-// context through ClaimFromContext (dedup.ClaimFromContext is the same
-// function). A store that can complete the record inside the handler's own
+// context through ClaimFromContext. A store that can complete the record inside the handler's own
 // transaction (pgstore.CompleteTx) reads the key, token and retention here
 // and calls MarkCompleted, so the receiver does not complete it again.
 type HeldClaim struct {
@@ -31,23 +32,14 @@ func (h *HeldClaim) MarkCompleted() { h.completed.Store(true) }
 // Completed reports whether MarkCompleted was called.
 func (h *HeldClaim) Completed() bool { return h.completed.Load() }
 
-type heldKey struct{}
-
 // ContextWithClaim returns ctx carrying h.
 func ContextWithClaim(ctx context.Context, h *HeldClaim) context.Context {
-	return context.WithValue(ctx, heldKey{}, h)
+	return context.WithValue(ctx, ctxkey.Claim{}, h)
 }
-
-// ClaimContextKey returns the key under which a context carries its
-// HeldClaim. The receiver's handler context is a type of its own, made
-// without an allocation of its own, and answers ClaimFromContext by
-// returning its claim from Value for this key; ContextWithClaim is the
-// way for everyone else.
-func ClaimContextKey() any { return heldKey{} }
 
 // ClaimFromContext returns the claim the handler running under ctx holds,
 // or false outside a handler.
 func ClaimFromContext(ctx context.Context) (*HeldClaim, bool) {
-	h, ok := ctx.Value(heldKey{}).(*HeldClaim)
+	h, ok := ctx.Value(ctxkey.Claim{}).(*HeldClaim)
 	return h, ok && h != nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
 	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/redisstore"
 	"github.com/dedup-go/dedup/store/tieredstore"
 )
@@ -118,7 +119,7 @@ func runChild() error {
 			return Receipt{}, ctx.Err()
 		default:
 		}
-		held, _ := dedup.ClaimFromContext(ctx)
+		held, _ := store.ClaimFromContext(ctx)
 		switch {
 		case isPermanent(i):
 			return Receipt{}, dedup.Permanent(errors.New("card declined"))

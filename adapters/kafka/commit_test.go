@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -24,13 +25,13 @@ type position struct {
 // settlements records the adapter's decisions by message position.
 type settlements struct {
 	mu  sync.Mutex
-	got map[position][]dedup.Reason
+	got map[position][]delivery.Reason
 }
 
-func newSettlements() *settlements { return &settlements{got: map[position][]dedup.Reason{}} }
+func newSettlements() *settlements { return &settlements{got: map[position][]delivery.Reason{}} }
 
-func (s *settlements) observer() dedup.Observer {
-	return onSettled(func(e dedup.Event) {
+func (s *settlements) observer() delivery.Observer {
+	return onSettled(func(e delivery.Event) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		p := position{e.Partition, e.Offset}
@@ -38,12 +39,12 @@ func (s *settlements) observer() dedup.Observer {
 	})
 }
 
-func (s *settlements) snapshot() map[position][]dedup.Reason {
+func (s *settlements) snapshot() map[position][]delivery.Reason {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[position][]dedup.Reason, len(s.got))
+	out := make(map[position][]delivery.Reason, len(s.got))
 	for k, v := range s.got {
-		out[k] = append([]dedup.Reason(nil), v...)
+		out[k] = append([]delivery.Reason(nil), v...)
 	}
 	return out
 }
@@ -149,9 +150,9 @@ func testKillRereads(t *testing.T, every time.Duration) {
 		}
 		if _, ok := done1[pos]; ok {
 			reread++
-			require.Equal(t, []dedup.Reason{dedup.ReasonDuplicate}, reasons, "message %v finished by the first consumer", pos)
+			require.Equal(t, []delivery.Reason{delivery.ReasonDuplicate}, reasons, "message %v finished by the first consumer", pos)
 		} else {
-			require.Equal(t, []dedup.Reason{dedup.ReasonProcessed}, reasons, "message %v", pos)
+			require.Equal(t, []delivery.Reason{delivery.ReasonProcessed}, reasons, "message %v", pos)
 		}
 	}
 	for p := range partitions {

@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // counters are the Consumer's [dedup.ConsumerStats], shared with its
@@ -39,7 +40,7 @@ type counters struct {
 // [KafkaMessage] returns the kafka.Message behind it.
 type Consumer[T, R any] struct {
 	reader *kafka.Reader
-	rcv    *dedup.Receiver[*dedup.Message[T], R]
+	rcv    *adapter.Receiver[*dedup.Message[T], R]
 	opts   Options
 	group  string
 	dlw    *kafka.Writer
@@ -87,13 +88,14 @@ func NewConsumer[T, R any](r *kafka.Reader, rcv *dedup.Receiver[*dedup.Message[T
 	case rcv == nil:
 		return nil, wrapConfig("receiver is nil")
 	}
-	o := opts.withDefaults(rcv.Logger())
+	b := adapter.Bind(rcv)
+	o := opts.withDefaults(b.Logger())
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	return &Consumer[T, R]{
 		reader:   r,
-		rcv:      rcv,
+		rcv:      b,
 		opts:     o,
 		group:    r.Config().GroupID,
 		sem:      make(chan struct{}, o.Concurrency),
@@ -147,7 +149,7 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 		}
 	}
 	c.started = true
-	workCtx, cancelWork := context.WithCancel(dedup.WithOrigin(ctx, c.origin(cfg)))
+	workCtx, cancelWork := context.WithCancel(adapter.WithOrigin(ctx, c.origin(cfg)))
 	fetchCtx, cancelFetch := context.WithCancel(workCtx)
 	c.cancelWork, c.cancelFetch = cancelWork, cancelFetch
 	c.committer = newCommitter(c.reader, c.opts, c.stats, c.readerClosed)

@@ -7,14 +7,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/segmentio/kafka-go"
-
-	"github.com/dedup-go/dedup"
 )
 
 // Headers of a dead letter, added to the original message's headers.
 const (
-	HeaderReason       = "Dedup-Reason"        // the dedup.Reason, e.g. "undecodable"
+	HeaderReason       = "Dedup-Reason"        // the delivery.Reason, e.g. "undecodable"
 	HeaderError        = "Dedup-Error"         // the error's text, on one line
 	HeaderTopic        = "Dedup-Topic"         // the original's topic
 	HeaderPartition    = "Dedup-Partition"     // the original's partition
@@ -31,7 +30,7 @@ type deadLetter struct {
 	msg       kafka.Message
 	from      origin // where msg was first read
 	group     string
-	reason    dedup.Reason
+	reason    delivery.Reason
 	err       error
 	key       string
 	attempt   int

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -42,8 +43,8 @@ func testDeadLetterBeforeCommit(t *testing.T, batch int) {
 	fx := newEffects()
 	var mu sync.Mutex
 	var failed, written int
-	obs := onSettled(func(e dedup.Event) {
-		if e.Decision.Action != dedup.DeadLetter {
+	obs := onSettled(func(e delivery.Event) {
+		if e.Decision.Action != delivery.DeadLetter {
 			return
 		}
 		mu.Lock()
@@ -112,11 +113,11 @@ func testDeadLetterBeforeCommit(t *testing.T, batch int) {
 	require.GreaterOrEqual(t, st.SettleFailures, uint64(3))
 	st.SettleFailures = 0
 	require.Equal(t, dedup.ConsumerStats{Delivered: 3, Acked: 2, DeadLettered: 1}, st)
-	require.Equal(t, map[dedup.Reason]uint64{dedup.ReasonUndecodable: 1}, rcv.Stats().DeadLetters)
+	require.Equal(t, map[delivery.Reason]uint64{delivery.ReasonUndecodable: 1}, rcv.Stats().DeadLetters)
 	letters := readAll(t, brokers, dlq, 1)
 	require.Equal(t, "not json", string(letters[0].Value))
 	reason, _ := dedupkafka.Header(letters[0].Headers).Get(dedupkafka.HeaderReason)
-	require.Equal(t, string(dedup.ReasonUndecodable), reason)
+	require.Equal(t, string(delivery.ReasonUndecodable), reason)
 }
 
 // TestStopSettlesUnwrittenDeadLetter: a consumer stopping while the dead
@@ -128,9 +129,9 @@ func TestStopSettlesUnwrittenDeadLetter(t *testing.T) {
 	const topic, dlq, group = "orders", "orders.dlq", "billing"
 	brokers := startKafka(t, 1, topic, dlq)
 	var mu sync.Mutex
-	var events []dedup.Event
+	var events []delivery.Event
 	cfg := fastConfig("billing")
-	cfg.Observer = onSettled(func(e dedup.Event) {
+	cfg.Observer = onSettled(func(e delivery.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		events = append(events, e)
@@ -169,8 +170,8 @@ func TestStopSettlesUnwrittenDeadLetter(t *testing.T) {
 	defer mu.Unlock()
 	require.Len(t, events, 1)
 	e := events[0]
-	require.Equal(t, dedup.DeadLetter, e.Decision.Action)
-	require.Equal(t, dedup.ReasonUndecodable, e.Decision.Reason)
+	require.Equal(t, delivery.DeadLetter, e.Decision.Action)
+	require.Equal(t, delivery.ReasonUndecodable, e.Decision.Reason)
 	require.ErrorIs(t, e.SettleErr, dedupkafka.ErrDeadLetter)
 	require.Positive(t, e.SettleDuration, "from the first write to the stop")
 	require.Nil(t, rcv.Stats().DeadLetters)

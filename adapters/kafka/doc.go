@@ -255,7 +255,7 @@
 // receiver is one delivery (dedup.Receiver.Deliver, DeliverBatch for a
 // batch, Refused for a value that does not decode), and the receiver's
 // dedup.Config.Observer hears of it once, when the adapter settled it, as
-// one dedup.Event: Broker "kafka" ([BrokerKafka]), Source and Stream the
+// one delivery.Event: Broker "kafka" ([BrokerKafka]), Source and Stream the
 // topic, Partition and Offset the message's (for a message of a retry
 // topic, Stream, Partition and Offset are where it was first read),
 // ConsumerGroup the reader's GroupID, ServerAddress and ServerPort the
@@ -283,11 +283,11 @@
 // when the consumer stops are not reported: they are left uncommitted.
 //
 // The handler, the Observer and the adapter's logs about a delivery get
-// the delivery's context (with the span a dedup.DeliveryStarter Observer,
+// the delivery's context (with the span a delivery.DeliveryStarter Observer,
 // such as dedupotel's, started), and every log line is written with
 // slog's Context methods. Dead letters and retry copies carry the
 // delivery's trace context in their headers, written by the Observer when
-// it is a dedup.Injector (a header of the same name the original had, the
+// it is a delivery.Injector (a header of the same name the original had, the
 // producer's traceparent say, takes the new value): the next consumer's
 // span links to this delivery's. On the producer side, [Writer]'s
 // Injector does the same with the ctx given to WriteMessages.

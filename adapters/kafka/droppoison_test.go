@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -54,8 +55,8 @@ func TestDropPoisonLogsAndCounts(t *testing.T) {
 	cfg := fastConfig("billing")
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	var mu sync.Mutex
-	var events []dedup.Event
-	cfg.Observer = onSettled(func(e dedup.Event) {
+	var events []delivery.Event
+	cfg.Observer = onSettled(func(e delivery.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		events = append(events, e)
@@ -85,8 +86,8 @@ func TestDropPoisonLogsAndCounts(t *testing.T) {
 	drop := events[0]
 	mu.Unlock()
 	require.Equal(t, int64(0), drop.Offset)
-	require.Equal(t, dedup.Ack, drop.Decision.Action)
-	require.Equal(t, dedup.ReasonUndecodable, drop.Decision.Reason)
+	require.Equal(t, delivery.Ack, drop.Decision.Action)
+	require.Equal(t, delivery.ReasonUndecodable, drop.Decision.Reason)
 	require.ErrorIs(t, drop.Err, dedup.ErrUndecodable)
 	require.NoError(t, drop.SettleErr)
 	require.Positive(t, drop.SettleDuration, "settled when the commit past it was made")

@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -92,7 +94,7 @@ func TestMessageKey(t *testing.T) {
 		"not from Kafka":    {&dedup.Message[string]{Native: "x"}, dedup.ErrNoKey},
 		"no key":            {&dedup.Message[string]{Native: kafka.Message{}}, dedup.ErrNoKey},
 		"binary key":        {&dedup.Message[string]{Native: kafka.Message{Key: []byte{0xff, 0xfe}}}, dedup.ErrInvalidKey},
-		"over-long key":     {&dedup.Message[string]{Native: kafka.Message{Key: make([]byte, dedup.DefaultMaxIDLength+1)}}, dedup.ErrInvalidKey},
+		"over-long key":     {&dedup.Message[string]{Native: kafka.Message{Key: make([]byte, adapter.DefaultMaxIDLength+1)}}, dedup.ErrInvalidKey},
 		"key of its own id": {&dedup.Message[string]{Native: kafka.Message{Key: []byte("order-7")}}, nil},
 	} {
 		id, err := key(tc.m)
@@ -144,11 +146,11 @@ func TestWriterStampsIDs(t *testing.T) {
 
 	var mu sync.Mutex
 	var handled []string
-	reasons := map[dedup.Reason]int{}
+	reasons := map[delivery.Reason]int{}
 	s, err := memstore.New(nil)
 	require.NoError(t, err)
 	cfg := fastConfig("billing")
-	cfg.Observer = onSettled(func(e dedup.Event) {
+	cfg.Observer = onSettled(func(e delivery.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		reasons[e.Decision.Reason]++
@@ -168,11 +170,11 @@ func TestWriterStampsIDs(t *testing.T) {
 	eventually(t, 30*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return reasons[dedup.ReasonKeyReused] == 1
+		return reasons[delivery.ReasonKeyReused] == 1
 	}, "every message settled")
 	mu.Lock()
 	require.Equal(t, []string{"a", "b", "c"}, slices.Sorted(slices.Values(handled)))
-	require.Equal(t, map[dedup.Reason]int{dedup.ReasonProcessed: 3, dedup.ReasonDuplicate: 3, dedup.ReasonKeyReused: 1}, reasons)
+	require.Equal(t, map[delivery.Reason]int{delivery.ReasonProcessed: 3, delivery.ReasonDuplicate: 3, delivery.ReasonKeyReused: 1}, reasons)
 	mu.Unlock()
 	letters := readAll(t, brokers, dlq, 1)
 	orig, _ := dedupkafka.Header(letters[0].Headers).Get(dedupkafka.HeaderOriginalID)

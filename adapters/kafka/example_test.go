@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -49,7 +50,7 @@ func ExampleNewConsumer() {
 	// Observer: where it came from and what was done with it.
 	var wg sync.WaitGroup
 	wg.Add(3)
-	settled := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+	settled := delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
 		defer wg.Done()
 		fmt.Println(e.Broker, e.Stream, e.Partition, e.Offset, e.Decision.Reason, e.Settled)
 	})

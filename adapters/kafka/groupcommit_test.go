@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -75,7 +76,7 @@ func TestGroupCommit(t *testing.T) {
 	var smu sync.Mutex
 	settled := map[int]error{} // partition -> SettleErr of its order's delivery
 	cfg := fastConfig("billing")
-	cfg.Observer = onSettled(func(e dedup.Event) {
+	cfg.Observer = onSettled(func(e delivery.Event) {
 		smu.Lock()
 		defer smu.Unlock()
 		settled[e.Partition] = e.SettleErr

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -34,7 +35,7 @@ func TestInFlightWaitAsksAgainAndStops(t *testing.T) {
 	// The holder: another delivery of order 0, in a handler until the test
 	// ends.
 	cfg := fastConfig("billing")
-	cfg.Lease = dedup.DefaultLease
+	cfg.Lease = (30 * time.Second)
 	held, release := make(chan struct{}), make(chan struct{})
 	holder, err := dedup.NewReceiver(s, ids, func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
 		close(held)
@@ -59,9 +60,9 @@ func TestInFlightWaitAsksAgainAndStops(t *testing.T) {
 
 	var looks, runs atomic.Int64
 	cfg2 := fastConfig("billing")
-	cfg2.Lease = dedup.DefaultLease
-	cfg2.Observer = onSettled(func(e dedup.Event) {
-		if e.Decision.Reason == dedup.ReasonInFlight {
+	cfg2.Lease = (30 * time.Second)
+	cfg2.Observer = onSettled(func(e delivery.Event) {
+		if e.Decision.Reason == delivery.ReasonInFlight {
 			looks.Add(1)
 		}
 	})

@@ -4,12 +4,13 @@ import (
 	"fmt"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // MessageKey uses the Kafka record key as the id: the producer's own
 // identity for the message when it keys records by entity or event id. A
 // record without a key fails with dedup.ErrNoKey, and a key that is not
-// valid UTF-8 or is longer than dedup.DefaultMaxIDLength with
+// valid UTF-8 or is longer than adapter.DefaultMaxIDLength with
 // dedup.ErrInvalidKey (poison, dead-lettered); wrap it in
 // idstrategy.HashLong for long keys, or key binary ones on something else.
 //
@@ -27,7 +28,7 @@ func MessageKey[T any]() dedup.KeyFunc[*dedup.Message[T]] {
 			return "", fmt.Errorf("%w: record key: the record has no key", dedup.ErrNoKey)
 		}
 		id := string(km.Key)
-		if err := dedup.ValidateID(id, dedup.DefaultMaxIDLength); err != nil {
+		if err := adapter.ValidateID(id, adapter.DefaultMaxIDLength); err != nil {
 			return "", fmt.Errorf("record key: %w", err)
 		}
 		return id, nil

@@ -6,9 +6,10 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 )
 
-// BrokerKafka is the value of dedup.Message.Broker and dedup.Event.Broker
+// BrokerKafka is the value of dedup.Message.Broker and delivery.Event.Broker
 // for messages of this package.
 const BrokerKafka = "kafka"
 
@@ -25,7 +26,7 @@ func KafkaMessage[T any](m *dedup.Message[T]) (kafka.Message, bool) {
 	return msg, ok
 }
 
-// Header is a dedup.Header over kafka-go record headers, without copying
+// Header is a delivery.Header over kafka-go record headers, without copying
 // them. Names match exactly, case included; values are the header bytes as
 // a string. A name may appear more than once: Get returns the first.
 type Header []kafka.Header
@@ -51,7 +52,7 @@ func (h Header) All() iter.Seq2[string, string] {
 	}
 }
 
-var _ dedup.Header = Header(nil)
+var _ delivery.Header = Header(nil)
 
 // envelope is the dedup.Message of a fetched kafka-go message. Kafka
 // neither counts deliveries nor has message ids, so DeliveryCount is 0 and

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/adaptertest"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -35,8 +36,8 @@ func traceparents(m kafka.Message) []string {
 }
 
 type outcome struct {
-	action dedup.Action
-	reason dedup.Reason
+	action delivery.Action
+	reason delivery.Reason
 }
 
 // TestOneEventPerDelivery: every handing of a message to the receiver is
@@ -124,14 +125,14 @@ func testOneEventPerDelivery(t *testing.T, batch int) {
 		spanOf[e.Offset] = spans[i]
 	}
 	require.Equal(t, map[int64][]outcome{
-		0: {{dedup.Ack, dedup.ReasonProcessed}},
-		1: {{dedup.DeadLetter, dedup.ReasonUndecodable}},
-		2: {{dedup.Retry, dedup.ReasonHandlerError}, {dedup.Retry, dedup.ReasonHandlerError}, {dedup.Ack, dedup.ReasonProcessed}},
-		3: {{dedup.Ack, dedup.ReasonDuplicate}},
-		4: {{dedup.DeadLetter, dedup.ReasonPermanent}},
+		0: {{delivery.Ack, delivery.ReasonProcessed}},
+		1: {{delivery.DeadLetter, delivery.ReasonUndecodable}},
+		2: {{delivery.Retry, delivery.ReasonHandlerError}, {delivery.Retry, delivery.ReasonHandlerError}, {delivery.Ack, delivery.ReasonProcessed}},
+		3: {{delivery.Ack, delivery.ReasonDuplicate}},
+		4: {{delivery.DeadLetter, delivery.ReasonPermanent}},
 	}, got)
 	require.Equal(t, dedup.ConsumerStats{Delivered: 5, Acked: 3, RetriedInPlace: 2, DeadLettered: 2}, c.Stats())
-	require.Equal(t, map[dedup.Reason]uint64{dedup.ReasonUndecodable: 1, dedup.ReasonPermanent: 1}, rcv.Stats().DeadLetters)
+	require.Equal(t, map[delivery.Reason]uint64{delivery.ReasonUndecodable: 1, delivery.ReasonPermanent: 1}, rcv.Stats().DeadLetters)
 
 	letters := readAll(t, brokers, dlq, 2)
 	for _, l := range letters {
@@ -174,8 +175,8 @@ func TestRetryCopyCarriesTraceContext(t *testing.T) {
 	e := events[0]
 	require.True(t, e.Settled)
 	require.NoError(t, e.SettleErr)
-	require.Equal(t, dedup.Retry, e.Decision.Action)
-	require.Equal(t, dedup.ReasonHandlerError, e.Decision.Reason)
+	require.Equal(t, delivery.Retry, e.Decision.Action)
+	require.Equal(t, delivery.ReasonHandlerError, e.Decision.Reason)
 	require.Equal(t, []string{spans[0]}, traceparents(copies[0]), "the retry copy carries its delivery's trace context")
 	require.Equal(t, dedup.ConsumerStats{Delivered: 1, RetriedLater: 1}, c.Stats())
 }

@@ -159,7 +159,7 @@ type Options struct {
 	Client *kafka.Client
 
 	// DestinationTemplate names the destination of every delivery by a
-	// template, its form without ids (dedup.Origin.DestinationTemplate,
+	// template, its form without ids (delivery.Origin.DestinationTemplate,
 	// messaging.destination.template to dedupotel, which names the spans
 	// after it and leaves the topic off the metrics when it differs): for
 	// topics whose names carry one. Defaults to none: a topic's name is its

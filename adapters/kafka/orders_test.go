@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store"
@@ -108,7 +109,7 @@ func charge(fx *effects) dedup.Handler[*dedup.Message[Order], Receipt] {
 		if err != nil {
 			return Receipt{}, dedup.Permanent(err)
 		}
-		held, _ := dedup.ClaimFromContext(ctx)
+		held, _ := store.ClaimFromContext(ctx)
 		switch {
 		case isPermanent(i):
 			return Receipt{}, dedup.Permanent(errors.New("card declined"))
@@ -153,13 +154,13 @@ func testOrders(t *testing.T, s store.Store, opts *dedupkafka.Options, strictOrd
 
 	fx := newEffects()
 	var mu sync.Mutex
-	reasons := map[dedup.Reason]int{}
+	reasons := map[delivery.Reason]int{}
 	retried := map[string]bool{}
-	obs := onSettled(func(e dedup.Event) {
+	obs := onSettled(func(e delivery.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		reasons[e.Decision.Reason]++
-		if e.Decision.Action == dedup.Retry {
+		if e.Decision.Action == delivery.Retry {
 			retried[e.Key] = true
 		}
 	})
@@ -184,13 +185,13 @@ func testOrders(t *testing.T, s store.Store, opts *dedupkafka.Options, strictOrd
 	eventually(t, time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return reasons[dedup.ReasonUndecodable]+reasons[dedup.ReasonPermanent] >= poison
+		return reasons[delivery.ReasonUndecodable]+reasons[delivery.ReasonPermanent] >= poison
 	}, "poison dead-lettered")
 	// Every message settled: processed, duplicate or dead-lettered.
 	eventually(t, time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return reasons[dedup.ReasonProcessed]+reasons[dedup.ReasonDuplicate]+reasons[dedup.ReasonUndecodable]+reasons[dedup.ReasonPermanent] >= len(msgs)
+		return reasons[delivery.ReasonProcessed]+reasons[delivery.ReasonDuplicate]+reasons[delivery.ReasonUndecodable]+reasons[delivery.ReasonPermanent] >= len(msgs)
 	}, "every message settled")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -200,11 +201,11 @@ func testOrders(t *testing.T, s store.Store, opts *dedupkafka.Options, strictOrd
 
 	fx.ExactlyOnce(wantAll...).Check(t)
 	mu.Lock()
-	require.Equal(t, orderCount/copyEvery, reasons[dedup.ReasonDuplicate], "every copy answered as a duplicate")
-	require.Equal(t, len(wantAll), reasons[dedup.ReasonProcessed])
-	require.Equal(t, orderCount/poisonEvery, reasons[dedup.ReasonUndecodable])
-	require.Equal(t, orderCount/poisonEvery, reasons[dedup.ReasonPermanent])
-	require.GreaterOrEqual(t, reasons[dedup.ReasonHandlerError], orderCount/failEvery-orderCount/poisonEvery, "transient failures retried")
+	require.Equal(t, orderCount/copyEvery, reasons[delivery.ReasonDuplicate], "every copy answered as a duplicate")
+	require.Equal(t, len(wantAll), reasons[delivery.ReasonProcessed])
+	require.Equal(t, orderCount/poisonEvery, reasons[delivery.ReasonUndecodable])
+	require.Equal(t, orderCount/poisonEvery, reasons[delivery.ReasonPermanent])
+	require.GreaterOrEqual(t, reasons[delivery.ReasonHandlerError], orderCount/failEvery-orderCount/poisonEvery, "transient failures retried")
 	mu.Unlock()
 	for p := range partitions {
 		got := fx.order(p)
@@ -245,10 +246,10 @@ func testOrders(t *testing.T, s store.Store, opts *dedupkafka.Options, strictOrd
 		require.NoError(t, err)
 		switch {
 		case isUndecodable(i):
-			require.Equal(t, string(dedup.ReasonUndecodable), get(dedupkafka.HeaderReason))
+			require.Equal(t, string(delivery.ReasonUndecodable), get(dedupkafka.HeaderReason))
 			require.Equal(t, "0", get(dedupkafka.HeaderAttempt), "no claim was made")
 		case isPermanent(i):
-			require.Equal(t, string(dedup.ReasonPermanent), get(dedupkafka.HeaderReason))
+			require.Equal(t, string(delivery.ReasonPermanent), get(dedupkafka.HeaderReason))
 			require.Equal(t, "1", get(dedupkafka.HeaderAttempt))
 			require.Equal(t, "billing:"+id, get(dedupkafka.HeaderKey))
 		default:

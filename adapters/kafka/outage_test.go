@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store/redisstore"
@@ -45,14 +46,14 @@ func TestStoreDownFailClosed(t *testing.T) {
 	var mu sync.Mutex
 	refused := map[position]int{}
 	var bad []string
-	obs := onSettled(func(e dedup.Event) {
-		if e.Decision.Reason != dedup.ReasonStoreUnavailable {
+	obs := onSettled(func(e delivery.Event) {
+		if e.Decision.Reason != delivery.ReasonStoreUnavailable {
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		refused[position{e.Partition, e.Offset}]++
-		if e.Decision.Action != dedup.Retry || e.Decision.Delay != 100*time.Millisecond || !errors.Is(e.Err, dedup.ErrStoreUnavailable) {
+		if e.Decision.Action != delivery.Retry || e.Decision.Delay != 100*time.Millisecond || !errors.Is(e.Err, dedup.ErrStoreUnavailable) {
 			bad = append(bad, e.Decision.Action.String())
 		}
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
@@ -320,11 +321,11 @@ func TestOutboxPublisherDedupedDownstream(t *testing.T) {
 
 	var handled deduptest.Effects
 	var mu sync.Mutex
-	reasons := map[dedup.Reason]int{}
+	reasons := map[delivery.Reason]int{}
 	st, err := memstore.New(nil)
 	require.NoError(t, err)
 	cfg := fastConfig("shipping")
-	cfg.Observer = onSettled(func(e dedup.Event) {
+	cfg.Observer = onSettled(func(e delivery.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		reasons[e.Decision.Reason]++
@@ -348,7 +349,7 @@ func TestOutboxPublisherDedupedDownstream(t *testing.T) {
 	handled.ExactlyOnce(captured.ID, other.ID).Check(t)
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, map[dedup.Reason]int{"processed": 2, "duplicate": 1}, reasons)
+	require.Equal(t, map[delivery.Reason]int{"processed": 2, "duplicate": 1}, reasons)
 }
 
 // outboxWriter returns a writer for an outbox publisher: acknowledged by

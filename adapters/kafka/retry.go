@@ -8,9 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/segmentio/kafka-go"
-
-	"github.com/dedup-go/dedup"
 )
 
 // HeaderNotBefore is the header of a message in a retry topic that says
@@ -117,8 +116,8 @@ func atoiHeader(h Header, name string) (int, error) {
 // again in place, soon at first: its holder may finish in milliseconds; a
 // store that is down holds the whole partition back on purpose; and a
 // shutdown leaves the message for the next owner).
-func tierFor(tiers []time.Duration, d dedup.Decision) (time.Duration, bool) {
-	if len(tiers) == 0 || d.Action != dedup.Retry || d.Reason != dedup.ReasonHandlerError || d.Delay < tiers[0] {
+func tierFor(tiers []time.Duration, d delivery.Decision) (time.Duration, bool) {
+	if len(tiers) == 0 || d.Action != delivery.Retry || d.Reason != delivery.ReasonHandlerError || d.Delay < tiers[0] {
 		return 0, false
 	}
 	for _, t := range tiers {
@@ -143,7 +142,7 @@ type retryLetter struct {
 	msg       kafka.Message
 	from      origin
 	group     string
-	reason    dedup.Reason
+	reason    delivery.Reason
 	err       error
 	attempt   int
 	firstFail time.Time

@@ -4,9 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/stretchr/testify/require"
-
-	"github.com/dedup-go/dedup"
 )
 
 // TestTierFor: only handler errors go to a retry topic, from the smallest
@@ -16,27 +15,27 @@ import (
 func TestTierFor(t *testing.T) {
 	t.Parallel()
 	tiers := []time.Duration{time.Second, time.Minute}
-	retry := func(reason dedup.Reason, d time.Duration) dedup.Decision {
-		return dedup.Decision{Action: dedup.Retry, Reason: reason, Delay: d}
+	retry := func(reason delivery.Reason, d time.Duration) delivery.Decision {
+		return delivery.Decision{Action: delivery.Retry, Reason: reason, Delay: d}
 	}
 	for _, c := range []struct {
-		d    dedup.Decision
+		d    delivery.Decision
 		tier time.Duration
 		ok   bool
 	}{
-		{retry(dedup.ReasonHandlerError, 999*time.Millisecond), 0, false},
-		{retry(dedup.ReasonHandlerError, time.Second), time.Second, true},
-		{retry(dedup.ReasonHandlerError, 2*time.Second), time.Minute, true},
-		{retry(dedup.ReasonHandlerError, time.Hour), time.Minute, true},
-		{retry(dedup.ReasonInFlight, time.Hour), 0, false},
-		{retry(dedup.ReasonStoreUnavailable, time.Hour), 0, false},
-		{retry(dedup.ReasonCanceled, time.Hour), 0, false},
-		{dedup.Decision{Action: dedup.DeadLetter, Reason: dedup.ReasonHandlerError, Delay: time.Hour}, 0, false},
+		{retry(delivery.ReasonHandlerError, 999*time.Millisecond), 0, false},
+		{retry(delivery.ReasonHandlerError, time.Second), time.Second, true},
+		{retry(delivery.ReasonHandlerError, 2*time.Second), time.Minute, true},
+		{retry(delivery.ReasonHandlerError, time.Hour), time.Minute, true},
+		{retry(delivery.ReasonInFlight, time.Hour), 0, false},
+		{retry(delivery.ReasonStoreUnavailable, time.Hour), 0, false},
+		{retry(delivery.ReasonCanceled, time.Hour), 0, false},
+		{delivery.Decision{Action: delivery.DeadLetter, Reason: delivery.ReasonHandlerError, Delay: time.Hour}, 0, false},
 	} {
 		tier, ok := tierFor(tiers, c.d)
 		require.Equal(t, c.ok, ok, "%+v", c.d)
 		require.Equal(t, c.tier, tier, "%+v", c.d)
 	}
-	_, ok := tierFor(nil, retry(dedup.ReasonHandlerError, time.Hour))
+	_, ok := tierFor(nil, retry(delivery.ReasonHandlerError, time.Hour))
 	require.False(t, ok, "no tiers: always in place")
 }

@@ -14,7 +14,9 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
+	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -65,7 +67,7 @@ func retryReceiver(t testing.TB, fx *effects, cl *calls, backoff time.Duration, 
 	require.NoError(t, err)
 	rcv, err := dedup.NewReceiver(s, idstrategy.MessageHeader[Order](dedupkafka.HeaderMessageID),
 		func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
-			held, _ := dedup.ClaimFromContext(ctx)
+			held, _ := store.ClaimFromContext(ctx)
 			c := call{id: m.Body.ID, at: time.Now(), source: m.Source, stream: m.Stream, offset: m.Offset, deliveryCount: m.DeliveryCount}
 			if fail(m.Body.ID, held.Attempt) {
 				c.failed = true
@@ -162,7 +164,7 @@ func TestRetryTopicTransient(t *testing.T) {
 	require.Equal(t, "0", header(t, letters[0], dedupkafka.HeaderPartition))
 	require.Equal(t, "3", header(t, letters[0], dedupkafka.HeaderOffset))
 	require.Equal(t, "1", header(t, letters[0], dedupkafka.HeaderAttempt))
-	require.Equal(t, string(dedup.ReasonHandlerError), header(t, letters[0], dedupkafka.HeaderReason))
+	require.Equal(t, string(delivery.ReasonHandlerError), header(t, letters[0], dedupkafka.HeaderReason))
 	notBefore, err := time.Parse(time.RFC3339Nano, header(t, letters[0], dedupkafka.HeaderNotBefore))
 	require.NoError(t, err)
 	firstFail, err := time.Parse(time.RFC3339Nano, header(t, letters[0], dedupkafka.HeaderFirstFailure))
@@ -207,7 +209,7 @@ func TestRetryTopicAttemptsExhausted(t *testing.T) {
 	}
 
 	dl := letters[0]
-	require.Equal(t, string(dedup.ReasonAttemptsExhausted), header(t, dl, dedupkafka.HeaderReason))
+	require.Equal(t, string(delivery.ReasonAttemptsExhausted), header(t, dl, dedupkafka.HeaderReason))
 	require.Equal(t, "3", header(t, dl, dedupkafka.HeaderAttempt))
 	require.Equal(t, topic, header(t, dl, dedupkafka.HeaderTopic), "the dead letter names the original topic, not the retry topic")
 	require.Equal(t, "1", header(t, dl, dedupkafka.HeaderOffset))

@@ -11,6 +11,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // item is one fetched message on its way to an outcome.
@@ -19,13 +21,13 @@ type item[T, R any] struct {
 	idx       int // in its batch
 	env       *dedup.Message[T]
 	decodeErr error
-	dlv       *dedup.Delivery[R] // the delivery being settled (delivery); nil before it is handed over and once settled
-	delivery  dedup.Delivery[R]
+	dlv       *adapter.Delivery[R] // the delivery being settled (delivery); nil before it is handed over and once settled
+	delivery  adapter.Delivery[R]
 	res       dedup.Result[R]
 	err       error
-	dead      *dedup.Decision // decided to dead-letter, the write not done yet
-	later     *dedup.Decision // decided to send to a retry topic, the write not done yet
-	tier      time.Duration   // later's tier
+	dead      *delivery.Decision // decided to dead-letter, the write not done yet
+	later     *delivery.Decision // decided to send to a retry topic, the write not done yet
+	tier      time.Duration      // later's tier
 	from      origin
 	firstFail time.Time
 	writing   time.Time // when the first write of the dead letter or retry copy began
@@ -133,7 +135,7 @@ func (c *Consumer[T, R]) process(ctx context.Context, p *partition, w *worker[T,
 				notBefore = it.from.notBefore
 			}
 		}
-		it.decodeErr = dedup.DecodeBody(c.opts.Decoder, it.env)
+		it.decodeErr = adapter.DecodeBody(c.opts.Decoder, it.env)
 		pending = append(pending, it)
 	}
 	w.pending = pending
@@ -168,11 +170,11 @@ func (c *Consumer[T, R]) process(ctx context.Context, p *partition, w *worker[T,
 		last, commit, committed := c.advance(ctx, p, items)
 		for i, ps := range past {
 			past[i] = passed[T, R]{}
-			s := dedup.Settlement{Decision: ps.decision}
+			s := adapter.Settlement{Decision: ps.decision}
 			if committed && ps.it.idx <= last {
 				s.Duration, s.Err = commit.took, commit.err
 			}
-			if ps.decision.Action == dedup.Ack && ps.it.dead == nil && s.Err == nil {
+			if ps.decision.Action == delivery.Ack && ps.it.dead == nil && s.Err == nil {
 				c.stats.acked.Add(1)
 			}
 			ps.it.dlv.Settled(s)
@@ -189,7 +191,7 @@ func (c *Consumer[T, R]) process(ctx context.Context, p *partition, w *worker[T,
 // dropped; decision is what was done.
 type passed[T, R any] struct {
 	it       *item[T, R]
-	decision dedup.Decision
+	decision delivery.Decision
 }
 
 // abandon settles the deliveries of items still waiting for their dead
@@ -206,7 +208,7 @@ func abandon[T, R any](items []item[T, R]) {
 		if err == nil {
 			err = errStopped
 		}
-		it.dlv.Settled(dedup.Settlement{Duration: sinceOrZero(it.writing), Err: err})
+		it.dlv.Settled(adapter.Settlement{Duration: sinceOrZero(it.writing), Err: err})
 		it.dlv = nil
 	}
 }
@@ -281,9 +283,9 @@ func (c *Consumer[T, R]) handle(ctx context.Context, w *worker[T, R], pending []
 // delivery unless the watermark is to move past it (then it returns what
 // was done, and passes: the caller settles it once the watermark moved).
 // It reports whether it must be retried, after how long.
-func (c *Consumer[T, R]) settle(it *item[T, R]) (retryAfter time.Duration, again bool, pass dedup.Decision, passes bool) {
+func (c *Consumer[T, R]) settle(it *item[T, R]) (retryAfter time.Duration, again bool, pass delivery.Decision, passes bool) {
 	dlv := it.dlv
-	var d dedup.Decision
+	var d delivery.Decision
 	switch {
 	case it.dead != nil:
 		d = *it.dead
@@ -296,36 +298,36 @@ func (c *Consumer[T, R]) settle(it *item[T, R]) (retryAfter time.Duration, again
 			it.later, it.tier = &later, tier
 		}
 	}
-	if d.Action != dedup.Ack && it.firstFail.IsZero() {
+	if d.Action != delivery.Ack && it.firstFail.IsZero() {
 		it.firstFail = time.Now()
 	}
 	switch d.Action {
-	case dedup.Ack:
+	case delivery.Ack:
 		it.done = true
 		return 0, false, d, true
-	case dedup.Retry:
+	case delivery.Retry:
 		if it.later == nil {
 			c.stats.retriedInPlace.Add(1)
-			dlv.Settled(dedup.Settlement{})
+			dlv.Settled(adapter.Settlement{})
 			it.dlv = nil
-			return d.Delay, true, dedup.Decision{}, false
+			return d.Delay, true, delivery.Decision{}, false
 		}
 		if !c.written(it, c.retryLater(dlv.Context(), it, d), &c.stats.retriedLater) {
-			return c.rcv.StoreRetryDelay(), true, dedup.Decision{}, false
+			return c.rcv.StoreRetryDelay(), true, delivery.Decision{}, false
 		}
-	case dedup.DeadLetter:
+	case delivery.DeadLetter:
 		dead := d
 		it.dead = &dead
 		if c.dlw == nil {
 			c.dropPoison(dlv.Context(), it, d)
 			it.done = true
-			return 0, false, dedup.Decision{Action: dedup.Ack, Reason: d.Reason, Err: d.Err}, true
+			return 0, false, delivery.Decision{Action: delivery.Ack, Reason: d.Reason, Err: d.Err}, true
 		}
 		if !c.written(it, c.deadLetter(dlv.Context(), it, d), &c.stats.deadLettered) {
-			return c.rcv.StoreRetryDelay(), true, dedup.Decision{}, false
+			return c.rcv.StoreRetryDelay(), true, delivery.Decision{}, false
 		}
 	}
-	return 0, false, dedup.Decision{}, false
+	return 0, false, delivery.Decision{}, false
 }
 
 // written settles the delivery of it once its dead letter or retry copy
@@ -344,14 +346,14 @@ func (c *Consumer[T, R]) written(it *item[T, R], write func() error, count *atom
 	}
 	count.Add(1)
 	it.done = true
-	it.dlv.Settled(dedup.Settlement{Duration: time.Since(it.writing)})
+	it.dlv.Settled(adapter.Settlement{Duration: time.Since(it.writing)})
 	it.dlv = nil
 	return true
 }
 
 // dropPoison logs it, poison, at error level and counts it: under
 // DropPoison it is committed past without a dead letter.
-func (c *Consumer[T, R]) dropPoison(ctx context.Context, it *item[T, R], d dedup.Decision) {
+func (c *Consumer[T, R]) dropPoison(ctx context.Context, it *item[T, R], d delivery.Decision) {
 	m := it.msg
 	c.stats.poisonDropped.Add(1)
 	c.opts.Logger.ErrorContext(ctx, "dedupkafka: poison message dropped (DropPoison): committed past without a dead letter",
@@ -362,7 +364,7 @@ func (c *Consumer[T, R]) dropPoison(ctx context.Context, it *item[T, R], d dedup
 // deadLetter returns the write of it to the dead-letter topic, which
 // waits for the write to be acknowledged. ctx is the delivery's: the dead
 // letter carries its trace context.
-func (c *Consumer[T, R]) deadLetter(ctx context.Context, it *item[T, R], d dedup.Decision) func() error {
+func (c *Consumer[T, R]) deadLetter(ctx context.Context, it *item[T, R], d delivery.Decision) func() error {
 	return func() error {
 		m := it.msg
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
@@ -382,7 +384,7 @@ func (c *Consumer[T, R]) deadLetter(ctx context.Context, it *item[T, R], d dedup
 // retryLater returns the write of it to the retry topic of its tier, due
 // a tier from now, which waits for the write to be acknowledged. ctx is
 // the delivery's: the copy carries its trace context.
-func (c *Consumer[T, R]) retryLater(ctx context.Context, it *item[T, R], d dedup.Decision) func() error {
+func (c *Consumer[T, R]) retryLater(ctx context.Context, it *item[T, R], d delivery.Decision) func() error {
 	return func() error {
 		topic := RetryTopic(retryBase(it.from.topic, c.opts.RetryTopics), it.tier)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
@@ -403,13 +405,13 @@ func (c *Consumer[T, R]) retryLater(ctx context.Context, it *item[T, R], d dedup
 
 // tracer returns what writes the trace context of ctx, a delivery's, into
 // a message's headers: the receiver's Observer, when it is a
-// dedup.Injector.
+// delivery.Injector.
 func (c *Consumer[T, R]) tracer(ctx context.Context) func(set func(key, value string)) {
 	return func(set func(key, value string)) { c.rcv.Inject(ctx, set) }
 }
 
 // attemptOf is the attempt a decision on it was taken after.
-func attemptOf[T, R any](it *item[T, R], d dedup.Decision) int {
+func attemptOf[T, R any](it *item[T, R], d delivery.Decision) int {
 	attempt := it.res.Attempt
 	var he *dedup.HandlerError
 	if errors.As(d.Err, &he) && he.Attempt > attempt {

@@ -7,9 +7,8 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/segmentio/kafka-go"
-
-	"github.com/dedup-go/dedup"
 )
 
 // HeaderMessageID is the header [Writer] and [StampMessageID] put the
@@ -59,7 +58,7 @@ type Writer struct {
 	// the message already has takes the new value), so that the consumer's
 	// delivery is linked to the producer's trace: the dedupotel Observer is
 	// one (W3C traceparent and tracestate). Defaults to none.
-	Injector dedup.Injector
+	Injector delivery.Injector
 }
 
 // WriteMessages stamps the messages that have no HeaderMessageID (in

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
@@ -257,7 +258,7 @@ func consumeReceiver(b *testing.B, _ jetstream.JetStream, cons jetstream.Consume
 	defer cancel()
 	bareLoop(b, cons, count, func(m jetstream.Msg) {
 		env := &dedup.Message[Order]{Data: m.Data(), Native: m}
-		if err := dedup.DecodeBody(dedup.JSONDecoder{}, env); err != nil {
+		if err := adapter.DecodeBody(dedup.JSONDecoder{}, env); err != nil {
 			_ = m.Term()
 			return
 		}

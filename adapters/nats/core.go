@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -36,7 +38,7 @@ type Subscriber[T, R any] struct {
 	nc      *natsgo.Conn
 	subject string
 	queue   string
-	rcv     *dedup.Receiver[*dedup.Message[T], R]
+	rcv     *adapter.Receiver[*dedup.Message[T], R]
 	opts    Options
 	dl      *deadLetterer
 	encoder ReplyEncoder
@@ -76,7 +78,8 @@ func NewSubscriber[T, R any](nc *natsgo.Conn, subject, queue string, rcv *dedup.
 	case rcv == nil:
 		return nil, wrapConfig("receiver is nil")
 	}
-	o := opts.withDefaults(rcv.Logger())
+	b := adapter.Bind(rcv)
+	o := opts.withDefaults(b.Logger())
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -84,7 +87,7 @@ func NewSubscriber[T, R any](nc *natsgo.Conn, subject, queue string, rcv *dedup.
 		return nil, &configError{sentinel: ErrDeadLetterStream, msg: fmt.Sprintf("dedupnats: subject %q matches dead-letter subject %q: the subscriber would read its own dead letters back", subject, o.DeadLetterSubject)}
 	}
 	s := &Subscriber[T, R]{
-		nc: nc, subject: subject, queue: queue, rcv: rcv, opts: o,
+		nc: nc, subject: subject, queue: queue, rcv: b, opts: o,
 		encoder: DefaultReplyEncoder{}, sem: make(chan struct{}, o.Concurrency), stopped: make(chan struct{}),
 	}
 	if o.DeadLetterSubject != "" {
@@ -131,7 +134,7 @@ func (s *Subscriber[T, R]) Start(ctx context.Context) error {
 	// The subject is the template of what it matches, and the queue group
 	// the consumer group.
 	o := &origin{server: &connServer{nc: s.nc}, group: s.queue, templates: subjectTemplates(s.opts.DestinationTemplate, []string{s.subject}, "")}
-	workCtx, cancel := context.WithCancel(dedup.WithOrigin(ctx, o.fill))
+	workCtx, cancel := context.WithCancel(adapter.WithOrigin(ctx, o.fill))
 	sub, err := s.nc.QueueSubscribe(s.subject, s.queue, func(m *natsgo.Msg) { s.dispatch(workCtx, m) })
 	if err != nil {
 		cancel()
@@ -335,15 +338,15 @@ func (s *Subscriber[T, R]) handle(ctx context.Context, m *natsgo.Msg) {
 	env := coreMessage[T](m, s.opts.Fingerprint)
 	dlv := deliver(ctx, s.rcv, s.opts.Decoder, env)
 	d := dlv.Decision
-	if m.Reply == "" && d.Action == dedup.Retry {
-		if d.Reason == dedup.ReasonInFlight {
-			d = dedup.Decision{Action: dedup.Ack, Reason: dedup.ReasonInFlight}
+	if m.Reply == "" && d.Action == delivery.Retry {
+		if d.Reason == delivery.ReasonInFlight {
+			d = delivery.Decision{Action: delivery.Ack, Reason: delivery.ReasonInFlight}
 		} else {
 			why := fmt.Errorf("dedupnats: %s, and core NATS does not redeliver", d.Reason)
 			if dlv.Err != nil {
 				why = fmt.Errorf("%w: %w", why, dlv.Err)
 			}
-			d = dedup.Decision{Action: dedup.DeadLetter, Reason: ReasonNoRedelivery, Err: why}
+			d = delivery.Decision{Action: delivery.DeadLetter, Reason: ReasonNoRedelivery, Err: why}
 		}
 	}
 	s.settle(m, &dlv, d)
@@ -354,12 +357,12 @@ func (s *Subscriber[T, R]) handle(ctx context.Context, m *natsgo.Msg) {
 // with what was done, how long it took and what failed. A done request
 // whose result cannot be encoded into a reply is answered with reason
 // result-not-stored instead, and the encoding error is the settlement's.
-func (s *Subscriber[T, R]) settle(m *natsgo.Msg, dlv *dedup.Delivery[R], d dedup.Decision) {
+func (s *Subscriber[T, R]) settle(m *natsgo.Msg, dlv *adapter.Delivery[R], d delivery.Decision) {
 	ctx := dlv.Context()
 	begin := time.Now()
 	var err error
 	drop := false
-	if d.Action == dedup.DeadLetter {
+	if d.Action == delivery.DeadLetter {
 		if s.dl == nil { // DropPoison: Start refuses a subscriber without either
 			drop = true
 			s.opts.Logger.ErrorContext(ctx, "dedupnats: poison message dropped (DropPoison, no DeadLetterSubject)",
@@ -373,11 +376,11 @@ func (s *Subscriber[T, R]) settle(m *natsgo.Msg, dlv *dedup.Delivery[R], d dedup
 	}
 	if m.Reply != "" {
 		var reply *natsgo.Msg
-		if d.Action == dedup.Ack {
+		if d.Action == delivery.Ack {
 			body, encErr := s.encoder.Marshal(dlv.Result.Value)
 			if encErr != nil {
 				err = fmt.Errorf("dedupnats: encode reply: %w", encErr)
-				reply = errorReply(m.Reply, dedup.Decision{Action: dedup.DeadLetter, Reason: dedup.ReasonNotStored, Err: err})
+				reply = errorReply(m.Reply, delivery.Decision{Action: delivery.DeadLetter, Reason: delivery.ReasonNotStored, Err: err})
 			} else {
 				reply = resultReply(m.Reply, dlv.Result.Status, body)
 			}
@@ -396,8 +399,8 @@ func (s *Subscriber[T, R]) settle(m *natsgo.Msg, dlv *dedup.Delivery[R], d dedup
 	if drop {
 		// Dropped without a dead letter: done with, as an ack is, for the
 		// poison's reason.
-		d = dedup.Decision{Action: dedup.Ack, Reason: d.Reason, Err: d.Err}
+		d = delivery.Decision{Action: delivery.Ack, Reason: d.Reason, Err: d.Err}
 	}
 	s.stats.count(d, drop, err)
-	dlv.Settled(dedup.Settlement{Decision: d, Duration: took, Err: err})
+	dlv.Settled(adapter.Settlement{Decision: d, Duration: took, Err: err})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -88,7 +89,7 @@ func TestCoreRequestTwice(t *testing.T) {
 		failed := request(t, nc, n.subject, "r-3", orderJSON(t, Order{ID: "o-3"}))
 		var re *dedupnats.ReplyError
 		require.ErrorAs(t, dedupnats.ReplyErrorOf(failed), &re)
-		require.Equal(t, dedup.ReasonHandlerError, re.Reason)
+		require.Equal(t, delivery.ReasonHandlerError, re.Reason)
 		require.Positive(t, re.RetryAfter)
 		require.Contains(t, re.Message, "gateway timeout")
 		retried := request(t, nc, n.subject, "r-3", orderJSON(t, Order{ID: "o-3"}))
@@ -98,7 +99,7 @@ func TestCoreRequestTwice(t *testing.T) {
 		// Poison: an undecodable request and a plain message without an id.
 		bad := request(t, nc, n.subject, "r-4", []byte("{oops"))
 		require.ErrorAs(t, dedupnats.ReplyErrorOf(bad), &re)
-		require.Equal(t, dedup.ReasonUndecodable, re.Reason)
+		require.Equal(t, delivery.ReasonUndecodable, re.Reason)
 		require.Zero(t, re.RetryAfter)
 		require.NoError(t, nc.Publish(n.subject, orderJSON(t, Order{ID: "o-5"})))
 		reasons := map[string]string{}
@@ -132,7 +133,7 @@ func TestCoreQueueGroupDropsDuplicates(t *testing.T) {
 		require.NoError(t, err)
 		for range 2 {
 			rcv, err := dedup.NewReceiver(store, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge,
-				observed(fastConfig("q"), onSettled(func(dedup.Event) { deliveries.Add(1) })))
+				observed(fastConfig("q"), onSettled(func(delivery.Event) { deliveries.Add(1) })))
 			require.NoError(t, err)
 			own, _ := connect(t, url)
 			sub, err := dedupnats.NewSubscriber(own, n.subject, "workers", rcv, &dedupnats.Options{Concurrency: 4, DropPoison: true})

@@ -9,14 +9,14 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Headers of a dead letter, added to the original message's headers.
 const (
-	HeaderReason        = "Dedup-Reason"         // the dedup.Reason, e.g. "undecodable"
+	HeaderReason        = "Dedup-Reason"         // the delivery.Reason, e.g. "undecodable"
 	HeaderError         = "Dedup-Error"          // the error's text
 	HeaderSubject       = "Dedup-Subject"        // the subject it was published on
 	HeaderStream        = "Dedup-Stream"         // JetStream only
@@ -94,7 +94,7 @@ type deadLetter struct {
 	subject      string
 	header       natsgo.Header
 	data         []byte
-	reason       dedup.Reason
+	reason       delivery.Reason
 	err          error
 	key          string
 	stream       string
@@ -102,7 +102,7 @@ type deadLetter struct {
 	sequence     uint64
 	numDelivered uint64
 	// inject writes the delivery's trace context into the dead letter's
-	// headers (the receiver's dedup.Injector); nil for none.
+	// headers (the receiver's delivery.Injector); nil for none.
 	inject func(set func(key, value string))
 }
 

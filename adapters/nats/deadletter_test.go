@@ -16,6 +16,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -166,8 +167,8 @@ func TestDeadLetterAtMaxPayload(t *testing.T) {
 		cons := consumer(t, js, n, jetstream.ConsumerConfig{AckWait: 30 * time.Second, MaxDeliver: 3})
 		cfg := fastConfig("big")
 		var failed atomic.Int64
-		cfg.Observer = onSettled(func(e dedup.Event) {
-			if e.SettleErr != nil && e.Decision.Action == dedup.DeadLetter {
+		cfg.Observer = onSettled(func(e delivery.Event) {
+			if e.SettleErr != nil && e.Decision.Action == delivery.DeadLetter {
 				failed.Add(1)
 			}
 		})

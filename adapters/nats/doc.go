@@ -43,7 +43,7 @@
 // handler can serve NATS and other brokers at once:
 //
 //	Body, Data      the decoded body and the data as published
-//	Header          the NATS headers (dedup.MapHeader: names match exactly, case included); nil without any
+//	Header          the NATS headers (delivery.MapHeader: names match exactly, case included); nil without any
 //	ID              the Nats-Msg-Id header
 //	Source          the subject
 //	Stream, Offset  the stream and stream sequence (JetStream)
@@ -97,7 +97,7 @@
 // # Dead letters
 //
 // A dead letter carries the original data and headers, plus Dedup-Reason
-// (the dedup.Reason), Dedup-Error, Dedup-Subject, Dedup-Key when there was
+// (the delivery.Reason), Dedup-Error, Dedup-Subject, Dedup-Key when there was
 // one, and for JetStream Dedup-Stream, Dedup-Consumer, Dedup-Sequence and
 // Dedup-Delivery-Count. The original Nats-Msg-Id moves to Dedup-Msg-Id and
 // its other Nats-* headers (Nats-Expected-*, Nats-Rollup, Nats-TTL...) to
@@ -156,7 +156,7 @@
 // The adapter has no callback of its own. Each handing of a message to the
 // receiver is one delivery (dedup.Receiver.Deliver; Refused for a body
 // that does not decode), and the receiver's dedup.Config.Observer hears of
-// it once, when the adapter settled it, as one dedup.Event: Broker
+// it once, when the adapter settled it, as one delivery.Event: Broker
 // "jetstream" or "nats" ([BrokerJetStream], [BrokerNATS]), Source the
 // subject, MessageID the Nats-Msg-Id, and on JetStream Stream, Offset (the
 // stream sequence) and DeliveryCount (NumDelivered); ServerAddress and
@@ -196,11 +196,11 @@
 // without being handled: neither is reported.
 //
 // The handler, the Observer and the adapter's logs about a delivery get
-// the delivery's context (with the span a dedup.DeliveryStarter Observer,
+// the delivery's context (with the span a delivery.DeliveryStarter Observer,
 // such as dedupotel's, started), and every log line is written with
 // slog's Context methods. Dead letters and replies carry the delivery's
 // trace context in their headers, written by the Observer when it is a
-// dedup.Injector (a header of the same name the original had, the
+// delivery.Injector (a header of the same name the original had, the
 // producer's traceparent say, takes the new value; a dead letter cut to
 // fit keeps it): whoever reads them continues this delivery's trace.
 //

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -89,10 +90,10 @@ func TestJetStreamEnvelope(t *testing.T) {
 			}
 			return Receipt{OrderID: m.Body.ID}, nil
 		}
-		events := make(chan dedup.Event, 10)
+		events := make(chan delivery.Event, 10)
 		store, err := memstore.New(nil)
 		require.NoError(t, err)
-		rcv, err := dedup.NewReceiver(store, bodyID, handler, observed(fastConfig("env"), onSettled(func(e dedup.Event) { sendUntilDone(t, events, e) })))
+		rcv, err := dedup.NewReceiver(store, bodyID, handler, observed(fastConfig("env"), onSettled(func(e delivery.Event) { sendUntilDone(t, events, e) })))
 		require.NoError(t, err)
 		c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: 1, Fingerprint: true, DropPoison: true})
 		require.NoError(t, err)
@@ -108,7 +109,7 @@ func TestJetStreamEnvelope(t *testing.T) {
 		require.NoError(t, c.Start(t.Context()))
 		stopAtCleanup(t, c)
 
-		var settledEvents []dedup.Event
+		var settledEvents []delivery.Event
 		for range 3 { // o-1 fails, o-2, o-1 again
 			select {
 			case e := <-events:
@@ -135,7 +136,7 @@ func TestJetStreamEnvelope(t *testing.T) {
 		}
 		require.ElementsMatch(t, []seen{first, again, plain}, got)
 
-		reasons := map[dedup.Reason]int{}
+		reasons := map[delivery.Reason]int{}
 		for _, e := range settledEvents {
 			require.Equal(t, dedupnats.BrokerJetStream, e.Broker)
 			require.Equal(t, n.subject, e.Source)
@@ -143,7 +144,7 @@ func TestJetStreamEnvelope(t *testing.T) {
 			require.True(t, e.Settled)
 			reasons[e.Decision.Reason]++
 		}
-		require.Equal(t, map[dedup.Reason]int{dedup.ReasonHandlerError: 1, dedup.ReasonProcessed: 2}, reasons)
+		require.Equal(t, map[delivery.Reason]int{delivery.ReasonHandlerError: 1, delivery.ReasonProcessed: 2}, reasons)
 	})
 }
 
@@ -164,10 +165,10 @@ func TestCoreEnvelope(t *testing.T) {
 			}
 			return Receipt{OrderID: m.Body.ID}, nil
 		}
-		events := make(chan dedup.Event, 2)
+		events := make(chan delivery.Event, 2)
 		store, err := memstore.New(nil)
 		require.NoError(t, err)
-		rcv, err := dedup.NewReceiver(store, bodyID, handler, observed(fastConfig("env"), onSettled(func(e dedup.Event) { sendUntilDone(t, events, e) })))
+		rcv, err := dedup.NewReceiver(store, bodyID, handler, observed(fastConfig("env"), onSettled(func(e delivery.Event) { sendUntilDone(t, events, e) })))
 		require.NoError(t, err)
 		sub, err := dedupnats.NewSubscriber(nc, n.subject, "", rcv, &dedupnats.Options{DropPoison: true})
 		require.NoError(t, err)
@@ -206,7 +207,7 @@ func TestCoreEnvelope(t *testing.T) {
 			case e := <-events:
 				require.Equal(t, dedupnats.BrokerNATS, e.Broker)
 				require.Equal(t, n.subject, e.Source)
-				require.Equal(t, dedup.ReasonProcessed, e.Decision.Reason)
+				require.Equal(t, delivery.ReasonProcessed, e.Decision.Reason)
 			case <-time.After(10 * time.Second):
 				t.Fatal("the delivery was not reported")
 			}
@@ -254,15 +255,15 @@ func TestDeadLetterPublishFails(t *testing.T) {
 
 		cfg := fastConfig("dl")
 		cfg.Backoff = dedup.BackoffFunc(func(int) time.Duration { return time.Hour })
-		failures := make(chan dedup.Event, 100)
+		failures := make(chan delivery.Event, 100)
 		var deadLettered atomic.Bool
-		cfg.Observer = onSettled(func(e dedup.Event) {
+		cfg.Observer = onSettled(func(e delivery.Event) {
 			if errors.Is(e.SettleErr, dedupnats.ErrDeadLetter) {
 				select {
 				case failures <- e:
 				default: // the test has seen enough
 				}
-			} else if e.Decision.Action == dedup.DeadLetter {
+			} else if e.Decision.Action == delivery.DeadLetter {
 				deadLettered.Store(true)
 			}
 		})
@@ -280,8 +281,8 @@ func TestDeadLetterPublishFails(t *testing.T) {
 		for i := range 2 { // refused, Nak'd, redelivered, refused again
 			select {
 			case e := <-failures:
-				require.Equal(t, dedup.DeadLetter, e.Decision.Action)
-				require.Equal(t, dedup.ReasonUndecodable, e.Decision.Reason)
+				require.Equal(t, delivery.DeadLetter, e.Decision.Action)
+				require.Equal(t, delivery.ReasonUndecodable, e.Decision.Reason)
 			case <-time.After(20 * time.Second):
 				t.Fatalf("dead-letter failure %d was not reported: the message was not redelivered", i+1)
 			}

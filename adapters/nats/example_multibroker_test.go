@@ -12,7 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -31,27 +33,27 @@ type fakeDelivery struct {
 // Observer hears of the delivery once. A RabbitMQ or Kafka adapter does the
 // same, acking, retrying or dead-lettering with its broker's calls.
 type fakeConsumer[T, R any] struct {
-	rcv *dedup.Receiver[*dedup.Message[T], R]
+	rcv *adapter.Receiver[*dedup.Message[T], R]
 }
 
-func (c fakeConsumer[T, R]) deliver(ctx context.Context, d fakeDelivery) dedup.Decision {
+func (c fakeConsumer[T, R]) deliver(ctx context.Context, d fakeDelivery) delivery.Decision {
 	m := &dedup.Message[T]{
 		Data:          d.Body,
-		Header:        dedup.MapHeader(d.Headers),
+		Header:        delivery.MapHeader(d.Headers),
 		Source:        d.Queue,
 		DeliveryCount: 1,
 		Timestamp:     time.Now(),
 		Broker:        "fake",
 	}
-	var dlv dedup.Delivery[R]
-	if err := dedup.DecodeBody(dedup.JSONDecoder{}, m); err != nil {
+	var dlv adapter.Delivery[R]
+	if err := adapter.DecodeBody(dedup.JSONDecoder{}, m); err != nil {
 		dlv = c.rcv.Refused(ctx, m, err)
 	} else {
 		dlv = c.rcv.Deliver(ctx, m)
 	}
 	// Nothing to acknowledge on this broker: the decision is carried out
 	// at once.
-	dlv.Settled(dedup.Settlement{})
+	dlv.Settled(adapter.Settlement{})
 	return dlv.Decision
 }
 
@@ -86,7 +88,7 @@ func Example_multiBroker() {
 	var statuses, brokers []string
 	var both sync.WaitGroup
 	both.Add(2)
-	observer := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+	observer := delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
 		if !e.Settled {
 			return
 		}
@@ -111,7 +113,7 @@ func Example_multiBroker() {
 		defer cancel()
 		_ = c.Stop(stopCtx)
 	}()
-	fake := fakeConsumer[Order, string]{rcv: rcv}
+	fake := fakeConsumer[Order, string]{rcv: adapter.Bind(rcv)}
 
 	body := []byte(`{"id":"o-1","cents":500}`)
 	_, _ = js.Publish(ctx, "orders", body)

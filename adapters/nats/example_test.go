@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -67,7 +68,7 @@ func ExampleNewConsumer() {
 	}
 	// The adapter reports what it did with each delivery to the receiver's
 	// Observer.
-	settled := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+	settled := delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
 		if e.Settled {
 			defer wg.Done()
 			fmt.Println(e.Broker, e.Key, e.Decision.Reason)

@@ -5,14 +5,15 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // deliver decodes env's data into its Body and hands env to the receiver,
 // as one delivery the adapter settles. A body that does not decode never
 // reaches the receiver: it is Refused, with an error matching
 // dedup.ErrUndecodable, which Decide dead-letters.
-func deliver[T, R any](ctx context.Context, rcv *dedup.Receiver[*dedup.Message[T], R], dec dedup.Decoder, env *dedup.Message[T]) dedup.Delivery[R] {
-	if err := dedup.DecodeBody(dec, env); err != nil {
+func deliver[T, R any](ctx context.Context, rcv *adapter.Receiver[*dedup.Message[T], R], dec dedup.Decoder, env *dedup.Message[T]) adapter.Delivery[R] {
+	if err := adapter.DecodeBody(dec, env); err != nil {
 		return rcv.Refused(ctx, env, err)
 	}
 	return rcv.Deliver(ctx, env)
@@ -20,8 +21,8 @@ func deliver[T, R any](ctx context.Context, rcv *dedup.Receiver[*dedup.Message[T
 
 // injector returns what writes the trace context of ctx, a delivery's,
 // into a message's headers: the receiver's Observer, when it is a
-// dedup.Injector.
-func injector[T, R any](ctx context.Context, rcv *dedup.Receiver[*dedup.Message[T], R]) func(set func(key, value string)) {
+// delivery.Injector.
+func injector[T, R any](ctx context.Context, rcv *adapter.Receiver[*dedup.Message[T], R]) func(set func(key, value string)) {
 	return func(set func(key, value string)) { rcv.Inject(ctx, set) }
 }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -110,12 +112,12 @@ func checkHorizon(name string, cfg jetstream.ConsumerConfig, lim horizonLimits) 
 // remaining lease (in flight elsewhere), StoreRetryDelay (store down,
 // dead letter not published), or the receiver's backoff after any attempt
 // below MaxAttempts (asked of its own Decide).
-func longestNak[T, R any](rcv *dedup.Receiver[*dedup.Message[T], R], minRetry time.Duration) time.Duration {
+func longestNak[T, R any](rcv *adapter.Receiver[*dedup.Message[T], R], minRetry time.Duration) time.Duration {
 	longest := max(rcv.Lease(), rcv.StoreRetryDelay(), minRetry)
 	probe := errors.New("probe")
 	for attempt := 1; attempt <= 1000; attempt++ {
 		d := rcv.Decide(dedup.Result[R]{Attempt: attempt}, &dedup.HandlerError{Attempt: attempt, Err: probe})
-		if d.Action != dedup.Retry {
+		if d.Action != delivery.Retry {
 			break
 		}
 		longest = max(longest, d.Delay)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -26,7 +28,7 @@ import (
 type Consumer[T, R any] struct {
 	js    jetstream.JetStream
 	cons  jetstream.Consumer
-	rcv   *dedup.Receiver[*dedup.Message[T], R]
+	rcv   *adapter.Receiver[*dedup.Message[T], R]
 	opts  Options
 	dl    *deadLetterer
 	stats counters
@@ -63,11 +65,12 @@ func NewConsumer[T, R any](js jetstream.JetStream, cons jetstream.Consumer, rcv 
 	case rcv == nil:
 		return nil, wrapConfig("receiver is nil")
 	}
-	o := opts.withDefaults(rcv.Logger())
+	b := adapter.Bind(rcv)
+	o := opts.withDefaults(b.Logger())
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	c := &Consumer[T, R]{js: js, cons: cons, rcv: rcv, opts: o, stopped: make(chan struct{})}
+	c := &Consumer[T, R]{js: js, cons: cons, rcv: b, opts: o, stopped: make(chan struct{})}
 	if o.DeadLetterSubject != "" {
 		c.dl = &deadLetterer{subject: o.DeadLetterSubject, nc: js.Conn(), js: js, stats: &c.stats}
 	}
@@ -128,7 +131,7 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	c.maxDeliver = info.Config.MaxDeliver
 	c.ackWait = shortestAckWait(info.Config)
 	c.iter = iter
-	workCtx, cancel := context.WithCancel(dedup.WithOrigin(ctx, c.origin(ctx, info).fill))
+	workCtx, cancel := context.WithCancel(adapter.WithOrigin(ctx, c.origin(ctx, info).fill))
 	c.cancel = cancel
 	watched := make(chan struct{}) // closed once the watch below ran
 	c.stopWatch = context.AfterFunc(workCtx, func() {
@@ -309,18 +312,18 @@ func (c *Consumer[T, R]) handle(ctx context.Context, m jetstream.Msg) {
 	c.stats.delivered.Add(1)
 	env := jetStreamMessage[T](m, meta, c.opts.Fingerprint)
 	dlv := deliver(ctx, c.rcv, c.opts.Decoder, env)
-	if dlv.Decision.Action == dedup.Retry && c.lastDelivery(meta) && dlv.Decision.Reason == dedup.ReasonInFlight {
+	if dlv.Decision.Action == delivery.Retry && c.lastDelivery(meta) && dlv.Decision.Reason == delivery.ReasonInFlight {
 		dlv = c.awaitHolder(ctx, m, env, dlv)
 	}
 	d := dlv.Decision
-	if d.Action == dedup.Retry && c.lastDelivery(meta) {
+	if d.Action == delivery.Retry && c.lastDelivery(meta) {
 		// JetStream would not deliver it again: without a dead letter the
 		// message would be lost to this consumer.
 		why := fmt.Errorf("dedupnats: %s on delivery %d of at most %d", d.Reason, meta.NumDelivered, c.maxDeliver)
 		if dlv.Err != nil {
 			why = fmt.Errorf("%w: %w", why, dlv.Err)
 		}
-		d = dedup.Decision{Action: dedup.DeadLetter, Reason: ReasonMaxDeliver, Err: why}
+		d = delivery.Decision{Action: delivery.DeadLetter, Reason: ReasonMaxDeliver, Err: why}
 	}
 	c.settle(m, meta, env, &dlv, d)
 }
@@ -336,24 +339,24 @@ func (c *Consumer[T, R]) lastDelivery(meta *jetstream.MsgMetadata) bool {
 // and settles dlv with what was done, how long it took and what failed.
 // It runs under the delivery's context, which the dead letter's trace
 // context and the logs come from.
-func (c *Consumer[T, R]) settle(m jetstream.Msg, meta *jetstream.MsgMetadata, env *dedup.Message[T], dlv *dedup.Delivery[R], d dedup.Decision) {
+func (c *Consumer[T, R]) settle(m jetstream.Msg, meta *jetstream.MsgMetadata, env *dedup.Message[T], dlv *adapter.Delivery[R], d delivery.Decision) {
 	ctx := dlv.Context()
 	begin := time.Now()
 	var err error
 	drop := false
 	switch {
-	case d.Action == dedup.Ack && !c.opts.AckSync:
+	case d.Action == delivery.Ack && !c.opts.AckSync:
 		err = m.Ack() // no context: it does not wait, and a timer per message costs
-	case d.Action == dedup.Ack:
+	case d.Action == delivery.Ack:
 		sctx, cancel := settleContext(ctx, c.opts.SettleTimeout)
 		err = m.DoubleAck(sctx)
 		cancel()
-	case d.Action == dedup.Retry:
+	case d.Action == delivery.Retry:
 		err = m.NakWithDelay(max(d.Delay, c.opts.MinRetryDelay))
-	case d.Action == dedup.DeadLetter && c.dl == nil: // DropPoison: Start refuses a consumer without either
+	case d.Action == delivery.DeadLetter && c.dl == nil: // DropPoison: Start refuses a consumer without either
 		drop = true
 		err = m.Term()
-	case d.Action == dedup.DeadLetter:
+	case d.Action == delivery.DeadLetter:
 		sctx, cancel := settleContext(ctx, c.opts.SettleTimeout)
 		err = c.deadLetter(sctx, m, meta, env, dlv.Result.Key, d)
 		cancel()
@@ -376,10 +379,10 @@ func (c *Consumer[T, R]) settle(m jetstream.Msg, meta *jetstream.MsgMetadata, en
 		}
 		// Terminated without a dead letter: done with, as an ack is, for
 		// the poison's reason.
-		d = dedup.Decision{Action: dedup.Ack, Reason: d.Reason, Err: d.Err}
+		d = delivery.Decision{Action: delivery.Ack, Reason: d.Reason, Err: d.Err}
 	}
 	c.stats.count(d, drop, err)
-	dlv.Settled(dedup.Settlement{Decision: d, Duration: took, Err: err})
+	dlv.Settled(adapter.Settlement{Decision: d, Duration: took, Err: err})
 }
 
 // deadLetter publishes the dead letter, carrying the delivery's trace
@@ -387,7 +390,7 @@ func (c *Consumer[T, R]) settle(m jetstream.Msg, meta *jetstream.MsgMetadata, en
 // message is Nak'd instead (after the receiver's StoreRetryDelay), so that
 // nothing is lost. Plain Term, not TermWithReason: servers before 2.10 do
 // not know the latter and leave the message unacknowledged.
-func (c *Consumer[T, R]) deadLetter(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, env *dedup.Message[T], key string, d dedup.Decision) error {
+func (c *Consumer[T, R]) deadLetter(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, env *dedup.Message[T], key string, d delivery.Decision) error {
 	err := c.dl.publish(ctx, deadLetter{
 		subject: env.Source, header: m.Headers(), data: env.Data, reason: d.Reason, err: d.Err, key: key,
 		stream: meta.Stream, consumer: meta.Consumer, sequence: meta.Sequence.Stream, numDelivered: meta.NumDelivered,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -73,9 +74,9 @@ func TestJetStreamExactlyOnce(t *testing.T) {
 		store, err := memstore.New(nil)
 		require.NoError(t, err)
 		var mu sync.Mutex
-		decisions := map[dedup.Reason]int{}
+		decisions := map[delivery.Reason]int{}
 		brokers := map[string]int{}
-		count := onSettled(func(e dedup.Event) {
+		count := onSettled(func(e delivery.Event) {
 			mu.Lock()
 			decisions[e.Decision.Reason]++
 			brokers[e.Broker+" "+e.Source]++
@@ -150,10 +151,10 @@ func TestJetStreamExactlyOnce(t *testing.T) {
 
 		mu.Lock()
 		defer mu.Unlock()
-		require.Equal(t, orders, decisions[dedup.ReasonProcessed])
-		require.GreaterOrEqual(t, decisions[dedup.ReasonDuplicate], orders/repeatEvery, "the republished copies must be answered as duplicates")
+		require.Equal(t, orders, decisions[delivery.ReasonProcessed])
+		require.GreaterOrEqual(t, decisions[delivery.ReasonDuplicate], orders/repeatEvery, "the republished copies must be answered as duplicates")
 		// Concurrent copies of a failing order share its error (singleflight).
-		require.GreaterOrEqual(t, int64(decisions[dedup.ReasonHandlerError]), transient.Load())
+		require.GreaterOrEqual(t, int64(decisions[delivery.ReasonHandlerError]), transient.Load())
 		require.Equal(t, []string{"jetstream " + n.subject}, slices.Collect(maps.Keys(brokers)))
 		t.Logf("decisions: %v", decisions)
 	})

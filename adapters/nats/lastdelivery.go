@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -25,9 +27,9 @@ import (
 // itself (Ack on success; a failure is dead-lettered by the caller, as
 // max-deliver). It returns the last try, unsettled; a decision still in
 // flight means ctx ended (a hard stop) first.
-func (c *Consumer[T, R]) awaitHolder(ctx context.Context, m jetstream.Msg, env *dedup.Message[T], dlv dedup.Delivery[R]) dedup.Delivery[R] {
+func (c *Consumer[T, R]) awaitHolder(ctx context.Context, m jetstream.Msg, env *dedup.Message[T], dlv adapter.Delivery[R]) adapter.Delivery[R] {
 	poll := max(c.ackWait/3, c.opts.MinRetryDelay)
-	for dlv.Decision.Action == dedup.Retry && dlv.Decision.Reason == dedup.ReasonInFlight {
+	for dlv.Decision.Action == delivery.Retry && dlv.Decision.Reason == delivery.ReasonInFlight {
 		begin := time.Now()
 		if err := m.InProgress(); err != nil {
 			c.opts.Logger.WarnContext(dlv.Context(), "dedupnats: InProgress failed while waiting for the key's holder", slog.String("key", dlv.Result.Key), slog.Any("error", err))
@@ -40,7 +42,7 @@ func (c *Consumer[T, R]) awaitHolder(ctx context.Context, m jetstream.Msg, env *
 			return dlv
 		}
 		c.stats.retriedInPlace.Add(1)
-		dlv.Settled(dedup.Settlement{Duration: time.Since(begin)})
+		dlv.Settled(adapter.Settlement{Duration: time.Since(begin)})
 		dlv = c.rcv.Deliver(ctx, env)
 	}
 	return dlv

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -66,8 +67,8 @@ func TestLastDeliveryWaitsForHolder(t *testing.T) {
 
 				// This process: the consumer sees its copy of o-1 twice.
 				var mu sync.Mutex
-				var events []dedup.Event
-				cfg := observed(fastConfig("billing"), onSettled(func(e dedup.Event) {
+				var events []delivery.Event
+				cfg := observed(fastConfig("billing"), onSettled(func(e delivery.Event) {
 					mu.Lock()
 					events = append(events, e)
 					mu.Unlock()
@@ -105,14 +106,14 @@ func TestLastDeliveryWaitsForHolder(t *testing.T) {
 				// outcome settles it.
 				require.GreaterOrEqual(t, len(events), 3, "the last delivery was never held")
 				for i, e := range events[:len(events)-1] {
-					require.Equal(t, dedup.ReasonInFlight, e.Decision.Reason, i)
-					require.Equal(t, dedup.Retry, e.Decision.Action, i)
+					require.Equal(t, delivery.ReasonInFlight, e.Decision.Reason, i)
+					require.Equal(t, delivery.Retry, e.Decision.Action, i)
 					require.Equal(t, min(i+1, 2), e.DeliveryCount, i)
 				}
 				last := events[len(events)-1]
 				require.Equal(t, 2, last.DeliveryCount)
-				require.Equal(t, dedup.Ack, last.Decision.Action)
-				require.Equal(t, map[bool]dedup.Reason{false: dedup.ReasonDuplicate, true: dedup.ReasonProcessed}[holderFails], last.Decision.Reason)
+				require.Equal(t, delivery.Ack, last.Decision.Action)
+				require.Equal(t, map[bool]delivery.Reason{false: delivery.ReasonDuplicate, true: delivery.ReasonProcessed}[holderFails], last.Decision.Reason)
 				require.Equal(t, dedup.ConsumerStats{Delivered: 2, Acked: 1, RetriedInPlace: uint64(len(events) - 1)}, c.Stats())
 				dlq, err := js.Stream(t.Context(), n.dlqStream)
 				require.NoError(t, err)

@@ -4,11 +4,12 @@ import (
 	"context"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The values of dedup.Message.Broker and dedup.Event.Broker for messages of
+// The values of dedup.Message.Broker and delivery.Event.Broker for messages of
 // this package, for an Observer that tells brokers apart.
 const (
 	BrokerJetStream = "jetstream"
@@ -42,11 +43,11 @@ func CoreMsg[T any](m *dedup.Message[T]) (*natsgo.Msg, bool) {
 
 // header wraps NATS headers without copying them: nil when there are none,
 // so that dedup.Message.Header is nil too.
-func header(h natsgo.Header) dedup.Header {
+func header(h natsgo.Header) delivery.Header {
 	if len(h) == 0 {
 		return nil
 	}
-	return dedup.MapHeader(h)
+	return delivery.MapHeader(h)
 }
 
 // jetStreamMessage is the envelope of a JetStream delivery. Its heartbeat is

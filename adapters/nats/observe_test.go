@@ -17,6 +17,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
@@ -33,12 +34,12 @@ func traceOf(ctx context.Context) string {
 
 // traced is an event with the trace of the context it was observed with.
 type traced struct {
-	dedup.Event
+	delivery.Event
 	trace string
 }
 
-// fakeTracer is an Observer that is a dedup.DeliveryStarter (it gives each
-// delivery a trace of its own, in its context) and a dedup.Injector (it
+// fakeTracer is an Observer that is a delivery.DeliveryStarter (it gives each
+// delivery a trace of its own, in its context) and a delivery.Injector (it
 // writes the trace of a context into traceHeader): what a tracing
 // Observer does, without OpenTelemetry. It records every event, settled
 // or not, with the trace of the context it came with.
@@ -48,7 +49,7 @@ type fakeTracer struct {
 	events []traced
 }
 
-func (f *fakeTracer) StartDelivery(ctx context.Context, o dedup.Origin) context.Context {
+func (f *fakeTracer) StartDelivery(ctx context.Context, o delivery.Origin) context.Context {
 	return context.WithValue(ctx, traceKey{}, fmt.Sprintf("trace-%d-%s", f.next.Add(1), o.Broker))
 }
 
@@ -58,7 +59,7 @@ func (f *fakeTracer) Inject(ctx context.Context, set func(key, value string)) {
 	}
 }
 
-func (f *fakeTracer) Observe(ctx context.Context, e dedup.Event) {
+func (f *fakeTracer) Observe(ctx context.Context, e delivery.Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.events = append(f.events, traced{Event: e, trace: traceOf(ctx)})
@@ -78,8 +79,8 @@ func (f *fakeTracer) waitEvents(t *testing.T, n int) []traced {
 }
 
 var (
-	_ dedup.DeliveryStarter = (*fakeTracer)(nil)
-	_ dedup.Injector        = (*fakeTracer)(nil)
+	_ delivery.DeliveryStarter = (*fakeTracer)(nil)
+	_ delivery.Injector        = (*fakeTracer)(nil)
 )
 
 // traceLog is a slog.Handler that records, for each record, its message
@@ -169,8 +170,8 @@ func TestJetStreamOneEventPerDelivery(t *testing.T) {
 		type where struct {
 			offset   uint64
 			count    int
-			reason   dedup.Reason
-			action   dedup.Action
+			reason   delivery.Reason
+			action   delivery.Action
 			msgID    string
 			settleOK bool
 		}
@@ -188,18 +189,18 @@ func TestJetStreamOneEventPerDelivery(t *testing.T) {
 			require.True(t, ok)
 			require.Equal(t, "producer", v, "the origin's headers are the message's")
 			got = append(got, where{uint64(e.Offset), e.DeliveryCount, e.Decision.Reason, e.Decision.Action, e.MessageID, e.SettleErr == nil})
-			if e.Decision.Action == dedup.DeadLetter {
+			if e.Decision.Action == delivery.DeadLetter {
 				traceAt[uint64(e.Offset)] = e.trace
 				require.Positive(t, e.SettleDuration, "the dead letter's publish is timed")
 			}
 		}
 		require.ElementsMatch(t, []where{
-			{seqFirst, 1, dedup.ReasonProcessed, dedup.Ack, "m-1", true},
-			{seqCopy, 1, dedup.ReasonDuplicate, dedup.Ack, "", true},
-			{seqFailing, 1, dedup.ReasonHandlerError, dedup.Retry, "m-2", true},
-			{seqFailing, 2, dedup.ReasonProcessed, dedup.Ack, "m-2", true},
-			{seqUndecodable, 1, dedup.ReasonUndecodable, dedup.DeadLetter, "", true},
-			{seqNoKey, 1, dedup.ReasonNoKey, dedup.DeadLetter, "", true},
+			{seqFirst, 1, delivery.ReasonProcessed, delivery.Ack, "m-1", true},
+			{seqCopy, 1, delivery.ReasonDuplicate, delivery.Ack, "", true},
+			{seqFailing, 1, delivery.ReasonHandlerError, delivery.Retry, "m-2", true},
+			{seqFailing, 2, delivery.ReasonProcessed, delivery.Ack, "m-2", true},
+			{seqUndecodable, 1, delivery.ReasonUndecodable, delivery.DeadLetter, "", true},
+			{seqNoKey, 1, delivery.ReasonNoKey, delivery.DeadLetter, "", true},
 		}, got)
 
 		require.Len(t, dead, 2)
@@ -212,7 +213,7 @@ func TestJetStreamOneEventPerDelivery(t *testing.T) {
 		}
 
 		require.Equal(t, dedup.ConsumerStats{Delivered: 6, Acked: 3, RetriedInPlace: 1, DeadLettered: 2}, c.Stats())
-		require.Equal(t, map[dedup.Reason]uint64{dedup.ReasonUndecodable: 1, dedup.ReasonNoKey: 1}, rcv.Stats().DeadLetters)
+		require.Equal(t, map[delivery.Reason]uint64{delivery.ReasonUndecodable: 1, delivery.ReasonNoKey: 1}, rcv.Stats().DeadLetters)
 	})
 }
 
@@ -262,11 +263,11 @@ func TestCoreOneEventPerDelivery(t *testing.T) {
 		require.Len(t, events, 5)
 
 		type what struct {
-			reason dedup.Reason
-			action dedup.Action
+			reason delivery.Reason
+			action delivery.Action
 		}
 		var got []what
-		traceOfReason := map[dedup.Reason][]string{}
+		traceOfReason := map[delivery.Reason][]string{}
 		for _, e := range events {
 			require.True(t, e.Settled, "%+v", e.Event)
 			require.NoError(t, e.SettleErr)
@@ -280,20 +281,20 @@ func TestCoreOneEventPerDelivery(t *testing.T) {
 			traceOfReason[e.Decision.Reason] = append(traceOfReason[e.Decision.Reason], e.trace)
 		}
 		require.ElementsMatch(t, []what{
-			{dedup.ReasonProcessed, dedup.Ack}, {dedup.ReasonDuplicate, dedup.Ack}, {dedup.ReasonProcessed, dedup.Ack},
-			{dedup.ReasonNoKey, dedup.DeadLetter}, {dedup.ReasonUndecodable, dedup.DeadLetter},
+			{delivery.ReasonProcessed, delivery.Ack}, {delivery.ReasonDuplicate, delivery.Ack}, {delivery.ReasonProcessed, delivery.Ack},
+			{delivery.ReasonNoKey, delivery.DeadLetter}, {delivery.ReasonUndecodable, delivery.DeadLetter},
 		}, got)
 
 		// Each reply carries the trace of the delivery it answers.
-		require.Contains(t, traceOfReason[dedup.ReasonProcessed], first.Header.Get(traceHeader))
-		require.Equal(t, traceOfReason[dedup.ReasonDuplicate], []string{again.Header.Get(traceHeader)})
-		require.Equal(t, traceOfReason[dedup.ReasonNoKey], []string{refused.Header.Get(traceHeader)})
-		require.Equal(t, string(dedup.ReasonNoKey), refused.Header.Get(dedupnats.HeaderReason))
+		require.Contains(t, traceOfReason[delivery.ReasonProcessed], first.Header.Get(traceHeader))
+		require.Equal(t, traceOfReason[delivery.ReasonDuplicate], []string{again.Header.Get(traceHeader)})
+		require.Equal(t, traceOfReason[delivery.ReasonNoKey], []string{refused.Header.Get(traceHeader)})
+		require.Equal(t, string(delivery.ReasonNoKey), refused.Header.Get(dedupnats.HeaderReason))
 		// Each dead letter carries the trace of its delivery, not the
 		// producer's.
 		require.Len(t, dead, 2)
 		for _, m := range dead {
-			reason := dedup.Reason(m.Headers().Get(dedupnats.HeaderReason))
+			reason := delivery.Reason(m.Headers().Get(dedupnats.HeaderReason))
 			require.Len(t, traceOfReason[reason], 1, reason)
 			require.Equal(t, traceOfReason[reason], m.Headers().Values(traceHeader), reason)
 		}
@@ -317,8 +318,8 @@ func TestDropPoisonReportedAsDone(t *testing.T) {
 		e := events[0]
 		require.True(t, e.Settled)
 		require.NoError(t, e.SettleErr)
-		require.Equal(t, dedup.Ack, e.Decision.Action)
-		require.Equal(t, dedup.ReasonUndecodable, e.Decision.Reason)
+		require.Equal(t, delivery.Ack, e.Decision.Action)
+		require.Equal(t, delivery.ReasonUndecodable, e.Decision.Reason)
 		require.ErrorIs(t, e.Decision.Err, dedup.ErrUndecodable)
 		require.Equal(t, dedup.ConsumerStats{Delivered: 1, PoisonDropped: 1}, stats)
 		require.Equal(t, []string{e.trace}, logs.traces(dropped), "logged with the delivery's context")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // Defaults of Options.
@@ -20,12 +21,12 @@ const (
 // decision was to retry but JetStream would not deliver it again
 // (NumDelivered reached the consumer's MaxDeliver). Without the dead letter,
 // it would stay unacknowledged and be lost to the consumer.
-const ReasonMaxDeliver dedup.Reason = "max-deliver"
+const ReasonMaxDeliver delivery.Reason = "max-deliver"
 
 // ReasonNoRedelivery is the reason of a core NATS message (not a request)
 // dead-lettered because its decision was to retry, which core NATS cannot
 // do: the dead letter is the only copy left.
-const ReasonNoRedelivery dedup.Reason = "no-redelivery"
+const ReasonNoRedelivery delivery.Reason = "no-redelivery"
 
 // Options configure a Consumer or a Subscriber. A nil *Options means all
 // defaults. DeadLetterSubject has none: NewConsumer and NewSubscriber
@@ -34,7 +35,7 @@ const ReasonNoRedelivery dedup.Reason = "no-redelivery"
 //
 // There is no callback among them: what each delivery came to is reported
 // to the receiver's dedup.Config.Observer, once it is settled, as one
-// dedup.Event whose Broker is BrokerJetStream or BrokerNATS, Source the
+// delivery.Event whose Broker is BrokerJetStream or BrokerNATS, Source the
 // subject, Decision what was done (its Reason is ReasonMaxDeliver or
 // ReasonNoRedelivery when the adapter turned a retry into a dead letter),
 // and SettleErr the error that kept it from being done (a failed Ack or
@@ -117,7 +118,7 @@ type Options struct {
 	PendingBytesLimit int
 
 	// DestinationTemplate names the destination of every delivery by a
-	// template, its form without ids (dedup.Origin.DestinationTemplate,
+	// template, its form without ids (delivery.Origin.DestinationTemplate,
 	// messaging.destination.template to dedupotel, which names the spans
 	// after it and leaves the subject off the metrics when it differs),
 	// for subjects that carry one ("orders.*" for orders.<id>). Defaults

@@ -6,21 +6,21 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	natsgo "github.com/nats-io/nats.go"
 )
 
 // origin is what a Consumer or Subscriber knows of its deliveries and no
 // message carries: the server its connection is connected to, its
 // consumer group and the destination's template. Its fill completes each
-// delivery's dedup.Origin (see dedup.WithOrigin).
+// delivery's delivery.Origin (see adapter.WithOrigin).
 type origin struct {
 	server    *connServer
 	group     string
 	templates templates
 }
 
-func (o *origin) fill(d dedup.Origin) dedup.Origin {
+func (o *origin) fill(d delivery.Origin) delivery.Origin {
 	s := o.server.current()
 	d.ServerAddress, d.ServerPort = s.host, s.port
 	d.ConsumerGroup = o.group

@@ -15,13 +15,14 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 )
 
 // originReceiver returns a receiver reporting to obs whose handler
 // succeeds, unless its context ended.
-func originReceiver(t *testing.T, obs dedup.Observer) *dedup.Receiver[*dedup.Message[Order], Receipt] {
+func originReceiver(t *testing.T, obs delivery.Observer) *dedup.Receiver[*dedup.Message[Order], Receipt] {
 	t.Helper()
 	store, err := memstore.New(nil)
 	require.NoError(t, err)

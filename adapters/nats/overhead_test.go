@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -105,17 +107,17 @@ func BenchmarkHandleOverhead(b *testing.B) {
 		rcv := newRcv(b)
 		parallel(b, func(ctx context.Context, msg *fakeMsg) {
 			env := &dedup.Message[overheadOrder]{Data: msg.Data(), Native: msg}
-			if dedup.DecodeBody(dedup.JSONDecoder{}, env) != nil {
+			if adapter.DecodeBody(dedup.JSONDecoder{}, env) != nil {
 				return // not acknowledged: the count fails
 			}
-			if res, err := rcv.Handle(ctx, env); err == nil && res.Status == dedup.StatusProcessed {
+			if res, err := rcv.Handle(ctx, env); err == nil && res.Status == delivery.StatusProcessed {
 				_ = msg.Ack()
 			}
 		})
 	})
 	b.Run("consumer", func(b *testing.B) {
 		rcv := newRcv(b)
-		c := &Consumer[overheadOrder, struct{}]{rcv: rcv, opts: (&Options{DropPoison: true}).withDefaults(rcv.Logger()), maxDeliver: 5}
+		c := &Consumer[overheadOrder, struct{}]{rcv: adapter.Bind(rcv), opts: (&Options{DropPoison: true}).withDefaults(adapter.Bind(rcv).Logger()), maxDeliver: 5}
 		parallel(b, func(ctx context.Context, msg *fakeMsg) { c.handle(ctx, msg) })
 	})
 }

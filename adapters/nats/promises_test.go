@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -82,7 +83,7 @@ func TestInProgressHoldsLongHandler(t *testing.T) {
 		require.NoError(t, err)
 		var runs, deliveries atomic.Int64
 		var maxCount atomic.Int64
-		cfg := observed(fastConfig("long"), onSettled(func(e dedup.Event) {
+		cfg := observed(fastConfig("long"), onSettled(func(e delivery.Event) {
 			deliveries.Add(1)
 			if int64(e.DeliveryCount) > maxCount.Load() {
 				maxCount.Store(int64(e.DeliveryCount))

@@ -6,12 +6,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	natsgo "github.com/nats-io/nats.go"
 )
 
 // HeaderStatus is set on every reply the Subscriber sends: the
-// dedup.Status of the delivery ("processed", "duplicate", "bypassed"), or
+// delivery.Status of the delivery ("processed", "duplicate", "bypassed"), or
 // "none" with Dedup-Reason and Dedup-Error when the request was not done.
 const HeaderStatus = "Dedup-Status"
 
@@ -43,7 +43,7 @@ func (DefaultReplyEncoder) Marshal(v any) ([]byte, error) {
 // it in a reply.
 type ReplyError struct {
 	// Reason is the decision's reason, such as "in-flight" or "undecodable".
-	Reason dedup.Reason
+	Reason delivery.Reason
 	// Message is the error's text, when there was one.
 	Message string
 	// RetryAfter is how long to wait before sending the request again; zero
@@ -69,7 +69,7 @@ func ReplyErrorOf(reply *natsgo.Msg) error {
 	if reply == nil || reply.Header == nil || reply.Header.Get(HeaderReason) == "" {
 		return nil
 	}
-	e := &ReplyError{Reason: dedup.Reason(reply.Header.Get(HeaderReason)), Message: reply.Header.Get(HeaderError)}
+	e := &ReplyError{Reason: delivery.Reason(reply.Header.Get(HeaderReason)), Message: reply.Header.Get(HeaderError)}
 	if ms, err := strconv.ParseInt(reply.Header.Get(HeaderRetryAfter), 10, 64); err == nil && ms > 0 {
 		e.RetryAfter = time.Duration(ms) * time.Millisecond
 	}
@@ -77,7 +77,7 @@ func ReplyErrorOf(reply *natsgo.Msg) error {
 }
 
 // resultReply builds the reply carrying a done request's result.
-func resultReply(to string, status dedup.Status, body []byte) *natsgo.Msg {
+func resultReply(to string, status delivery.Status, body []byte) *natsgo.Msg {
 	m := natsgo.NewMsg(to)
 	m.Data = body
 	m.Header.Set(HeaderStatus, status.String())
@@ -85,14 +85,14 @@ func resultReply(to string, status dedup.Status, body []byte) *natsgo.Msg {
 }
 
 // errorReply builds the reply refusing a request.
-func errorReply(to string, d dedup.Decision) *natsgo.Msg {
+func errorReply(to string, d delivery.Decision) *natsgo.Msg {
 	m := natsgo.NewMsg(to)
-	m.Header.Set(HeaderStatus, dedup.StatusNone.String())
+	m.Header.Set(HeaderStatus, delivery.StatusNone.String())
 	m.Header.Set(HeaderReason, string(d.Reason))
 	if d.Err != nil {
 		m.Header.Set(HeaderError, oneLine(d.Err.Error()))
 	}
-	if d.Action == dedup.Retry {
+	if d.Action == delivery.Retry {
 		m.Header.Set(HeaderRetryAfter, strconv.FormatInt(max(d.Delay.Milliseconds(), 1), 10))
 	}
 	return m

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/internal/testenv"
@@ -139,10 +140,10 @@ func TestJetStreamStoreDownFailClosed(t *testing.T) {
 		}
 		var refused atomic.Int64
 		var badDelay atomic.Value
-		refusals := onSettled(func(e dedup.Event) {
-			if e.Decision.Reason == dedup.ReasonStoreUnavailable {
+		refusals := onSettled(func(e delivery.Event) {
+			if e.Decision.Reason == delivery.ReasonStoreUnavailable {
 				refused.Add(1)
-				if e.Decision.Action != dedup.Retry || e.Decision.Delay != 200*time.Millisecond || !errors.Is(e.Err, dedup.ErrStoreUnavailable) {
+				if e.Decision.Action != delivery.Retry || e.Decision.Delay != 200*time.Millisecond || !errors.Is(e.Err, dedup.ErrStoreUnavailable) {
 					badDelay.Store(fmt.Sprintf("%+v", e.Decision))
 				}
 			}

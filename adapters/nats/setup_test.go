@@ -20,6 +20,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/adaptertest"
 	"github.com/dedup-go/dedup/internal/testenv"
 )
@@ -207,7 +208,7 @@ func fastConfig(ns string) *dedup.Config {
 }
 
 // observed returns cfg with obs as its Observer.
-func observed(cfg *dedup.Config, obs dedup.Observer) *dedup.Config {
+func observed(cfg *dedup.Config, obs delivery.Observer) *dedup.Config {
 	cfg.Observer = obs
 	return cfg
 }

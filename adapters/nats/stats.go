@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // counters are a Consumer's or Subscriber's dedup.ConsumerStats being
@@ -30,17 +31,17 @@ func (c *counters) snapshot() dedup.ConsumerStats {
 
 // count counts a settlement of decision d (what was done, or tried) that
 // came to err: a dropped poison (drop) is counted as such, not as an ack.
-func (c *counters) count(d dedup.Decision, drop bool, err error) {
+func (c *counters) count(d delivery.Decision, drop bool, err error) {
 	switch {
 	case err != nil:
 		c.settleFailures.Add(1)
 	case drop:
 		c.poisonDropped.Add(1)
-	case d.Action == dedup.Ack:
+	case d.Action == delivery.Ack:
 		c.acked.Add(1)
-	case d.Action == dedup.Retry:
+	case d.Action == delivery.Retry:
 		c.retriedInPlace.Add(1)
-	case d.Action == dedup.DeadLetter:
+	case d.Action == delivery.DeadLetter:
 		c.deadLettered.Add(1)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -60,10 +61,10 @@ func TestInvalidUTF8Bodies(t *testing.T) {
 			store, err := memstore.New(nil)
 			require.NoError(t, err)
 			fx := newEffects()
-			reasons := make(chan dedup.Reason, 4)
+			reasons := make(chan delivery.Reason, 4)
 			rcv, err := dedup.NewReceiver(store, idstrategy.DataHash[[]byte](), func(_ context.Context, m *dedup.Message[[]byte]) (int64, error) {
 				return fx.add(string(m.Body)), nil
-			}, observed(fastConfig("utf8raw"), onSettled(func(e dedup.Event) { sendUntilDone(t, reasons, e.Decision.Reason) })))
+			}, observed(fastConfig("utf8raw"), onSettled(func(e delivery.Event) { sendUntilDone(t, reasons, e.Decision.Reason) })))
 			require.NoError(t, err)
 			c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DeadLetterSubject: n.dlq, Decoder: dedup.RawDecoder{}})
 			require.NoError(t, err)
@@ -78,7 +79,7 @@ func TestInvalidUTF8Bodies(t *testing.T) {
 			for range bodies {
 				select {
 				case r := <-reasons:
-					require.Equal(t, dedup.ReasonProcessed, r)
+					require.Equal(t, delivery.ReasonProcessed, r)
 				case <-time.After(10 * time.Second):
 					t.Fatal("a delivery was not settled")
 				}

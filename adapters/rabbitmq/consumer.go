@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // Consumer runs a dedup.Receiver over a RabbitMQ queue: it consumes with
@@ -22,7 +23,7 @@ import (
 // resumes, and a delivery of a lost channel is never settled on another.
 type Consumer[T, R any] struct {
 	queue string
-	rcv   *dedup.Receiver[*dedup.Message[T], R]
+	rcv   *adapter.Receiver[*dedup.Message[T], R]
 	opts  Options
 	tag   string // consumer tag prefix; each session appends its generation
 
@@ -74,7 +75,8 @@ func NewConsumer[T, R any](url, queue string, rcv *dedup.Receiver[*dedup.Message
 	case rcv == nil:
 		return nil, wrapConfig("receiver is nil")
 	}
-	o := opts.withDefaults(url, rcv.Logger())
+	b := adapter.Bind(rcv)
+	o := opts.withDefaults(url, b.Logger())
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -83,7 +85,7 @@ func NewConsumer[T, R any](url, queue string, rcv *dedup.Receiver[*dedup.Message
 	}
 	return &Consumer[T, R]{
 		queue:      queue,
-		rcv:        rcv,
+		rcv:        b,
 		opts:       o,
 		holdBudget: o.ConsumerTimeout - rcv.Lease() - o.InPlaceRetryMax,
 		server:     urlServer(url, dialOf(opts)),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -80,7 +81,7 @@ func TestDecisions(t *testing.T) {
 		mu.Lock()
 		require.Equal(t, map[string]int{"o-1": 1, "o-2": 1}, charged)
 		mu.Unlock()
-		require.Equal(t, map[dedup.Reason]int{"processed": 2, "duplicate": 1, "undecodable": 3, "no-key": 1}, ev.reasons())
+		require.Equal(t, map[delivery.Reason]int{"processed": 2, "duplicate": 1, "undecodable": 3, "no-key": 1}, ev.reasons())
 
 		byID := map[string]amqp.Delivery{}
 		for _, d := range dead {
@@ -162,8 +163,8 @@ func TestStopRequeuesUnfinished(t *testing.T) {
 	eventually(t, "the delivery back in the queue", func() bool { return depth(t, conn, top.Queue) == 1 })
 	evs := ev.snapshot()
 	require.Len(t, evs, 1)
-	require.Equal(t, dedup.Retry, evs[0].Decision.Action)
-	require.Equal(t, dedup.ReasonCanceled, evs[0].Decision.Reason)
+	require.Equal(t, delivery.Retry, evs[0].Decision.Action)
+	require.Equal(t, delivery.ReasonCanceled, evs[0].Decision.Reason)
 	require.NoError(t, c.Stop(t.Context()), "Stop on a stopped consumer returns at once")
 }
 
@@ -246,7 +247,7 @@ func TestStopRequeuesPrefetched(t *testing.T) {
 	require.Equal(t, 1, runs, "deliveries handled after Stop")
 	mu.Unlock()
 	require.Equal(t, msgs-1, depth(t, conn, top.Queue))
-	require.Equal(t, map[dedup.Reason]int{dedup.ReasonProcessed: 1, dedup.ReasonCanceled: msgs - 1}, ev.reasons())
+	require.Equal(t, map[delivery.Reason]int{delivery.ReasonProcessed: 1, delivery.ReasonCanceled: msgs - 1}, ev.reasons())
 	for _, e := range ev.snapshot() {
 		require.True(t, e.Settled)
 		require.NoError(t, e.SettleErr)

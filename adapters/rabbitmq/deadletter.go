@@ -7,6 +7,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // Headers the Consumer adds to dead letters and retries, spelt as every
@@ -15,7 +16,7 @@ import (
 // spelling. None starts with "x-": brokers reserve that prefix, and
 // RabbitMQ 3.13 and later ignore x- headers set by clients.
 const (
-	HeaderReason             = "Dedup-Reason"            // the dedup.Reason, e.g. "undecodable"
+	HeaderReason             = "Dedup-Reason"            // the delivery.Reason, e.g. "undecodable"
 	HeaderError              = "Dedup-Error"             // the error's text, on one line
 	HeaderQueue              = "Dedup-Queue"             // the queue it was consumed from
 	HeaderKey                = "Dedup-Key"               // the record's key, when it had one
@@ -73,7 +74,7 @@ func republished(d *amqp.Delivery) amqp.Publishing {
 }
 
 // retryPublishing is d on its way to a retry tier.
-func retryPublishing(d *amqp.Delivery, dec dedup.Decision) amqp.Publishing {
+func retryPublishing(d *amqp.Delivery, dec delivery.Decision) amqp.Publishing {
 	p := republished(d)
 	n, _ := headerInt(d.Headers, HeaderRetries)
 	p.Headers[HeaderRetries] = max(n, 0) + 1
@@ -84,7 +85,7 @@ func retryPublishing(d *amqp.Delivery, dec dedup.Decision) amqp.Publishing {
 // deadLetterPublishing is d as a dead letter: the original body,
 // properties (MessageId included) and headers, plus the dedup-* headers
 // saying why.
-func deadLetterPublishing[R any](d *amqp.Delivery, queue string, deliveries int, res dedup.Result[R], dec dedup.Decision) amqp.Publishing {
+func deadLetterPublishing[R any](d *amqp.Delivery, queue string, deliveries int, res dedup.Result[R], dec delivery.Decision) amqp.Publishing {
 	p := republished(d)
 	h := p.Headers
 	h[HeaderReason] = string(dec.Reason)

@@ -153,7 +153,7 @@
 // The adapter has no callback of its own. Each handing of a message to the
 // receiver is one delivery (dedup.Receiver.Deliver, or Refused for a body
 // that does not decode), and the receiver's dedup.Config.Observer hears of
-// it once, when the consumer settled it, as one dedup.Event: Broker
+// it once, when the consumer settled it, as one delivery.Event: Broker
 // "rabbitmq" ([BrokerRabbitMQ]), Source the queue, MessageID and
 // DeliveryCount the envelope's, Header its headers, ServerAddress and
 // ServerPort the broker's (the host and port of NewConsumer's url when the
@@ -182,11 +182,11 @@
 // no key, no status.
 //
 // The handler, the Observer and the consumer's logs about a delivery get
-// the delivery's context (with the span a dedup.DeliveryStarter Observer,
+// the delivery's context (with the span a delivery.DeliveryStarter Observer,
 // such as dedupotel's, started), and every log line is written with
 // slog's Context methods. Dead letters and retry copies carry the
 // delivery's trace context in their headers, written by the Observer when
-// it is a dedup.Injector (a header of the same name the original had, the
+// it is a delivery.Injector (a header of the same name the original had, the
 // producer's traceparent say, takes the new value): the next consumer's
 // span links to this delivery's. On the producer side,
 // PublisherOptions.Injector does the same with the ctx given to

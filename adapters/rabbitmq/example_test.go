@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -68,7 +69,7 @@ func ExampleNewConsumer() {
 	// Observer: where it came from and what was done with it.
 	var wg sync.WaitGroup
 	wg.Add(4)
-	settled := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+	settled := delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
 		defer wg.Done()
 		fmt.Println(e.Broker, e.Decision.Action, e.Decision.Reason, cmp.Or(e.Key, "(no key)"), e.Settled)
 	})

@@ -10,17 +10,18 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // BrokerRabbitMQ is the value of dedup.Message.Broker and
-// dedup.Event.Broker for deliveries of this package.
+// delivery.Event.Broker for deliveries of this package.
 const BrokerRabbitMQ = "rabbitmq"
 
 // headerDeliveryCount is the header a quorum queue sets on a redelivery:
 // how many times the message was returned to the queue before (0-based).
 const headerDeliveryCount = "x-delivery-count"
 
-// TableHeader is an AMQP headers table behind dedup.Header, without a
+// TableHeader is an AMQP headers table behind delivery.Header, without a
 // copy. Names match exactly, case included. Values that are not strings on
 // the wire are given as their text: integers and floats in decimal,
 // booleans as "true"/"false", timestamps in RFC 3339, byte arrays as their
@@ -47,7 +48,7 @@ func (h TableHeader) All() iter.Seq2[string, string] {
 	}
 }
 
-var _ dedup.Header = TableHeader(nil)
+var _ delivery.Header = TableHeader(nil)
 
 // headerText renders an AMQP field value as text.
 func headerText(v any) string {
@@ -178,7 +179,7 @@ func envelope[T any](d amqp.Delivery, queue string, fingerprint bool, at time.Ti
 
 func fill[T any](d *amqp.Delivery, queue string, fingerprint bool) dedup.Message[T] {
 	count := deliveryCount(d)
-	var h dedup.Header
+	var h delivery.Header
 	if len(d.Headers) > 0 {
 		h = TableHeader(d.Headers)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/adaptertest"
 	"github.com/dedup-go/dedup/internal/testenv"
@@ -26,8 +27,8 @@ import (
 type tracer = adaptertest.Tracer
 
 type outcome struct {
-	action dedup.Action
-	reason dedup.Reason
+	action delivery.Action
+	reason delivery.Reason
 	count  int // the delivery count
 }
 
@@ -98,11 +99,11 @@ func TestOneEventPerDelivery(t *testing.T) {
 	require.NoError(t, c.Start(t.Context()))
 	stopAtCleanup(t, c)
 
-	eventually(t, "the copy of the slow order held twice", func() bool { return tr.Reasons()[dedup.ReasonInFlight] >= 2 })
+	eventually(t, "the copy of the slow order held twice", func() bool { return tr.Reasons()[delivery.ReasonInFlight] >= 2 })
 	close(release)
 	eventually(t, "every message settled", func() bool {
 		r := tr.Reasons()
-		return r[dedup.ReasonProcessed] >= 3 && r[dedup.ReasonDuplicate] >= 1 && r[dedup.ReasonUndecodable] >= 1 && r[dedup.ReasonPermanent] >= 1
+		return r[delivery.ReasonProcessed] >= 3 && r[delivery.ReasonDuplicate] >= 1 && r[delivery.ReasonUndecodable] >= 1 && r[delivery.ReasonPermanent] >= 1
 	})
 	require.NoError(t, c.Stop(t.Context()))
 	require.NoError(t, c.Err())
@@ -125,7 +126,7 @@ func TestOneEventPerDelivery(t *testing.T) {
 		seen[spans[i]] = true
 		require.True(t, strings.Contains(spans[i], "-"+e.MessageID+"-"+e.Source+"-") && strings.HasSuffix(spans[i], "-"+strconv.Itoa(e.DeliveryCount)),
 			"the event's context %q is another delivery's", spans[i])
-		if e.Decision.Reason == dedup.ReasonInFlight {
+		if e.Decision.Reason == delivery.ReasonInFlight {
 			holds++
 			require.Zero(t, e.SettleDuration, "a hold sends nothing to the broker")
 		} else {
@@ -140,15 +141,15 @@ func TestOneEventPerDelivery(t *testing.T) {
 	}
 	held := make([]outcome, 0, holds+1)
 	for range holds {
-		held = append(held, outcome{dedup.Retry, dedup.ReasonInFlight, 1})
+		held = append(held, outcome{delivery.Retry, delivery.ReasonInFlight, 1})
 	}
-	held = append(held, outcome{dedup.Ack, dedup.ReasonDuplicate, 1})
+	held = append(held, outcome{delivery.Ack, delivery.ReasonDuplicate, 1})
 	require.Equal(t, map[string][]outcome{
-		"m-1":     {{dedup.Ack, dedup.ReasonProcessed, 1}},
-		"m-2":     {{dedup.DeadLetter, dedup.ReasonUndecodable, 1}},
-		"m-3":     {{dedup.Retry, dedup.ReasonHandlerError, 1}, {dedup.Retry, dedup.ReasonHandlerError, 2}, {dedup.Ack, dedup.ReasonProcessed, 3}},
-		"m-4":     {{dedup.DeadLetter, dedup.ReasonPermanent, 1}},
-		slowFirst: {{dedup.Ack, dedup.ReasonProcessed, 1}},
+		"m-1":     {{delivery.Ack, delivery.ReasonProcessed, 1}},
+		"m-2":     {{delivery.DeadLetter, delivery.ReasonUndecodable, 1}},
+		"m-3":     {{delivery.Retry, delivery.ReasonHandlerError, 1}, {delivery.Retry, delivery.ReasonHandlerError, 2}, {delivery.Ack, delivery.ReasonProcessed, 3}},
+		"m-4":     {{delivery.DeadLetter, delivery.ReasonPermanent, 1}},
+		slowFirst: {{delivery.Ack, delivery.ReasonProcessed, 1}},
 		slowHeld:  held,
 	}, got)
 	mu.Lock()
@@ -157,7 +158,7 @@ func TestOneEventPerDelivery(t *testing.T) {
 	}
 	mu.Unlock()
 	require.Equal(t, dedup.ConsumerStats{Delivered: 8, Acked: 4, RetriedInPlace: uint64(2 + holds), DeadLettered: 2}, c.Stats())
-	require.Equal(t, map[dedup.Reason]uint64{dedup.ReasonUndecodable: 1, dedup.ReasonPermanent: 1}, rcv.Stats().DeadLetters)
+	require.Equal(t, map[delivery.Reason]uint64{delivery.ReasonUndecodable: 1, delivery.ReasonPermanent: 1}, rcv.Stats().DeadLetters)
 
 	require.Equal(t, "producer", tr.Link(spanOf["m-2"]), "the delivery's origin lacks the producer's traceparent")
 	for _, d := range getAll(t, conn, top.DeadLetterQueue, 2) {
@@ -199,7 +200,7 @@ func TestRetryCopyCarriesTraceContext(t *testing.T) {
 	stopAtCleanup(t, c)
 	publishAll(t, conn, top.Queue, []amqp.Publishing{{MessageId: "m-1", Body: orderJSON(t, Order{ID: "o-1"}), Headers: amqp.Table{"traceparent": "producer"}}})
 
-	eventually(t, "the copy processed", func() bool { return tr.Reasons()[dedup.ReasonProcessed] == 1 })
+	eventually(t, "the copy processed", func() bool { return tr.Reasons()[delivery.ReasonProcessed] == 1 })
 	require.NoError(t, c.Stop(t.Context()))
 	events, spans, started := tr.Snapshot()
 	require.Len(t, events, 2)
@@ -207,8 +208,8 @@ func TestRetryCopyCarriesTraceContext(t *testing.T) {
 	first := events[0]
 	require.True(t, first.Settled)
 	require.NoError(t, first.SettleErr)
-	require.Equal(t, dedup.Retry, first.Decision.Action)
-	require.Equal(t, dedup.ReasonHandlerError, first.Decision.Reason)
+	require.Equal(t, delivery.Retry, first.Decision.Action)
+	require.Equal(t, delivery.ReasonHandlerError, first.Decision.Reason)
 	require.Equal(t, tier, first.Decision.Delay, "the retry done: through the tier")
 	require.Equal(t, "producer", tr.Link(spans[0]))
 	require.Equal(t, spans[0], tr.Link(spans[1]), "the retry copy does not carry its failed delivery's trace context")
@@ -312,10 +313,10 @@ func TestLogsCarryDeliveryContext(t *testing.T) {
 	events, spans, _ := tr.Snapshot()
 	failed := map[string]bool{}
 	for i, e := range events {
-		if e.Decision.Reason == dedup.ReasonCanceled {
+		if e.Decision.Reason == delivery.ReasonCanceled {
 			continue // redelivered after Stop, returned unhandled
 		}
-		require.Equal(t, dedup.DeadLetter, e.Decision.Action)
+		require.Equal(t, delivery.DeadLetter, e.Decision.Action)
 		require.ErrorIs(t, e.SettleErr, dedupamqp.ErrDeadLetter)
 		require.ErrorIs(t, e.SettleErr, dedupamqp.ErrReturned)
 		failed[spans[i]] = true
@@ -367,7 +368,7 @@ func TestHoldCutShortAtStop(t *testing.T) {
 		{MessageId: "m-1", Body: orderJSON(t, Order{ID: "o-1"})},
 		{MessageId: "m-2", Body: orderJSON(t, Order{ID: "o-1"})},
 	})
-	eventually(t, "the copy held", func() bool { return tr.Reasons()[dedup.ReasonInFlight] >= 1 })
+	eventually(t, "the copy held", func() bool { return tr.Reasons()[delivery.ReasonInFlight] >= 1 })
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.Stop(t.Context()) }()
 	eventually(t, "the held copy returned", func() bool { return depth(t, conn, top.Queue) == 1 })
@@ -376,10 +377,10 @@ func TestHoldCutShortAtStop(t *testing.T) {
 
 	events, spans, started := tr.Snapshot()
 	seen := map[string]bool{}
-	var held []dedup.Event
+	var held []delivery.Event
 	unhandled := 0 // the copy redelivered before the consumer was cancelled, returned unhandled
 	for i, e := range events {
-		if e.Decision.Reason == dedup.ReasonCanceled && spans[i] == "" {
+		if e.Decision.Reason == delivery.ReasonCanceled && spans[i] == "" {
 			unhandled++
 			continue
 		}
@@ -387,15 +388,15 @@ func TestHoldCutShortAtStop(t *testing.T) {
 		seen[spans[i]] = true
 		require.True(t, e.Settled)
 		require.NoError(t, e.SettleErr)
-		if e.Decision.Reason == dedup.ReasonInFlight {
+		if e.Decision.Reason == delivery.ReasonInFlight {
 			held = append(held, e)
 		} else {
-			require.Equal(t, dedup.ReasonProcessed, e.Decision.Reason)
+			require.Equal(t, delivery.ReasonProcessed, e.Decision.Reason)
 		}
 	}
 	require.Equal(t, started, len(events)-unhandled, "deliveries started and deliveries reported differ")
 	require.Len(t, events, len(held)+1+unhandled)
-	require.Equal(t, dedup.Retry, held[len(held)-1].Decision.Action)
+	require.Equal(t, delivery.Retry, held[len(held)-1].Decision.Action)
 	st := c.Stats()
 	require.Equal(t, dedup.ConsumerStats{Delivered: uint64(2 + unhandled), Acked: 1, RetriedInPlace: uint64(len(held))}, st,
 		"each try held and handed again, and the last one returned to the queue")

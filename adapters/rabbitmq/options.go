@@ -51,7 +51,7 @@ func DialURL(url string) Dialer {
 // them) with an error naming both.
 //
 // There is no callback among them: each delivery is reported once, when
-// settled, to the receiver's dedup.Config.Observer as a dedup.Event whose
+// settled, to the receiver's dedup.Config.Observer as a delivery.Event whose
 // Broker is [BrokerRabbitMQ] and Source the queue (see Observing in the
 // package documentation), and Consumer.Stats counts what was done.
 type Options struct {
@@ -157,7 +157,7 @@ type Options struct {
 	ReconnectBackoff dedup.Backoff
 
 	// DestinationTemplate names the destination of every delivery by a
-	// template, its form without ids (dedup.Origin.DestinationTemplate,
+	// template, its form without ids (delivery.Origin.DestinationTemplate,
 	// messaging.destination.template to dedupotel, which names the spans
 	// after it and leaves the queue's name off the metrics when it
 	// differs): for a queue whose name carries one. Defaults to none: a

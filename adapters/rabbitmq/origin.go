@@ -4,9 +4,8 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/dedup-go/dedup/delivery"
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/dedup-go/dedup"
 )
 
 // server is a broker's host and port, for the Origin of deliveries.
@@ -38,12 +37,12 @@ func dialOf(opts *Options) Dialer {
 }
 
 // originOf returns what completes the Origin of a session's deliveries
-// (see dedup.WithOrigin): the server its consuming connection is connected
+// (see adapter.WithOrigin): the server its consuming connection is connected
 // to (the url's host, else the connection's remote address), and
 // Options.DestinationTemplate. No consumer group: the messaging
 // conventions give RabbitMQ none (the consumers of a queue share its
 // messages; the queue is the destination).
-func (c *Consumer[T, R]) originOf(conn *amqp.Connection) func(dedup.Origin) dedup.Origin {
+func (c *Consumer[T, R]) originOf(conn *amqp.Connection) func(delivery.Origin) delivery.Origin {
 	s := c.server
 	if s.host == "" && conn != nil {
 		if host, port, err := net.SplitHostPort(conn.RemoteAddr().String()); err == nil {
@@ -52,7 +51,7 @@ func (c *Consumer[T, R]) originOf(conn *amqp.Connection) func(dedup.Origin) dedu
 		}
 	}
 	template := c.opts.DestinationTemplate
-	return func(o dedup.Origin) dedup.Origin {
+	return func(o delivery.Origin) delivery.Origin {
 		o.ServerAddress, o.ServerPort, o.DestinationTemplate = s.host, s.port, template
 		return o
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -28,7 +29,7 @@ func TestOrigin(t *testing.T) {
 	}
 	url := uri.String()
 
-	run := func(t *testing.T, url string, opts dedupamqp.Options) dedup.Event {
+	run := func(t *testing.T, url string, opts dedupamqp.Options) delivery.Event {
 		t.Helper()
 		top := declare(t, url, dedupamqp.Topology{})
 		var seen events
@@ -69,7 +70,7 @@ func TestOrigin(t *testing.T) {
 }
 
 // observed returns cfg with obs as its Observer.
-func observed(cfg *dedup.Config, obs dedup.Observer) *dedup.Config {
+func observed(cfg *dedup.Config, obs delivery.Observer) *dedup.Config {
 	cfg.Observer = obs
 	return cfg
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/internal/testenv"
@@ -89,7 +90,7 @@ func (r *outageRig) charged() map[string]int {
 
 // storeDownHolds counts the deliveries the consumer held in place because
 // the store was down.
-func (r *outageRig) storeDownHolds() int { return r.ev.reasons()[dedup.ReasonStoreUnavailable] }
+func (r *outageRig) storeDownHolds() int { return r.ev.reasons()[delivery.ReasonStoreUnavailable] }
 
 // TestStoreOutageDeadLettersNothing: a store outage of 10 s (the Redis
 // killed, then started again) and of 60 s (the Redis hung, SIGSTOP, then
@@ -143,7 +144,7 @@ func TestStoreOutageDeadLettersNothing(t *testing.T) {
 			eventually(t, "every order charged", func() bool { return len(r.charged()) == orders })
 			eventually(t, "the queue drained", func() bool { return depth(t, r.conn, r.top.Queue) == 0 })
 			eventually(t, "every delivery settled", func() bool {
-				return r.ev.reasons()[dedup.ReasonProcessed] >= orders
+				return r.ev.reasons()[delivery.ReasonProcessed] >= orders
 			})
 			stopCtx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
 			defer cancel()
@@ -156,10 +157,10 @@ func TestStoreOutageDeadLettersNothing(t *testing.T) {
 			require.Zero(t, r.c.Stats().DeadLettered)
 			for _, e := range r.ev.snapshot() {
 				switch e.Decision.Reason {
-				case dedup.ReasonProcessed:
+				case delivery.ReasonProcessed:
 					require.Equal(t, 1, e.DeliveryCount, "order %s was returned to the queue before it was processed", e.MessageID)
-				case dedup.ReasonStoreUnavailable:
-					require.Equal(t, dedup.Retry, e.Decision.Action)
+				case delivery.ReasonStoreUnavailable:
+					require.Equal(t, delivery.Retry, e.Decision.Action)
 					require.ErrorIs(t, e.Err, dedup.ErrStoreUnavailable)
 				default:
 					t.Fatalf("unexpected decision %+v for %s", e.Decision, e.MessageID)
@@ -191,15 +192,15 @@ func TestStoreOutageReturnsBeforeConsumerTimeout(t *testing.T) {
 	eventually(t, "two returns to the queue", func() bool { return len(r.logs.contains("returning it to the queue")) >= 2 })
 	r.srv.Start()
 	eventually(t, "the order charged", func() bool { return len(r.charged()) == 1 })
-	eventually(t, "the delivery settled", func() bool { return r.ev.reasons()[dedup.ReasonProcessed] == 1 })
+	eventually(t, "the delivery settled", func() bool { return r.ev.reasons()[delivery.ReasonProcessed] == 1 })
 	stopCtx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
 	defer cancel()
 	require.NoError(t, r.c.Stop(stopCtx))
 
 	returns := len(r.logs.contains("returning it to the queue"))
-	var processed dedup.Event
+	var processed delivery.Event
 	for _, e := range r.ev.snapshot() {
-		if e.Decision.Reason == dedup.ReasonProcessed {
+		if e.Decision.Reason == delivery.ReasonProcessed {
 			processed = e
 		}
 	}

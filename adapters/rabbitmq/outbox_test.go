@@ -20,6 +20,7 @@ import (
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
@@ -457,7 +458,7 @@ func TestOutboxPublisherDedupedDownstream(t *testing.T) {
 	stopAtCleanup(t, c)
 	eventually(t, "three deliveries settled", func() bool { return ev.count() == 3 })
 	handled.ExactlyOnce(captured.ID, other.ID).Check(t)
-	require.Equal(t, map[dedup.Reason]int{"processed": 2, "duplicate": 1}, ev.reasons())
+	require.Equal(t, map[delivery.Reason]int{"processed": 2, "duplicate": 1}, ev.reasons())
 }
 
 // TestOutboxPublisherLifecycle: the configuration refused, and Close.

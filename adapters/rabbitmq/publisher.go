@@ -12,6 +12,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // Publisher publishes messages that consumers can deduplicate: each one
@@ -25,7 +27,7 @@ import (
 type Publisher struct {
 	conn      *amqp.Connection
 	messageID dedup.KeyFunc[amqp.Publishing]
-	injector  dedup.Injector
+	injector  delivery.Injector
 
 	mu sync.Mutex
 	ch *confirmChannel
@@ -49,7 +51,7 @@ type PublisherOptions struct {
 	// to the producer's trace: the dedupotel Observer is one (W3C
 	// traceparent and tracestate). It runs after MessageID, which never
 	// sees the trace context. Defaults to none.
-	Injector dedup.Injector
+	Injector delivery.Injector
 }
 
 // NewPublisher returns a Publisher on conn. It opens its channel on first
@@ -134,7 +136,7 @@ func (p *Publisher) newID(msg amqp.Publishing) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("dedupamqp: derive the MessageId: %w", err)
 	}
-	if err := dedup.ValidateID(id, 255); err != nil {
+	if err := adapter.ValidateID(id, 255); err != nil {
 		return "", fmt.Errorf("dedupamqp: derived MessageId: %w", err)
 	}
 	return id, nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -120,10 +121,10 @@ func TestRetryTier(t *testing.T) {
 		}
 
 		evs := ev.snapshot()
-		require.Equal(t, dedup.Retry, evs[0].Decision.Action)
+		require.Equal(t, delivery.Retry, evs[0].Decision.Action)
 		require.ErrorContains(t, evs[0].Err, "gateway timeout", "the retry was carried out: Err is the handler's")
 		require.NotErrorIs(t, evs[0].Err, dedupamqp.ErrReturned)
-		require.Equal(t, dedup.ReasonProcessed, evs[1].Decision.Reason)
+		require.Equal(t, delivery.ReasonProcessed, evs[1].Decision.Reason)
 		st := c.Stats()
 		require.EqualValues(t, 1, st.RetriedLater)
 		require.Zero(t, st.RetriedInPlace)
@@ -227,7 +228,7 @@ func TestRejectDeadLetters(t *testing.T) {
 	require.Contains(t, dead.Headers, "x-death")
 	require.NotContains(t, dead.Headers, dedupamqp.HeaderReason)
 	eventually(t, "the delivery settled", func() bool { return ev.count() == 1 })
-	require.Equal(t, dedup.ReasonUndecodable, ev.snapshot()[0].Decision.Reason)
+	require.Equal(t, delivery.ReasonUndecodable, ev.snapshot()[0].Decision.Reason)
 	require.EqualValues(t, 1, c.Stats().DeadLettered)
 }
 
@@ -261,7 +262,7 @@ func TestDeadLetterUnroutable(t *testing.T) {
 
 	eventually(t, "dead letters returned", func() bool { return c.Stats().SettleFailures >= 2 })
 	first := ev.snapshot()[0]
-	require.Equal(t, dedup.DeadLetter, first.Decision.Action)
+	require.Equal(t, delivery.DeadLetter, first.Decision.Action)
 	require.True(t, first.Settled)
 	require.ErrorIs(t, first.Err, dedup.ErrUndecodable, "Err is the receiver's")
 	require.ErrorIs(t, first.SettleErr, dedupamqp.ErrDeadLetter)

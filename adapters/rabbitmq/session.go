@@ -10,9 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dedup-go/dedup/adapter"
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/dedup-go/dedup"
 )
 
 // session is one connection's worth of consuming: the consuming
@@ -93,7 +92,7 @@ func (c *Consumer[T, R]) open(ctx context.Context, gen uint64) (_ *session, err 
 	arrivals := make(chan *delivered[T], c.opts.Prefetch)
 	go c.forward(deliveries, arrivals)
 	s.arrivals = arrivals
-	s.ctx, s.cancel = context.WithCancel(dedup.WithOrigin(c.hardCtx, c.originOf(s.conn)))
+	s.ctx, s.cancel = context.WithCancel(adapter.WithOrigin(c.hardCtx, c.originOf(s.conn)))
 	return s, nil
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 )
 
@@ -231,19 +232,19 @@ func fastConfig(ns string) *dedup.Config {
 // events records every event the Observer hears of.
 type events struct {
 	mu  sync.Mutex
-	all []dedup.Event
+	all []delivery.Event
 }
 
-func (e *events) Observe(_ context.Context, ev dedup.Event) {
+func (e *events) Observe(_ context.Context, ev delivery.Event) {
 	e.mu.Lock()
 	e.all = append(e.all, ev)
 	e.mu.Unlock()
 }
 
-func (e *events) reasons() map[dedup.Reason]int {
+func (e *events) reasons() map[delivery.Reason]int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := map[dedup.Reason]int{}
+	out := map[delivery.Reason]int{}
 	for _, ev := range e.all {
 		out[ev.Decision.Reason]++
 	}
@@ -256,10 +257,10 @@ func (e *events) count() int {
 	return len(e.all)
 }
 
-func (e *events) snapshot() []dedup.Event {
+func (e *events) snapshot() []delivery.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]dedup.Event(nil), e.all...)
+	return append([]delivery.Event(nil), e.all...)
 }
 
 // logs records every log record's message and attributes, as text.

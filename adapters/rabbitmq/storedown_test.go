@@ -13,6 +13,7 @@ import (
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/internal/testenv"
@@ -61,7 +62,7 @@ func TestStoreDown(t *testing.T) {
 	stopAtCleanup(t, c)
 
 	eventually(t, "every delivery refused at least twice", func() bool {
-		return ev.reasons()[dedup.ReasonStoreUnavailable] >= 2*orders
+		return ev.reasons()[delivery.ReasonStoreUnavailable] >= 2*orders
 	})
 	require.Zero(t, charged.Len(), "a handler ran while the store was down (fail-closed)")
 
@@ -71,7 +72,7 @@ func TestStoreDown(t *testing.T) {
 	require.NoError(t, c.Stop(t.Context()))
 	charged.ExactlyOnce(ids...).Check(t) // each once: none lost, none doubled
 	for _, e := range ev.snapshot() {
-		if e.Decision.Reason == dedup.ReasonStoreUnavailable {
+		if e.Decision.Reason == delivery.ReasonStoreUnavailable {
 			require.ErrorIs(t, e.Err, dedup.ErrStoreUnavailable)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -250,11 +251,11 @@ func TestWireMethods(t *testing.T) {
 	})
 	require.NoError(t, c.Start(t.Context()))
 	stopAtCleanup(t, c)
-	eventually(t, "the copy refused as in flight", func() bool { return ev.reasons()[dedup.ReasonInFlight] >= 1 })
+	eventually(t, "the copy refused as in flight", func() bool { return ev.reasons()[delivery.ReasonInFlight] >= 1 })
 	close(release)
 	eventually(t, "every order settled", func() bool {
 		r := ev.reasons()
-		return r[dedup.ReasonProcessed] == 2 && r[dedup.ReasonDuplicate] == 1 && r[dedup.ReasonUndecodable] == 1
+		return r[delivery.ReasonProcessed] == 2 && r[delivery.ReasonDuplicate] == 1 && r[delivery.ReasonUndecodable] == 1
 	})
 	require.NoError(t, c.Stop(t.Context()))
 
@@ -268,6 +269,6 @@ func TestWireMethods(t *testing.T) {
 	}
 	require.Equal(t, []method{{name: "reject", requeue: true}}, sn.methods("reject"), "a handler failure is returned with Reject")
 	require.Empty(t, sn.methods("nack"), "the copy in flight was held in place, never returned to the queue")
-	require.Equal(t, 1, ev.reasons()[dedup.ReasonDuplicate], "the held copy became a duplicate once its original finished")
+	require.Equal(t, 1, ev.reasons()[delivery.ReasonDuplicate], "the held copy became a duplicate once its original finished")
 	require.Equal(t, []method{{name: "publish", mand: true}}, sn.methods("publish"), "the dead letter, mandatory")
 }

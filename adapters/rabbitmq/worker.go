@@ -10,6 +10,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // worker handles deliveries one at a time. It owns a publishing channel
@@ -58,8 +60,8 @@ func (w *worker[T, R]) run() {
 func (w *worker[T, R]) handle(s *session, it *delivered[T]) {
 	c := w.c
 	env := &it.env
-	var dl dedup.Delivery[R]
-	if err := dedup.DecodeBody(c.opts.Decoder, env); err != nil {
+	var dl adapter.Delivery[R]
+	if err := adapter.DecodeBody(c.opts.Decoder, env); err != nil {
 		dl = c.rcv.Refused(s.ctx, env, err)
 	} else {
 		dl = c.rcv.Deliver(s.ctx, env)
@@ -69,7 +71,7 @@ func (w *worker[T, R]) handle(s *session, it *delivered[T]) {
 	}
 	w.busy = 0
 	done, err := w.settle(s, it, &dl)
-	dl.Settled(dedup.Settlement{Decision: done, Duration: w.busy, Err: err})
+	dl.Settled(adapter.Settlement{Decision: done, Duration: w.busy, Err: err})
 }
 
 // heldInPlace holds a delivery whose handler did not run because the
@@ -89,10 +91,10 @@ func (w *worker[T, R]) handle(s *session, it *delivered[T]) {
 // horizon: its arrival plus ConsumerTimeout, less the receiver's lease and
 // InPlaceRetryMax, after which the broker could close the channel. Only
 // then does the outage return it to the queue.
-func (w *worker[T, R]) heldInPlace(s *session, it *delivered[T], dl *dedup.Delivery[R]) bool {
+func (w *worker[T, R]) heldInPlace(s *session, it *delivered[T], dl *adapter.Delivery[R]) bool {
 	c := w.c
 	dec := dl.Decision
-	if dec.Action != dedup.Retry || !notRun(dec.Reason) || c.isStopping() || s.ctx.Err() != nil {
+	if dec.Action != delivery.Retry || !notRun(dec.Reason) || c.isStopping() || s.ctx.Err() != nil {
 		return false
 	}
 	if time.Since(it.at)+dec.Delay > c.holdBudget {
@@ -106,15 +108,15 @@ func (w *worker[T, R]) heldInPlace(s *session, it *delivered[T], dl *dedup.Deliv
 		return false
 	}
 	c.stats.retriedInPlace.Add(1)
-	dl.Settled(dedup.Settlement{})
+	dl.Settled(adapter.Settlement{})
 	return true
 }
 
 // notRun reports whether a retry is for a delivery whose handler did not
 // run and that the receiver may take in a moment: the store is down, or
 // another delivery holds the key.
-func notRun(r dedup.Reason) bool {
-	return r == dedup.ReasonStoreUnavailable || r == dedup.ReasonInFlight
+func notRun(r delivery.Reason) bool {
+	return r == delivery.ReasonStoreUnavailable || r == delivery.ReasonInFlight
 }
 
 // requeueUnhandled returns a delivery that arrived after Stop, unhandled:
@@ -125,9 +127,9 @@ func (w *worker[T, R]) requeueUnhandled(s *session, it *delivered[T]) {
 	c := w.c
 	w.busy = 0
 	err := w.nack(s.ctx, s, &it.d)
-	c.rcv.Observe(s.ctx, dedup.Event{
+	c.rcv.Observe(s.ctx, delivery.Event{
 		Origin:   it.env.Origin(),
-		Decision: dedup.Decision{Action: dedup.Retry, Reason: dedup.ReasonCanceled, Err: dedup.ErrCanceled},
+		Decision: delivery.Decision{Action: delivery.Retry, Reason: delivery.ReasonCanceled, Err: dedup.ErrCanceled},
 		Err:      dedup.ErrCanceled,
 		Settled:  true, SettleDuration: w.busy, SettleErr: err,
 	})
@@ -137,17 +139,17 @@ func (w *worker[T, R]) requeueUnhandled(s *session, it *delivered[T]) {
 // returns what was done when that is not the Decision as it stands (zero
 // otherwise), and the error that kept the Decision from being carried
 // out.
-func (w *worker[T, R]) settle(s *session, it *delivered[T], dl *dedup.Delivery[R]) (dedup.Decision, error) {
+func (w *worker[T, R]) settle(s *session, it *delivered[T], dl *adapter.Delivery[R]) (delivery.Decision, error) {
 	ctx := dl.Context()
 	switch dl.Decision.Action {
-	case dedup.Ack:
+	case delivery.Ack:
 		err := w.ack(ctx, s, &it.d)
 		if err == nil {
 			w.c.stats.acked.Add(1)
 		}
-		return dedup.Decision{}, err
-	case dedup.DeadLetter:
-		return dedup.Decision{}, w.deadLetter(ctx, s, it, dl)
+		return delivery.Decision{}, err
+	case delivery.DeadLetter:
+		return delivery.Decision{}, w.deadLetter(ctx, s, it, dl)
 	default:
 		return w.retry(ctx, s, &it.d, dl.Decision)
 	}
@@ -157,17 +159,17 @@ func (w *worker[T, R]) settle(s *session, it *delivered[T], dl *dedup.Delivery[R
 // which should count towards a quorum queue's delivery limit, rather than
 // a delivery that was not processed (in flight elsewhere, store down,
 // shutdown).
-func handlerRan(dec dedup.Decision) bool { return dec.Reason == dedup.ReasonHandlerError }
+func handlerRan(dec delivery.Decision) bool { return dec.Reason == delivery.ReasonHandlerError }
 
 // retry hands the delivery back for another attempt after dec.Delay:
 // through a retry tier when the delay is longer than InPlaceRetryMax, else
 // (or when the tier cannot take it) in place. It returns the retry done:
 // dec with the tier's delay, or the time the delivery was held before it
 // was returned to the queue.
-func (w *worker[T, R]) retry(ctx context.Context, s *session, d *amqp.Delivery, dec dedup.Decision) (dedup.Decision, error) {
+func (w *worker[T, R]) retry(ctx context.Context, s *session, d *amqp.Delivery, dec delivery.Decision) (delivery.Decision, error) {
 	c := w.c
 	done := dec
-	if s.ctx.Err() != nil || dec.Reason == dedup.ReasonCanceled {
+	if s.ctx.Err() != nil || dec.Reason == delivery.ReasonCanceled {
 		done.Delay = 0
 		return done, w.requeue(ctx, s, d, false) // not processed: back at once
 	}
@@ -213,7 +215,7 @@ func (w *worker[T, R]) requeue(ctx context.Context, s *session, d *amqp.Delivery
 
 // inject writes the trace context of ctx, the delivery's, into the headers
 // of a dead letter or retry copy, when the receiver's Observer is a
-// dedup.Injector: a header of the same name the original had (the
+// delivery.Injector: a header of the same name the original had (the
 // producer's traceparent) takes the new value.
 func (w *worker[T, R]) inject(ctx context.Context, h amqp.Table) {
 	w.c.rcv.Inject(ctx, func(k, v string) { h[k] = v })
@@ -265,7 +267,7 @@ func (w *worker[T, R]) hold(s *session, d time.Duration) bool {
 // the broker confirmed it; if the dead letter cannot be published, the
 // original is requeued (after a pause), never dropped. With
 // RejectDeadLetters, the broker dead-letters it (Reject, requeue=false).
-func (w *worker[T, R]) deadLetter(ctx context.Context, s *session, it *delivered[T], dl *dedup.Delivery[R]) error {
+func (w *worker[T, R]) deadLetter(ctx context.Context, s *session, it *delivered[T], dl *adapter.Delivery[R]) error {
 	c := w.c
 	d, dec := &it.d, dl.Decision
 	if c.opts.RejectDeadLetters {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -90,7 +91,7 @@ func run(ctx context.Context, brokers []string, w io.Writer) error {
 	// The consumer.
 	var mu sync.Mutex
 	charged := map[string]int{}
-	reasons := map[dedup.Reason]int{}
+	reasons := map[delivery.Reason]int{}
 	dead := 0
 	var settled sync.WaitGroup
 	settled.Add(total)
@@ -103,13 +104,13 @@ func run(ctx context.Context, brokers []string, w io.Writer) error {
 	// The Observer hears of each delivery once, when the adapter settled
 	// it. A retry in place is a delivery of its own: only final outcomes
 	// (acked, dead-lettered) count here.
-	observer := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Decision.Action == dedup.Retry {
+	observer := delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
+		if e.Decision.Action == delivery.Retry {
 			return
 		}
 		mu.Lock()
 		reasons[e.Decision.Reason]++
-		if e.Decision.Action == dedup.DeadLetter {
+		if e.Decision.Action == delivery.DeadLetter {
 			dead++
 		}
 		mu.Unlock()
@@ -166,7 +167,7 @@ func run(ctx context.Context, brokers []string, w io.Writer) error {
 	mu.Lock()
 	defer mu.Unlock()
 	fmt.Fprintf(w, "%d messages: %d processed, %d duplicates, %d dead-lettered (%d undecodable)\n", total,
-		reasons[dedup.ReasonProcessed], reasons[dedup.ReasonDuplicate], dead, reasons[dedup.ReasonUndecodable])
+		reasons[delivery.ReasonProcessed], reasons[delivery.ReasonDuplicate], dead, reasons[delivery.ReasonUndecodable])
 	st := c.Stats() // the dedup.ConsumerStats every adapter returns
 	fmt.Fprintf(w, "consumer: %d delivered, %d acked, %d dead-lettered, %d settle failures\n",
 		st.Delivered, st.Acked, st.DeadLettered, st.SettleFailures)

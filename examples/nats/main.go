@@ -26,6 +26,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -102,10 +103,10 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	// The consumer reports what it did with each delivery to the
 	// receiver's Observer.
 	var mu sync.Mutex
-	reasons := map[dedup.Reason]int{}
+	reasons := map[delivery.Reason]int{}
 	var settled sync.WaitGroup
 	settled.Add(21)
-	observer := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+	observer := delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
 		if !e.Settled {
 			return
 		}

@@ -47,6 +47,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -273,9 +274,9 @@ type notifications struct {
 	dropped []string              // ids of the copies answered as duplicates
 }
 
-func (n *notifications) observer() dedup.Observer {
-	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if e.Settled && e.Status == dedup.StatusDuplicate {
+func (n *notifications) observer() delivery.Observer {
+	return delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
+		if e.Settled && e.Status == delivery.StatusDuplicate {
 			n.mu.Lock()
 			defer n.mu.Unlock()
 			n.dropped = append(n.dropped, strings.TrimPrefix(e.Key, "notifications:"))

@@ -44,6 +44,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
@@ -353,21 +354,21 @@ type tally struct {
 	byOrder map[string][]string
 }
 
-func (t *tally) observer(worker string) dedup.Observer {
-	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+func (t *tally) observer(worker string) delivery.Observer {
+	return delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
 		if !e.Settled {
 			return
 		}
 		id := strings.TrimPrefix(e.Key, "orders:")
 		status := e.Status.String()
-		if e.Status == dedup.StatusNone {
+		if e.Status == delivery.StatusNone {
 			status = "handler failed"
 		}
 		what := fmt.Sprintf("%s  delivery %d: %s -> %s", worker, e.DeliveryCount, status, e.Decision.Action)
 		switch {
 		case e.SettleErr != nil && e.Status.Done():
 			what += " lost with the process (" + rootCause(e.SettleErr) + ")"
-		case e.Decision.Err != nil && e.Status != dedup.StatusDuplicate:
+		case e.Decision.Err != nil && e.Status != delivery.StatusDuplicate:
 			what += " (" + rootCause(e.Decision.Err) + ")"
 		}
 		t.mu.Lock()

@@ -39,6 +39,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -211,7 +212,7 @@ func publish(ctx context.Context, js jetstream.JetStream, o Order, withID bool) 
 // newReceiver wraps charge: orders are keyed by the id in their body, which
 // every copy carries, with or without Nats-Msg-Id. The consumer reports what
 // it did with each delivery to observer.
-func newReceiver(records store.Store, charge dedup.Handler[*dedup.Message[Order], Receipt], observer dedup.Observer) (*dedup.Receiver[*dedup.Message[Order], Receipt], error) {
+func newReceiver(records store.Store, charge dedup.Handler[*dedup.Message[Order], Receipt], observer delivery.Observer) (*dedup.Receiver[*dedup.Message[Order], Receipt], error) {
 	return dedup.NewReceiver(records, idstrategy.BodyField("id", func(o Order) string { return o.ID }), charge, &dedup.Config{
 		Namespace: "billing",
 		Lease:     600 * time.Millisecond, // the heartbeat (InProgress) beats at a third of it, well inside AckWait
@@ -349,14 +350,14 @@ type tally struct {
 
 type event struct {
 	worker string
-	dedup.Event
+	delivery.Event
 }
 
 // record returns the Observer of worker's receiver: it keeps what the
 // consumer did with each delivery, one settled event per delivery.
-func (t *tally) record(worker string) dedup.Observer {
-	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
-		if !e.Settled || e.Decision.Action == dedup.DeadLetter {
+func (t *tally) record(worker string) delivery.Observer {
+	return delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
+		if !e.Settled || e.Decision.Action == delivery.DeadLetter {
 			return // dead letters are read back from their stream
 		}
 		_, id, _ := strings.Cut(e.Key, ":")
@@ -395,18 +396,18 @@ func (t *tally) print(w io.Writer, gw *gateway, dead []jetstream.Msg) {
 }
 
 // describe says what one delivery came to.
-func describe(e dedup.Event) string {
+func describe(e delivery.Event) string {
 	d := e.Decision
 	switch {
-	case d.Action == dedup.Ack && e.SettleErr != nil && d.Reason == dedup.ReasonProcessed:
+	case d.Action == delivery.Ack && e.SettleErr != nil && d.Reason == delivery.ReasonProcessed:
 		return "processed, but the ack was lost with the process"
-	case d.Reason == dedup.ReasonDuplicate:
+	case d.Reason == delivery.ReasonDuplicate:
 		return "duplicate: answered with the first receipt -> ack"
-	case d.Reason == dedup.ReasonProcessed:
+	case d.Reason == delivery.ReasonProcessed:
 		return "processed -> ack"
-	case d.Action == dedup.Retry && d.Reason == dedup.ReasonHandlerError:
+	case d.Action == delivery.Retry && d.Reason == delivery.ReasonHandlerError:
 		return fmt.Sprintf("handler failed (%v) -> nak, retry in %v", errors.Unwrap(e.Err), d.Delay.Round(100*time.Millisecond))
-	case d.Action == dedup.Retry:
+	case d.Action == delivery.Retry:
 		return fmt.Sprintf("%s -> nak, retry in %v", d.Reason, d.Delay.Round(100*time.Millisecond))
 	}
 	return fmt.Sprintf("%s -> %s", d.Reason, d.Action)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -115,10 +116,10 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	}
 	// The consumer reports each delivery to the receiver's Observer once it
 	// settled it: 11 deliveries, and the retried one once more.
-	reasons := map[dedup.Reason]int{}
+	reasons := map[delivery.Reason]int{}
 	var settled sync.WaitGroup
 	settled.Add(12)
-	observer := dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+	observer := delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
 		mu.Lock()
 		reasons[e.Decision.Reason]++
 		mu.Unlock()

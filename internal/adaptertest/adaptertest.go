@@ -6,14 +6,14 @@ import (
 	"context"
 	"testing"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 )
 
 // OnSettled is an Observer that calls fn with every delivery an adapter
 // settled (Event.Settled), and ignores any other.
-func OnSettled(fn func(e dedup.Event)) dedup.Observer {
-	return dedup.ObserverFunc(func(_ context.Context, e dedup.Event) {
+func OnSettled(fn func(e delivery.Event)) delivery.Observer {
+	return delivery.ObserverFunc(func(_ context.Context, e delivery.Event) {
 		if e.Settled {
 			fn(e)
 		}

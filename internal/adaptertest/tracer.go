@@ -5,25 +5,25 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // Tracer is an Observer that stands for a tracing one in the adapters'
 // tests: it starts each delivery with a span of its own in the context,
 // records every event with the span its context carried and the
 // traceparent each delivery's message had, and injects the span of a
-// context as a "traceparent" header (a dedup.Injector).
+// context as a "traceparent" header (a delivery.Injector).
 type Tracer struct {
 	mu      sync.Mutex
 	started int
 	links   map[string]string // span -> the traceparent its message carried
-	events  []dedup.Event
+	events  []delivery.Event
 	spans   []string
 }
 
 var (
-	_ dedup.DeliveryStarter = (*Tracer)(nil)
-	_ dedup.Injector        = (*Tracer)(nil)
+	_ delivery.DeliveryStarter = (*Tracer)(nil)
+	_ delivery.Injector        = (*Tracer)(nil)
 )
 
 type spanKey struct{}
@@ -41,7 +41,7 @@ func SpanOf(ctx context.Context) (string, bool) {
 
 // StartDelivery starts a span named after the delivery's place and count:
 // "span-<n>-<message id>-<source>-<offset>-<delivery count>".
-func (tr *Tracer) StartDelivery(ctx context.Context, o dedup.Origin) context.Context {
+func (tr *Tracer) StartDelivery(ctx context.Context, o delivery.Origin) context.Context {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.started++
@@ -59,7 +59,7 @@ func (tr *Tracer) StartDelivery(ctx context.Context, o dedup.Origin) context.Con
 }
 
 // Observe records e and the span of ctx.
-func (tr *Tracer) Observe(ctx context.Context, e dedup.Event) {
+func (tr *Tracer) Observe(ctx context.Context, e delivery.Event) {
 	span, _ := SpanOf(ctx)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -76,10 +76,10 @@ func (tr *Tracer) Inject(ctx context.Context, set func(key, value string)) {
 
 // Snapshot returns the events so far, the span each was observed with,
 // and how many deliveries were started.
-func (tr *Tracer) Snapshot() (events []dedup.Event, spans []string, started int) {
+func (tr *Tracer) Snapshot() (events []delivery.Event, spans []string, started int) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	return append([]dedup.Event(nil), tr.events...), append([]string(nil), tr.spans...), tr.started
+	return append([]delivery.Event(nil), tr.events...), append([]string(nil), tr.spans...), tr.started
 }
 
 // Count returns how many events were observed.
@@ -97,10 +97,10 @@ func (tr *Tracer) Link(span string) string {
 }
 
 // Reasons counts the events by their decision's reason.
-func (tr *Tracer) Reasons() map[dedup.Reason]int {
+func (tr *Tracer) Reasons() map[delivery.Reason]int {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	out := map[dedup.Reason]int{}
+	out := map[delivery.Reason]int{}
 	for _, e := range tr.events {
 		out[e.Decision.Reason]++
 	}

@@ -131,7 +131,7 @@
 //
 // # Observability
 //
-// Config.Observer hears one dedup.Event per protected call (a method
+// Config.Observer hears one delivery.Event per protected call (a method
 // Options.Methods selects) that carries a key, or that RequireKey refuses
 // for lacking one; a call without a key that runs unprotected is no event.
 // What happened is in the event:

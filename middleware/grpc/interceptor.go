@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -43,7 +45,7 @@ const (
 // with the key. It is safe for concurrent use and holds no goroutine.
 type Interceptor struct {
 	s   *settings
-	rcv *dedup.Receiver[*call, *reply]
+	rcv *adapter.Receiver[*call, *reply]
 	log *slog.Logger
 }
 
@@ -58,10 +60,11 @@ func New(st store.Store, opts *Options) (*Interceptor, error) {
 	}
 	s.cfg.Codec = codec{maxSize: s.maxResponse, types: s.Types}
 	ic := &Interceptor{s: s}
-	ic.rcv, err = dedup.NewReceiver(st, idOf, ic.run, &s.cfg)
+	rcv, err := dedup.NewReceiver(st, idOf, ic.run, &s.cfg)
 	if err != nil {
 		return nil, fmt.Errorf("dedupgrpc: %w", err)
 	}
+	ic.rcv = adapter.Bind(rcv)
 	ic.log = ic.rcv.Logger()
 	return ic, nil
 }
@@ -140,7 +143,7 @@ const maxPooledBuffer = 64 << 10
 // Compile-time checks.
 var (
 	_ grpc.UnaryServerInterceptor = (*Interceptor)(nil).Unary
-	_ dedup.Fingerprinter         = (*call)(nil)
+	_ adapter.Fingerprinter       = (*call)(nil)
 )
 
 // newCall finds the call's key, principal and scoped id. It returns nil
@@ -228,9 +231,9 @@ func (ic *Interceptor) run(ctx context.Context, c *call) (*reply, error) {
 func (ic *Interceptor) answer(ctx context.Context, c *call, res dedup.Result[*reply]) (any, error) {
 	r := res.Value
 	switch res.Status {
-	case dedup.StatusInFlight:
+	case delivery.StatusInFlight:
 		return nil, refuse(codes.Aborted, ReasonInFlight, "dedupgrpc: a call with this idempotency key is in progress; retry later", res.RetryAfter)
-	case dedup.StatusDuplicate:
+	case delivery.StatusDuplicate:
 		switch {
 		case r == nil:
 			// The receiver logged why (ErrResultUndecodable).
@@ -239,9 +242,9 @@ func (ic *Interceptor) answer(ctx context.Context, c *call, res dedup.Result[*re
 			return nil, refuse(codes.AlreadyExists, ReasonResponseNotKept, "dedupgrpc: a call with this idempotency key succeeded, but its response was not kept: "+r.notKept, 0)
 		}
 		setHeader(ctx, ReplayedMetadata)
-	case dedup.StatusBypassed:
+	case delivery.StatusBypassed:
 		setHeader(ctx, BypassedMetadata)
-	case dedup.StatusProcessed:
+	case delivery.StatusProcessed:
 		if notStored(res.Problem) {
 			ic.log.WarnContext(ctx, "dedupgrpc: the call is answered, but its outcome was not recorded; a retry with the key may run the handler again",
 				slog.String("method", c.method))

@@ -12,8 +12,10 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/delivery"
 	dedupgrpc "github.com/dedup-go/dedup/middleware/grpc"
 )
 
@@ -29,29 +31,29 @@ type call struct{ tenant, key string }
 // refusals given up on (dead-lettered). The value is the reply's wire
 // form, which every replay must repeat byte for byte.
 func retryingCaller(s *server, req *dynamicpb.Message) deduptest.TargetFunc[call, string] {
-	return func(ctx context.Context, c call) dedup.Delivery[string] {
+	return func(ctx context.Context, c call) adapter.Delivery[string] {
 		ctx = metadata.NewOutgoingContext(ctx, metadata.Pairs("x-tenant", c.tenant, dedupgrpc.MetadataKey, c.key))
 		out := dynamicpb.NewMessage(chargeReply)
 		var header metadata.MD
 		err := s.conn.Invoke(ctx, chargeMethod, req, out, grpc.Header(&header))
 		delay, _ := dedupgrpc.RetryDelayOf(err)
-		retry := dedup.Decision{Action: dedup.Retry, Delay: delay}
+		retry := delivery.Decision{Action: delivery.Retry, Delay: delay}
 		switch reason := dedupgrpc.ReasonOf(err); {
 		case err == nil:
 			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(out)
-			res := dedup.Result[string]{Status: dedup.StatusProcessed, Value: string(b)}
+			res := dedup.Result[string]{Status: delivery.StatusProcessed, Value: string(b)}
 			if len(header.Get(dedupgrpc.ReplayedMetadata)) > 0 {
-				res.Status = dedup.StatusDuplicate
+				res.Status = delivery.StatusDuplicate
 			}
-			return dedup.Delivery[string]{Result: res, Err: err, Decision: dedup.Decision{Action: dedup.Ack}}
+			return adapter.Delivery[string]{Result: res, Err: err, Decision: delivery.Decision{Action: delivery.Ack}}
 		case reason == dedupgrpc.ReasonInFlight:
-			return dedup.Delivery[string]{Result: dedup.Result[string]{Status: dedup.StatusInFlight}, Err: err, Decision: retry}
+			return adapter.Delivery[string]{Result: dedup.Result[string]{Status: delivery.StatusInFlight}, Err: err, Decision: retry}
 		case reason == dedupgrpc.ReasonStoreUnavailable:
-			return dedup.Delivery[string]{Err: err, Decision: retry}
+			return adapter.Delivery[string]{Err: err, Decision: retry}
 		case reason == "": // the handler's own error (or the connection's)
-			return dedup.Delivery[string]{Err: &dedup.HandlerError{Err: err}, Decision: retry}
+			return adapter.Delivery[string]{Err: &dedup.HandlerError{Err: err}, Decision: retry}
 		default:
-			return dedup.Delivery[string]{Err: err, Decision: dedup.Decision{Action: dedup.DeadLetter}}
+			return adapter.Delivery[string]{Err: err, Decision: delivery.Decision{Action: delivery.DeadLetter}}
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // Broker is the Origin.Broker of the interceptor's events.
@@ -46,25 +47,25 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 func (ic *Interceptor) refuse(ctx context.Context, method string, st, cause error) error {
 	if ic.s.cfg.Observer != nil {
 		err := &RefusedError{Code: status.Code(st), Reason: ReasonOf(st), Err: cause}
-		ic.rcv.Observe(ctx, dedup.Event{Origin: origin(ctx, method), Err: err, Decision: ic.rcv.Decide(dedup.Result[*reply]{}, err)})
+		ic.rcv.Observe(ctx, delivery.Event{Origin: origin(ctx, method), Err: err, Decision: ic.rcv.Decide(dedup.Result[*reply]{}, err)})
 	}
 	return st
 }
 
 // Origin is the call's origin, for the receiver's Observer.
-func (c *call) Origin() dedup.Origin { return origin(c.ctx, c.method) }
+func (c *call) Origin() delivery.Origin { return origin(c.ctx, c.method) }
 
-var _ dedup.Originer = (*call)(nil)
+var _ delivery.Originer = (*call)(nil)
 
 // origin is the Origin of a call of method: Broker "grpc", Source the full
 // method, Header the incoming metadata but the idempotency-key. The key is
 // in the event's Key (scoped), never in the Origin.
-func origin(ctx context.Context, method string) dedup.Origin {
+func origin(ctx context.Context, method string) delivery.Origin {
 	md, _ := metadata.FromIncomingContext(ctx)
-	return dedup.Origin{Broker: Broker, Source: method, Header: metadataHeader(md)}
+	return delivery.Origin{Broker: Broker, Source: method, Header: metadataHeader(md)}
 }
 
-// metadataHeader is a call's incoming metadata as a dedup.Header, without
+// metadataHeader is a call's incoming metadata as a delivery.Header, without
 // the idempotency-key. Names are matched in any case (metadata keys are
 // lower case).
 type metadataHeader metadata.MD

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	dedupgrpc "github.com/dedup-go/dedup/middleware/grpc"
 	"github.com/dedup-go/dedup/store"
@@ -42,7 +43,7 @@ func outer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.U
 
 // seen is an event with what the Observer read while it had it.
 type seen struct {
-	dedup.Event
+	delivery.Event
 	outer       any
 	traceparent string
 	keyVisible  bool // Origin.Header gave the idempotency key
@@ -54,7 +55,7 @@ type recorder struct {
 	events []seen
 }
 
-func (r *recorder) Observe(ctx context.Context, e dedup.Event) {
+func (r *recorder) Observe(ctx context.Context, e delivery.Event) {
 	s := seen{Event: e, outer: ctx.Value(outerKey{})}
 	if e.Header != nil {
 		s.traceparent, _ = e.Header.Get("Traceparent") // metadata names are lower case: the lookup is not
@@ -112,7 +113,7 @@ func requireOrigin(t testing.TB, e seen, tag string) {
 
 // requireRefused checks the event of a call the interceptor refused
 // itself.
-func requireRefused(t testing.TB, e seen, code codes.Code, reason string, is error, why dedup.Reason) {
+func requireRefused(t testing.TB, e seen, code codes.Code, reason string, is error, why delivery.Reason) {
 	t.Helper()
 	var re *dedupgrpc.RefusedError
 	require.ErrorAs(t, e.Err, &re)
@@ -120,7 +121,7 @@ func requireRefused(t testing.TB, e seen, code codes.Code, reason string, is err
 	require.Equal(t, reason, re.Reason)
 	require.ErrorIs(t, e.Err, is)
 	require.Equal(t, why, e.Decision.Reason)
-	require.Equal(t, dedup.StatusNone, e.Status)
+	require.Equal(t, delivery.StatusNone, e.Status)
 	require.Empty(t, e.Key)
 	require.False(t, e.Stored)
 }
@@ -180,7 +181,7 @@ func TestObserverEvents(t *testing.T) {
 		require.NoError(t, call("processed", chargeReq("acct-1", 500, ""), "k1", alice...))
 		e := rec.one(t, "processed")
 		requireOrigin(t, e, "processed")
-		require.Equal(t, dedup.StatusProcessed, e.Status)
+		require.Equal(t, delivery.StatusProcessed, e.Status)
 		require.NoError(t, e.Err)
 		require.True(t, e.Stored)
 		require.Equal(t, "payments:5:alice:k1", e.Key)
@@ -188,7 +189,7 @@ func TestObserverEvents(t *testing.T) {
 		require.NoError(t, call("replayed", chargeReq("acct-1", 500, ""), "k1", alice...))
 		e = rec.one(t, "replayed")
 		requireOrigin(t, e, "replayed")
-		require.Equal(t, dedup.StatusDuplicate, e.Status)
+		require.Equal(t, delivery.StatusDuplicate, e.Status)
 		require.True(t, e.Stored)
 
 		err := call("reused", chargeReq("acct-1", 999, ""), "k1", alice...)
@@ -205,39 +206,39 @@ func TestObserverEvents(t *testing.T) {
 		requireStatus(t, err, codes.Aborted, dedupgrpc.ReasonInFlight)
 		e = rec.one(t, "in flight")
 		requireOrigin(t, e, "in flight")
-		require.Equal(t, dedup.StatusInFlight, e.Status)
+		require.Equal(t, delivery.StatusInFlight, e.Status)
 		require.False(t, e.Stored)
 		unblock()
 		require.NoError(t, testenv.Recv(t, held, "the held call"))
 		e = rec.one(t, "held")
 		requireOrigin(t, e, "held")
-		require.Equal(t, dedup.StatusProcessed, e.Status)
+		require.Equal(t, delivery.StatusProcessed, e.Status)
 
 		err = call("missing", chargeReq("acct-1", 500, ""), "", alice...)
 		requireStatus(t, err, codes.InvalidArgument, dedupgrpc.ReasonKeyMissing)
 		e = rec.one(t, "missing")
 		requireOrigin(t, e, "missing")
-		requireRefused(t, e, codes.InvalidArgument, dedupgrpc.ReasonKeyMissing, dedup.ErrNoKey, dedup.ReasonNoKey)
+		requireRefused(t, e, codes.InvalidArgument, dedupgrpc.ReasonKeyMissing, dedup.ErrNoKey, delivery.ReasonNoKey)
 
 		err = call("bad key", chargeReq("acct-1", 500, ""), strings.Repeat("k", dedupgrpc.MaxKeyLength+1), alice...)
 		requireStatus(t, err, codes.InvalidArgument, dedupgrpc.ReasonKeyInvalid)
 		e = rec.one(t, "bad key")
 		requireOrigin(t, e, "bad key")
-		requireRefused(t, e, codes.InvalidArgument, dedupgrpc.ReasonKeyInvalid, dedup.ErrInvalidKey, dedup.ReasonInvalidKey)
+		requireRefused(t, e, codes.InvalidArgument, dedupgrpc.ReasonKeyInvalid, dedup.ErrInvalidKey, delivery.ReasonInvalidKey)
 		require.ErrorIs(t, e.Err, dedupgrpc.ErrBadKey)
 
 		err = call("forbidden", chargeReq("acct-1", 500, ""), "stolen", alice...)
 		requireStatus(t, err, codes.PermissionDenied, dedupgrpc.ReasonKeyForbidden)
 		e = rec.one(t, "forbidden")
 		requireOrigin(t, e, "forbidden")
-		requireRefused(t, e, codes.PermissionDenied, dedupgrpc.ReasonKeyForbidden, dedup.ErrInvalidKey, dedup.ReasonInvalidKey)
+		requireRefused(t, e, codes.PermissionDenied, dedupgrpc.ReasonKeyForbidden, dedup.ErrInvalidKey, delivery.ReasonInvalidKey)
 		require.ErrorIs(t, e.Err, dedupgrpc.ErrKeyForbidden)
 
 		err = call("no principal", chargeReq("acct-1", 500, ""), "k3")
 		requireStatus(t, err, codes.Unauthenticated, "")
 		e = rec.one(t, "no principal")
 		requireOrigin(t, e, "no principal")
-		requireRefused(t, e, codes.Unauthenticated, "", dedup.ErrNoKey, dedup.ReasonNoKey)
+		requireRefused(t, e, codes.Unauthenticated, "", dedup.ErrNoKey, delivery.ReasonNoKey)
 
 		_, _, err = s.echo(t, "hi", "x-req", "echo", dedupgrpc.MetadataKey, "k4")
 		require.NoError(t, err)
@@ -300,8 +301,8 @@ func TestObserverNotStored(t *testing.T) {
 	require.Equal(t, []string{"true"}, trailer.Get(dedupgrpc.NotStoredMetadata))
 	e = rec.one(t, "stuck")
 	requireOrigin(t, e, "stuck")
-	require.Equal(t, dedup.StatusProcessed, e.Status)
+	require.Equal(t, delivery.StatusProcessed, e.Status)
 	require.ErrorIs(t, e.Problem, dedup.ErrLeaseLost)
 	require.False(t, e.Stored)
-	require.Equal(t, dedup.ReasonNotStored, e.Decision.Reason)
+	require.Equal(t, delivery.ReasonNotStored, e.Decision.Reason)
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // DefaultMaxResponseSize is the largest marshalled response kept for
@@ -118,7 +119,7 @@ func (o *Options) settings() (*settings, error) {
 	// The receiver's own cap stays above ours, so that a response over ours
 	// is kept as a small "not kept" record (see codec) rather than dropped.
 	s.cfg.MaxResultSize = s.maxResponse + notKeptSlack
-	s.maxIDLength = cmp.Or(s.cfg.MaxIDLength, dedup.DefaultMaxIDLength)
+	s.maxIDLength = cmp.Or(s.cfg.MaxIDLength, adapter.DefaultMaxIDLength)
 	if s.maxIDLength < hashedIDLength {
 		return nil, fmt.Errorf("%w: Options.Config.MaxIDLength is %d; the interceptor needs at least %d for its scoped keys", dedup.ErrInvalidConfig, s.maxIDLength, hashedIDLength)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // hashedPrefix starts the id of a scope too long to spell out. A spelled
@@ -24,7 +24,7 @@ const hashedIDLength = len(hashedPrefix) + 2*sha256.Size
 // call: key is the key as the interceptor read it (Options.Key; a quoted
 // RFC 8941 metadata value unquoted), principal what Options.Principal
 // returned for the call ("" under SharedScope), and maxIDLength the
-// receiver's Config.MaxIDLength (0 for dedup.DefaultMaxIDLength). The
+// receiver's Config.MaxIDLength (0 for adapter.DefaultMaxIDLength). The
 // method is not part of it: it is in the record's fingerprint.
 //
 // The record's store key is the receiver's namespace, ':' and this id: the
@@ -39,7 +39,7 @@ const hashedIDLength = len(hashedPrefix) + 2*sha256.Size
 // UTF-8, the id is "sha256:" and the lowercase hex SHA-256 of that
 // spelled-out form instead, key included.
 func RecordID(principal, key string, maxIDLength int) string {
-	return scopedID(principal, key, cmp.Or(maxIDLength, dedup.DefaultMaxIDLength))
+	return scopedID(principal, key, cmp.Or(maxIDLength, adapter.DefaultMaxIDLength))
 }
 
 // scopedID returns the receiver id of key used by principal. Spelled out,

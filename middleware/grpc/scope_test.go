@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -31,7 +32,7 @@ func TestScopedIDsNeverCollide(t *testing.T) {
 	for _, s := range scopes {
 		id := scopedID(s.principal, s.key, 512)
 		require.LessOrEqual(t, len(id), 512)
-		require.NoError(t, dedup.ValidateID(id, 512), "%+v", s)
+		require.NoError(t, adapter.ValidateID(id, 512), "%+v", s)
 		if prev, dup := seen[id]; dup {
 			t.Fatalf("%+v and %+v share the id %q", prev, s, id)
 		}
@@ -127,5 +128,5 @@ func TestRecordIDFindsTheRecord(t *testing.T) {
 	}
 	require.Equal(t, "5:alice:k-1", RecordID("alice", "k-1", 0))
 	long := strings.Repeat("p", 600)
-	require.Equal(t, RecordID(long, "k", 0), RecordID(long, "k", dedup.DefaultMaxIDLength), "0 is the default MaxIDLength")
+	require.Equal(t, RecordID(long, "k", 0), RecordID(long, "k", adapter.DefaultMaxIDLength), "0 is the default MaxIDLength")
 }

@@ -191,7 +191,7 @@
 //
 // # Observability
 //
-// Config.Observer hears one dedup.Event per request the middleware
+// Config.Observer hears one delivery.Event per request the middleware
 // deduplicates: one that carries an Idempotency-Key, or that RequireKey
 // refuses for lacking one; with a KeySource (webhooks too), every request
 // of Options.Methods. A method outside Options.Methods, or a request

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/redistest"
 	deduphttp "github.com/dedup-go/dedup/middleware/http"
 	"github.com/dedup-go/dedup/middleware/http/issuedkey"
@@ -206,7 +207,7 @@ func TestExpiredKeyStoreDown(t *testing.T) {
 		require.Equal(t, deduphttp.CodeStoreDown, r.problem(t).Code)
 		require.Equal(t, "3", r.Header.Get("Retry-After"))
 		e := rec.one(t, "expired key, store down")
-		requireRefused(t, e, http.StatusServiceUnavailable, deduphttp.CodeStoreDown, dedup.ErrStoreUnavailable, dedup.ReasonStoreUnavailable)
+		requireRefused(t, e, http.StatusServiceUnavailable, deduphttp.CodeStoreDown, dedup.ErrStoreUnavailable, delivery.ReasonStoreUnavailable)
 		require.Equal(t, 3*time.Second, e.Decision.Delay)
 	}
 	require.Zero(t, runs.total())

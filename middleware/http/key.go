@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // MaxKeyLength is the longest Idempotency-Key accepted, in bytes (after
@@ -107,7 +107,7 @@ func unquote(v string) (string, error) {
 // the request ("" under SharedScope; a webhook endpoint's
 // WebhookOptions.Sender), operation what Options.Operation returned (""
 // when it is not set, the default), and maxIDLength the receiver's
-// Config.MaxIDLength (0 for dedup.DefaultMaxIDLength).
+// Config.MaxIDLength (0 for adapter.DefaultMaxIDLength).
 //
 // The record's store key is the receiver's namespace, ':' and this id: the
 // KEY that dedupctl get and forget take, which they also build themselves
@@ -124,7 +124,7 @@ func unquote(v string) (string, error) {
 // "#" + base64url(sha256("4:acme0:")) + "pay-1". The lengths keep any two
 // scopes apart, whatever their bytes; the key is in the clear either way.
 func RecordID(principal, operation, key string, maxIDLength int) string {
-	return string(appendScopedID(nil, principal, operation, key, cmp.Or(maxIDLength, dedup.DefaultMaxIDLength)))
+	return string(appendScopedID(nil, principal, operation, key, cmp.Or(maxIDLength, adapter.DefaultMaxIDLength)))
 }
 
 // appendScopedID appends the record id of key in the scope (principal,

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	deduphttp "github.com/dedup-go/dedup/middleware/http"
 	"github.com/dedup-go/dedup/store"
 )
@@ -131,5 +132,5 @@ func TestRecordIDFindsTheRecord(t *testing.T) {
 	}
 	require.Equal(t, "4:acme0:pay-1", deduphttp.RecordID("acme", "", "pay-1", 0))
 	require.Equal(t, "4:acme9:POST /paypay-1", deduphttp.RecordID("acme", "POST /pay", "pay-1", 0))
-	require.Equal(t, deduphttp.RecordID(long, "", "k", 0), deduphttp.RecordID(long, "", "k", dedup.DefaultMaxIDLength), "0 is the default MaxIDLength")
+	require.Equal(t, deduphttp.RecordID(long, "", "k", 0), deduphttp.RecordID(long, "", "k", adapter.DefaultMaxIDLength), "0 is the default MaxIDLength")
 }

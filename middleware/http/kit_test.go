@@ -13,8 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/delivery"
 	deduphttp "github.com/dedup-go/dedup/middleware/http"
 )
 
@@ -27,38 +29,38 @@ import (
 // handler's. The value is the status and body, which every replay must
 // repeat.
 func retryingClient(c *http.Client, srv *httptest.Server) deduptest.TargetFunc[req, string] {
-	return func(ctx context.Context, q req) dedup.Delivery[string] {
+	return func(ctx context.Context, q req) adapter.Delivery[string] {
 		hr, err := q.request(ctx, srv.URL)
 		if err != nil {
-			return dedup.Delivery[string]{Err: err, Decision: dedup.Decision{Action: dedup.DeadLetter}}
+			return adapter.Delivery[string]{Err: err, Decision: delivery.Decision{Action: delivery.DeadLetter}}
 		}
 		r, err := send(c, hr)
 		if err != nil {
-			return dedup.Delivery[string]{Err: err, Decision: dedup.Decision{Action: dedup.Retry}}
+			return adapter.Delivery[string]{Err: err, Decision: delivery.Decision{Action: delivery.Retry}}
 		}
 		res := dedup.Result[string]{Value: fmt.Sprintf("%d %s", r.Status, r.Body)}
 		var p deduphttp.Problem
 		refused := r.Header.Get("Content-Type") == deduphttp.ProblemContentType && json.Unmarshal(r.Body, &p) == nil && p.Code != ""
 		retryAfter, _ := strconv.Atoi(r.Header.Get("Retry-After"))
-		retry := dedup.Decision{Action: dedup.Retry, Delay: time.Duration(retryAfter) * time.Second}
+		retry := delivery.Decision{Action: delivery.Retry, Delay: time.Duration(retryAfter) * time.Second}
 		switch {
 		case r.replayed():
-			res.Status = dedup.StatusDuplicate
+			res.Status = delivery.StatusDuplicate
 		case refused && p.Code == deduphttp.CodeInFlight:
-			res.Status = dedup.StatusInFlight
-			return dedup.Delivery[string]{Result: res, Decision: retry}
+			res.Status = delivery.StatusInFlight
+			return adapter.Delivery[string]{Result: res, Decision: retry}
 		case refused && (r.Status >= 500 || r.Status == http.StatusTooManyRequests):
-			return dedup.Delivery[string]{Err: fmt.Errorf("%d %s", r.Status, p.Code), Decision: retry}
+			return adapter.Delivery[string]{Err: fmt.Errorf("%d %s", r.Status, p.Code), Decision: retry}
 		case refused:
-			return dedup.Delivery[string]{Err: fmt.Errorf("%d %s", r.Status, p.Code), Decision: dedup.Decision{Action: dedup.DeadLetter}}
+			return adapter.Delivery[string]{Err: fmt.Errorf("%d %s", r.Status, p.Code), Decision: delivery.Decision{Action: delivery.DeadLetter}}
 		case r.Status >= 500 || r.Status == http.StatusTooManyRequests: // the handler failed
-			return dedup.Delivery[string]{Err: &dedup.HandlerError{Err: fmt.Errorf("%s", res.Value)}, Decision: retry}
+			return adapter.Delivery[string]{Err: &dedup.HandlerError{Err: fmt.Errorf("%s", res.Value)}, Decision: retry}
 		case r.Header.Get(deduphttp.HeaderBypassed) == "true":
-			res.Status = dedup.StatusBypassed
+			res.Status = delivery.StatusBypassed
 		default:
-			res.Status = dedup.StatusProcessed
+			res.Status = delivery.StatusProcessed
 		}
-		return dedup.Delivery[string]{Result: res, Decision: dedup.Decision{Action: dedup.Ack}}
+		return adapter.Delivery[string]{Result: res, Decision: delivery.Decision{Action: delivery.Ack}}
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/middleware/http/issuedkey"
 	"github.com/dedup-go/dedup/store"
 )
@@ -23,7 +25,7 @@ import (
 // response is stored and replayed to every later request with the key.
 // It is safe for concurrent use and holds no goroutine.
 type Middleware struct {
-	rcv *dedup.Receiver[*call, response]
+	rcv *adapter.Receiver[*call, response]
 	o   *resolved
 	log *slog.Logger
 	// inspect reads a record without claiming it, for an expired
@@ -49,10 +51,11 @@ func newMiddleware(s store.Store, o *resolved) (*Middleware, error) {
 	m := &Middleware{o: o}
 	o.cfg.Codec = &codec{allow: o.allow}
 	var err error
-	m.rcv, err = dedup.NewReceiver(s, (*call).id, run, &o.cfg)
+	rcv, err := dedup.NewReceiver(s, (*call).id, run, &o.cfg)
 	if err != nil {
 		return nil, err
 	}
+	m.rcv = adapter.Bind(rcv)
 	m.log = m.rcv.Logger()
 	m.inspect, _ = s.(store.Inspector)
 	lease := m.rcv.Lease()
@@ -351,7 +354,7 @@ func (c *call) Fingerprint() (string, error) {
 	return c.fp, nil
 }
 
-var _ dedup.Fingerprinter = (*call)(nil)
+var _ adapter.Fingerprinter = (*call)(nil)
 
 // errReleased is the handler's error for a response that must not be
 // stored: its status says so (StoreStatus), or it streamed.
@@ -371,7 +374,7 @@ func run(ctx context.Context, c *call) (response, error) {
 	}
 	c.ran = true
 	h := c.w.Header()
-	if _, held := dedup.ClaimFromContext(ctx); !held {
+	if _, held := store.ClaimFromContext(ctx); !held {
 		// The store is down and the receiver fail-open: no claim.
 		h.Set(HeaderBypassed, "true")
 	}
@@ -406,14 +409,14 @@ func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
 	w := c.w
 	if err == nil {
 		switch res.Status {
-		case dedup.StatusProcessed, dedup.StatusBypassed:
+		case delivery.StatusProcessed, delivery.StatusBypassed:
 			if notStored(res.Problem) {
 				m.markNotStored(c)
 			}
 			c.cap.finish()
-		case dedup.StatusDuplicate:
+		case delivery.StatusDuplicate:
 			m.replay(w, &res.Value)
-		case dedup.StatusInFlight:
+		case delivery.StatusInFlight:
 			m.inFlight(w, min(max(res.RetryAfter, time.Second), m.o.InFlightRetryAfter), false)
 		default:
 			writeProblem(w, http.StatusInternalServerError, CodeInternal, "unexpected outcome "+res.Status.String(), 0)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // Broker is the Origin.Broker of the middleware's events.
@@ -52,7 +53,7 @@ type refusal struct {
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, key string, ref refusal) {
 	if m.o.cfg.Observer != nil {
 		err := &RefusedError{Status: ref.status, Code: ref.code, Err: ref.err}
-		e := dedup.Event{Origin: origin(r, next), Err: err, Decision: m.rcv.Decide(dedup.Result[response]{}, err)}
+		e := delivery.Event{Origin: origin(r, next), Err: err, Decision: m.rcv.Decide(dedup.Result[response]{}, err)}
 		if key != "" {
 			e.Key = m.rcv.Namespace() + ":" + key
 		}
@@ -62,18 +63,18 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Ha
 }
 
 // Origin is the request's origin, for the receiver's Observer.
-func (c *call) Origin() dedup.Origin { return origin(c.r, c.next) }
+func (c *call) Origin() delivery.Origin { return origin(c.r, c.next) }
 
-var _ dedup.Originer = (*call)(nil)
+var _ delivery.Originer = (*call)(nil)
 
 // origin is the Origin of r: Broker "http", Source its route (see
 // source), Header its headers but the Idempotency-Key. The key is in the
 // event's Key (scoped), never in the Origin.
-func origin(r *http.Request, next http.Handler) dedup.Origin {
-	return dedup.Origin{Broker: Broker, Source: source(r, next), Header: requestHeader(r.Header)}
+func origin(r *http.Request, next http.Handler) delivery.Origin {
+	return delivery.Origin{Broker: Broker, Source: source(r, next), Header: requestHeader(r.Header)}
 }
 
-// requestHeader is a request's headers as a dedup.Header, without the
+// requestHeader is a request's headers as a delivery.Header, without the
 // Idempotency-Key. Names are matched in any case, as HTTP has them.
 type requestHeader http.Header
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	deduphttp "github.com/dedup-go/dedup/middleware/http"
 	"github.com/dedup-go/dedup/middleware/http/issuedkey"
@@ -39,7 +40,7 @@ func outer(next http.Handler) http.Handler {
 
 // seen is an event with what the Observer read while it had it.
 type seen struct {
-	dedup.Event
+	delivery.Event
 	outer       any // the outer middleware's value in Observe's ctx
 	traceparent string
 	keyVisible  bool // Origin.Header gave the Idempotency-Key
@@ -51,7 +52,7 @@ type recorder struct {
 	events []seen
 }
 
-func (r *recorder) Observe(ctx context.Context, e dedup.Event) {
+func (r *recorder) Observe(ctx context.Context, e delivery.Event) {
 	s := seen{Event: e, outer: ctx.Value(outerKey{})}
 	if e.Header != nil {
 		s.traceparent, _ = e.Header.Get("traceparent") // as a propagator asks: lower case
@@ -99,7 +100,7 @@ func requireOrigin(t testing.TB, e seen, tag, source string) {
 
 // requireRefused checks the event of a request the middleware refused
 // itself.
-func requireRefused(t testing.TB, e seen, status int, code deduphttp.Code, is error, reason dedup.Reason) {
+func requireRefused(t testing.TB, e seen, status int, code deduphttp.Code, is error, reason delivery.Reason) {
 	t.Helper()
 	var re *deduphttp.RefusedError
 	require.ErrorAs(t, e.Err, &re)
@@ -107,7 +108,7 @@ func requireRefused(t testing.TB, e seen, status int, code deduphttp.Code, is er
 	require.Equal(t, code, re.Code)
 	require.ErrorIs(t, e.Err, is)
 	require.Equal(t, reason, e.Decision.Reason)
-	require.Equal(t, dedup.StatusNone, e.Status)
+	require.Equal(t, delivery.StatusNone, e.Status)
 	require.False(t, e.Stored)
 }
 
@@ -156,7 +157,7 @@ func TestObserverEvents(t *testing.T) {
 		require.Equal(t, http.StatusCreated, r.Status)
 		e := rec.one(t, "processed")
 		requireOrigin(t, e, "processed", route)
-		require.Equal(t, dedup.StatusProcessed, e.Status)
+		require.Equal(t, delivery.StatusProcessed, e.Status)
 		require.NoError(t, e.Err)
 		require.True(t, e.Stored)
 		require.Equal(t, "orders:"+deduphttp.RecordID("acme", "", "k1", 0), e.Key)
@@ -165,9 +166,9 @@ func TestObserverEvents(t *testing.T) {
 		require.True(t, r.replayed())
 		e = rec.one(t, "replayed")
 		requireOrigin(t, e, "replayed", route)
-		require.Equal(t, dedup.StatusDuplicate, e.Status)
+		require.Equal(t, delivery.StatusDuplicate, e.Status)
 		require.True(t, e.Stored)
-		require.Equal(t, dedup.ReasonDuplicate, e.Decision.Reason)
+		require.Equal(t, delivery.ReasonDuplicate, e.Decision.Reason)
 
 		r = send("reused", req{key: "k1", body: "b"})
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status)
@@ -190,13 +191,13 @@ func TestObserverEvents(t *testing.T) {
 		require.Equal(t, http.StatusConflict, r.Status)
 		e = rec.one(t, "in flight")
 		requireOrigin(t, e, "in flight", route)
-		require.Equal(t, dedup.StatusInFlight, e.Status)
+		require.Equal(t, delivery.StatusInFlight, e.Status)
 		require.False(t, e.Stored)
 		unblock()
 		require.Equal(t, http.StatusCreated, testenv.Recv(t, held, "the held request").Status)
 		e = rec.one(t, "held")
 		requireOrigin(t, e, "held", route)
-		require.Equal(t, dedup.StatusProcessed, e.Status)
+		require.Equal(t, delivery.StatusProcessed, e.Status)
 
 		r = send("released", req{key: "k3", body: "fail"})
 		require.Equal(t, http.StatusBadGateway, r.Status)
@@ -209,21 +210,21 @@ func TestObserverEvents(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.Status)
 		e = rec.one(t, "missing")
 		requireOrigin(t, e, "missing", route)
-		requireRefused(t, e, http.StatusBadRequest, deduphttp.CodeKeyMissing, dedup.ErrNoKey, dedup.ReasonNoKey)
+		requireRefused(t, e, http.StatusBadRequest, deduphttp.CodeKeyMissing, dedup.ErrNoKey, delivery.ReasonNoKey)
 		require.Empty(t, e.Key)
 
 		r = send("bad key", req{key: strings.Repeat("k", deduphttp.MaxKeyLength+1), body: "a"})
 		require.Equal(t, http.StatusBadRequest, r.Status)
 		e = rec.one(t, "bad key")
 		requireOrigin(t, e, "bad key", route)
-		requireRefused(t, e, http.StatusBadRequest, deduphttp.CodeKeyInvalid, dedup.ErrInvalidKey, dedup.ReasonInvalidKey)
+		requireRefused(t, e, http.StatusBadRequest, deduphttp.CodeKeyInvalid, dedup.ErrInvalidKey, delivery.ReasonInvalidKey)
 		require.Empty(t, e.Key)
 
 		r = send("too large", req{key: "k4", body: strings.Repeat("x", 17)})
 		require.Equal(t, http.StatusRequestEntityTooLarge, r.Status)
 		e = rec.one(t, "too large")
 		requireOrigin(t, e, "too large", route)
-		requireRefused(t, e, http.StatusRequestEntityTooLarge, deduphttp.CodeRequestTooLarge, dedup.ErrUndecodable, dedup.ReasonUndecodable)
+		requireRefused(t, e, http.StatusRequestEntityTooLarge, deduphttp.CodeRequestTooLarge, dedup.ErrUndecodable, delivery.ReasonUndecodable)
 		require.Equal(t, "orders:"+deduphttp.RecordID("acme", "", "k4", 0), e.Key)
 
 		r = send("get", req{method: http.MethodGet, key: "k5"})
@@ -290,10 +291,10 @@ func TestObserverNotStored(t *testing.T) {
 	require.Equal(t, "true", r.Header.Get(deduphttp.HeaderNotStored))
 	e = rec.one(t, "stuck")
 	requireOrigin(t, e, "stuck", http.MethodPost)
-	require.Equal(t, dedup.StatusProcessed, e.Status)
+	require.Equal(t, delivery.StatusProcessed, e.Status)
 	require.ErrorIs(t, e.Problem, dedup.ErrLeaseLost)
 	require.False(t, e.Stored)
-	require.Equal(t, dedup.ReasonNotStored, e.Decision.Reason)
+	require.Equal(t, delivery.ReasonNotStored, e.Decision.Reason)
 }
 
 // TestObserverIssuedKeys: the Verifier's refusals and an expired key with
@@ -342,26 +343,26 @@ func TestObserverIssuedKeys(t *testing.T) {
 		require.Equal(t, c.status, r.Status, c.tag)
 		e := rec.one(t, c.tag)
 		requireOrigin(t, e, c.tag, route)
-		requireRefused(t, e, c.status, c.code, dedup.ErrInvalidKey, dedup.ReasonInvalidKey)
+		requireRefused(t, e, c.status, c.code, dedup.ErrInvalidKey, delivery.ReasonInvalidKey)
 		require.ErrorIs(t, e.Err, c.is, c.tag)
 	}
 
 	r := send("first", used, "acme")
 	require.Equal(t, http.StatusCreated, r.Status)
-	require.Equal(t, dedup.StatusProcessed, rec.one(t, "first").Status)
+	require.Equal(t, delivery.StatusProcessed, rec.one(t, "first").Status)
 	clk.Advance(2 * time.Hour)
 
 	r = send("expired, completed", used, "acme")
 	require.True(t, r.replayed())
 	e := rec.one(t, "expired, completed")
 	requireOrigin(t, e, "expired, completed", route)
-	require.Equal(t, dedup.StatusDuplicate, e.Status)
+	require.Equal(t, delivery.StatusDuplicate, e.Status)
 
 	r = send("expired", unused, "acme")
 	require.Equal(t, http.StatusBadRequest, r.Status)
 	e = rec.one(t, "expired")
 	requireOrigin(t, e, "expired", route)
-	requireRefused(t, e, http.StatusBadRequest, deduphttp.CodeKeyExpired, issuedkey.ErrExpired, dedup.ReasonInvalidKey)
+	requireRefused(t, e, http.StatusBadRequest, deduphttp.CodeKeyExpired, issuedkey.ErrExpired, delivery.ReasonInvalidKey)
 	require.NotEmpty(t, e.Key, "the key was usable: its record was looked up")
 	require.True(t, errors.Is(e.Err, dedup.ErrInvalidKey))
 	require.Contains(t, fmt.Sprint(e.Err), string(deduphttp.CodeKeyExpired))

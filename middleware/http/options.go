@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/middleware/http/issuedkey"
 )
 
@@ -196,7 +197,7 @@ func (o *Options) resolve() (*resolved, error) {
 			dedup.ErrInvalidConfig, r.cfg.MaxIDLength, minIDLength, MaxKeyLength)
 	}
 	r.cfg.NoWait = true
-	r.cfg.MaxIDLength = cmp.Or(r.cfg.MaxIDLength, dedup.DefaultMaxIDLength)
+	r.cfg.MaxIDLength = cmp.Or(r.cfg.MaxIDLength, adapter.DefaultMaxIDLength)
 	r.cfg.MaxResultSize = max(r.cfg.MaxResultSize, r.MaxResponseSize+headerRoom)
 
 	r.methods = slices.Clone(DefaultMethods)

@@ -175,7 +175,7 @@ func (w *WebhookOptions) resolve() (*resolved, error) {
 		MaxResponseSize:    cmp.Or(wo.MaxResponseSize, DefaultWebhookMaxResponseSize),
 		ReplayHeaders:      wo.ReplayHeaders,
 		StoreStatus:        WebhookStoreStatus,
-		InFlightRetryAfter: cmp.Or(wo.InFlightRetryAfter, cfg.Lease, dedup.DefaultLease),
+		InFlightRetryAfter: cmp.Or(wo.InFlightRetryAfter, cfg.Lease, (30 * time.Second)),
 	}
 	r, err := o.resolve()
 	if err != nil {

@@ -237,7 +237,7 @@ func TestWebhookInFlight(t *testing.T) {
 		retryAfter, err := strconv.Atoi(busy.Header.Get("Retry-After"))
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, retryAfter, 1)
-		require.LessOrEqual(t, retryAfter, int(dedup.DefaultLease/time.Second))
+		require.LessOrEqual(t, retryAfter, int((30*time.Second)/time.Second))
 
 		release.Do(func() { close(hold) })
 		first := testenv.Recv(t, firstReply, "the first delivery's answer")
@@ -323,7 +323,7 @@ func TestWebhookFailureReleasesTheEvent(t *testing.T) {
 				require.Contains(t, string(r.Body), fmt.Sprintf(`"run":%d`, i+1), "attempt %d ran the handler", i+1)
 			}
 		}
-		require.Greater(t, len(answers)-1, dedup.DefaultMaxAttempts, "more failures than the receiver's default limit")
+		require.Greater(t, len(answers)-1, 5, "more failures than the receiver's default limit")
 		done := serveRecorded(h, stripeDelivery(stripeEvent))
 		require.True(t, done.replayed())
 		require.Contains(t, string(done.Body), fmt.Sprintf(`"run":%d,"status":200`, len(answers)))

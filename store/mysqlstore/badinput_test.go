@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/mysqlstore"
 )
@@ -104,9 +106,9 @@ func TestKeyLength(t *testing.T) {
 		&dedup.Config{Namespace: "pay", MaxIDLength: 10 * mysqlstore.MaxKeyLength})
 	require.NoError(t, err)
 	res, err := rcv.Handle(ctx, payment{ID: strings.Repeat("x", mysqlstore.MaxKeyLength)})
-	dec := rcv.Decide(res, err)
-	require.Equal(t, dedup.DeadLetter, dec.Action)
-	require.Equal(t, dedup.ReasonInvalidKey, dec.Reason)
+	dec := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.DeadLetter, dec.Action)
+	require.Equal(t, delivery.ReasonInvalidKey, dec.Reason)
 }
 
 // TestOpaqueBytes: results and fingerprints are kept as given, whatever

@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/store/mysqlstore"
 )
 
@@ -87,7 +88,7 @@ func Example() {
 
 	for range 3 { // the broker delivers the message three times
 		res, err := rcv.Handle(ctx, Order{ID: "o-1", Amount: 42})
-		fmt.Println(res.Status, res.Value, rcv.Decide(res, err).Action)
+		fmt.Println(res.Status, res.Value, adapter.Bind(rcv).Decide(res, err).Action)
 	}
 	// Keys are bytes: O-1 is another order than o-1.
 	res, _ := rcv.Handle(ctx, Order{ID: "O-1", Amount: 7})

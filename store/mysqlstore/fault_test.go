@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/mysqlstore"
@@ -95,9 +97,9 @@ func TestConnectionCut(t *testing.T) {
 	rcv, err := dedup.NewReceiver(s, paymentID, func(context.Context, payment) (int, error) { ran = true; return 1, nil }, &dedup.Config{Namespace: "pay"})
 	require.NoError(t, err)
 	res, err := rcv.Handle(ctx, payment{ID: "p1"})
-	dec := rcv.Decide(res, err)
-	require.Equal(t, dedup.Retry, dec.Action)
-	require.Equal(t, dedup.ReasonStoreUnavailable, dec.Reason)
+	dec := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.Retry, dec.Action)
+	require.Equal(t, delivery.ReasonStoreUnavailable, dec.Reason)
 	require.False(t, ran, "fail-closed: the handler must not run")
 
 	h := txHandler(t, s, func(context.Context, *sql.Tx, payment) (int, error) { ran = true; return 1, nil }, nil)
@@ -105,7 +107,7 @@ func TestConnectionCut(t *testing.T) {
 	require.NoError(t, err)
 	res, err = openRcv.Handle(ctx, payment{ID: "p1"})
 	require.ErrorIs(t, err, mysqlstore.ErrNoClaim)
-	require.Equal(t, dedup.Retry, openRcv.Decide(res, err).Action)
+	require.Equal(t, delivery.Retry, adapter.Bind(openRcv).Decide(res, err).Action)
 	require.False(t, ran)
 }
 
@@ -265,9 +267,9 @@ func TestTxConnectionFailure(t *testing.T) {
 			require.NoError(t, testenv.Recv(t, broken, "the connection to break"))
 			require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
 			require.ErrorIs(t, err, store.ErrUnavailable)
-			dec := rcv.Decide(res, err)
-			require.Equal(t, dedup.Retry, dec.Action, "%v", dec)
-			require.Equal(t, dedup.ReasonStoreUnavailable, dec.Reason)
+			dec := adapter.Bind(rcv).Decide(res, err)
+			require.Equal(t, delivery.Retry, dec.Action, "%v", dec)
+			require.Equal(t, delivery.ReasonStoreUnavailable, dec.Reason)
 			require.Zero(t, d.count(t, "SELECT COUNT(*) FROM "+payments), "the broken transaction's write is rolled back")
 			rec, err := s.Get(t.Context(), "pay:p1")
 			require.NoError(t, err)
@@ -275,7 +277,7 @@ func TestTxConnectionFailure(t *testing.T) {
 
 			res, err = rcv.Handle(t.Context(), payment{ID: "p1", Amount: 1})
 			require.NoError(t, err)
-			require.Equal(t, dedup.StatusProcessed, res.Status)
+			require.Equal(t, delivery.StatusProcessed, res.Status)
 			require.Equal(t, 1, res.Attempt, "the next claim runs as attempt 1 again")
 			require.Equal(t, 1, d.count(t, "SELECT COUNT(*) FROM "+payments))
 		})
@@ -330,7 +332,7 @@ func TestTxHandlerOwnDeadline(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), payment{ID: "p1"})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, dedup.ErrStoreUnavailable)
-	require.Equal(t, dedup.ReasonHandlerError, rcv.Decide(res, err).Reason)
+	require.Equal(t, delivery.ReasonHandlerError, adapter.Bind(rcv).Decide(res, err).Reason)
 	rec, err := s.Get(t.Context(), "pay:p1")
 	require.NoError(t, err)
 	require.Equal(t, 1, rec.Attempt)

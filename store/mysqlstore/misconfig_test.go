@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/mysqlstore"
 )
@@ -125,9 +127,9 @@ func TestTableDroppedAfterNew(t *testing.T) {
 	res, err := rcv.Handle(ctx, payment{ID: "p1"})
 	requireMisconfigured(t, err, table)
 	require.False(t, ran, "a misconfigured store is no outage: fail-open must not run the handler unprotected")
-	dec := rcv.Decide(res, err)
-	require.Equal(t, dedup.Retry, dec.Action)
-	require.NotEqual(t, dedup.ReasonStoreUnavailable, dec.Reason)
+	dec := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.Retry, dec.Action)
+	require.NotEqual(t, delivery.ReasonStoreUnavailable, dec.Reason)
 }
 
 // TestUserWithoutRights: a user without any privilege on the table does

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // queue is an at-least-once broker in a table of the test's database,
@@ -70,16 +72,16 @@ func (q *queue) take(ctx context.Context) (id int64, payment string, ok bool, er
 }
 
 // settle carries out a decision for a delivery.
-func (q *queue) settle(ctx context.Context, id int64, payment string, d dedup.Decision) error {
+func (q *queue) settle(ctx context.Context, id int64, payment string, d delivery.Decision) error {
 	var err error
 	switch d.Action {
-	case dedup.Ack:
+	case delivery.Ack:
 		_, err = q.db.ExecContext(ctx, "DELETE FROM deliveries WHERE id = ?", id)
-	case dedup.Retry:
+	case delivery.Retry:
 		// Delays are capped so that a test's retries come quickly.
 		delay := min(d.Delay, 500*time.Millisecond)
 		_, err = q.db.ExecContext(ctx, "UPDATE deliveries SET visible_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE id = ?", delay.Microseconds(), id)
-	case dedup.DeadLetter:
+	case delivery.DeadLetter:
 		if _, err = q.db.ExecContext(ctx, "INSERT INTO dead_letters (payment_id, reason) VALUES (?, ?)", payment, string(d.Reason)); err == nil {
 			_, err = q.db.ExecContext(ctx, "DELETE FROM deliveries WHERE id = ?", id)
 		}
@@ -134,7 +136,7 @@ func (q *queue) consumeOne(ctx context.Context, rcv *dedup.Receiver[payment, rec
 	if ctx.Err() != nil {
 		return nil // shutdown: the delivery comes back after its visibility timeout
 	}
-	if err := q.settle(ctx, id, p, rcv.Decide(res, herr)); err != nil {
+	if err := q.settle(ctx, id, p, adapter.Bind(rcv).Decide(res, herr)); err != nil {
 		return fmt.Errorf("settle: %w", err)
 	}
 	return nil

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/mysqlstore"
 )
@@ -59,28 +61,28 @@ func TestRestartMidStream(t *testing.T) {
 	rcv, err := dedup.NewReceiver(s, paymentID, h, &dedup.Config{Namespace: "pay", Lease: 2 * time.Second})
 	require.NoError(t, err)
 
-	var queue []delivery
+	var queue []pending
 	for i := range payments {
 		id := fmt.Sprintf("p%04d", i)
-		queue = append(queue, delivery{id: id}, delivery{id: id})
+		queue = append(queue, pending{id: id}, pending{id: id})
 	}
 	rand.Shuffle(len(queue), func(i, j int) { queue[i], queue[j] = queue[j], queue[i] })
-	queue = append(queue, delivery{id: "in-flight"})
+	queue = append(queue, pending{id: "in-flight"})
 
 	acked := map[string]int{}
-	var outageDecisions []dedup.Decision
-	handle := func(d delivery) {
+	var outageDecisions []delivery.Decision
+	handle := func(d pending) {
 		res, err := rcv.Handle(ctx, payment{ID: d.id, Amount: 1})
-		dec := rcv.Decide(res, err)
+		dec := adapter.Bind(rcv).Decide(res, err)
 		if down {
 			outageDecisions = append(outageDecisions, dec)
 		}
 		switch dec.Action {
-		case dedup.Ack:
+		case delivery.Ack:
 			acked[d.id]++
-		case dedup.Retry:
-			queue = append(queue, delivery{id: d.id, due: time.Now().Add(min(dec.Delay, 200*time.Millisecond))})
-		case dedup.DeadLetter:
+		case delivery.Retry:
+			queue = append(queue, pending{id: d.id, due: time.Now().Add(min(dec.Delay, 200*time.Millisecond))})
+		case delivery.DeadLetter:
 			t.Errorf("payment %s dead-lettered: %v", d.id, dec.Err)
 		}
 	}
@@ -119,10 +121,10 @@ func TestRestartMidStream(t *testing.T) {
 
 	require.Len(t, outageDecisions, outage+1, "the payment in flight and the deliveries during the outage")
 	for _, d := range outageDecisions {
-		require.Equal(t, dedup.Retry, d.Action, "a delivery during the outage: %v", d.Err)
+		require.Equal(t, delivery.Retry, d.Action, "a delivery during the outage: %v", d.Err)
 	}
 	for _, d := range outageDecisions[1:] {
-		require.Equal(t, dedup.ReasonStoreUnavailable, d.Reason)
+		require.Equal(t, delivery.ReasonStoreUnavailable, d.Reason)
 		require.ErrorIs(t, d.Err, dedup.ErrStoreUnavailable)
 	}
 	require.Zero(t, runsWhileDown, "a handler ran while the store was down (fail-closed)")
@@ -142,13 +144,13 @@ func TestRestartMidStream(t *testing.T) {
 
 // delivery is a message in the broker of TestRestartMidStream, due for
 // (re)delivery at due.
-type delivery struct {
+type pending struct {
 	id  string
 	due time.Time
 }
 
 // next returns the index of the delivery due first.
-func next(queue []delivery) int {
+func next(queue []pending) int {
 	best := 0
 	for i, d := range queue {
 		if d.due.Before(queue[best].due) {

@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/mysqlstore"
@@ -89,7 +91,7 @@ func TestTxHandlerCommitsTogether(t *testing.T) {
 
 	res, err := rcv.Handle(t.Context(), payment{ID: "p1", Amount: 10})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.NoError(t, res.Problem)
 	require.Zero(t, counted.completes.Load(), "the transaction completed the record: the receiver must not complete it again")
 
@@ -100,7 +102,7 @@ func TestTxHandlerCommitsTogether(t *testing.T) {
 
 	dup, err := rcv.Handle(t.Context(), payment{ID: "p1", Amount: 10})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, dup.Status)
+	require.Equal(t, delivery.StatusDuplicate, dup.Status)
 	require.Equal(t, receipt{PaymentID: "p1", Worker: "w1"}, dup.Value)
 	require.Equal(t, 1, d.count(t, "SELECT COUNT(*) FROM "+table))
 
@@ -145,7 +147,7 @@ func TestTxHandlerRollsBackOnError(t *testing.T) {
 
 	res, err := rcv.Handle(t.Context(), payment{ID: "p1", Amount: 5})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Equal(t, 2, res.Attempt)
 	require.Equal(t, 1, d.count(t, "SELECT COUNT(*) FROM "+table))
 }
@@ -172,7 +174,7 @@ func TestStaleWorkerRollsBack(t *testing.T) {
 				if err := insertPayment(ctx, tx, table, p, "stale"); err != nil {
 					return receipt{}, err
 				}
-				held, _ := dedup.ClaimFromContext(ctx)
+				held, _ := store.ClaimFromContext(ctx)
 				inserted <- held.Token
 				<-resume
 				return receipt{PaymentID: p.ID, Worker: "stale"}, nil
@@ -199,14 +201,14 @@ func TestStaleWorkerRollsBack(t *testing.T) {
 
 			res, err := fresh.Handle(t.Context(), payment{ID: "p1", Amount: 7})
 			require.NoError(t, err)
-			require.Equal(t, dedup.StatusProcessed, res.Status, "the ended lease is taken over")
+			require.Equal(t, delivery.StatusProcessed, res.Status, "the ended lease is taken over")
 			require.Equal(t, 2, res.Attempt)
 
 			close(resume)
 			o := testenv.Recv(t, done, "the stale worker's Handle")
 			require.ErrorIs(t, o.err, dedup.ErrLeaseLost, "the stale worker's completion must fail with ErrLeaseLost")
-			require.Equal(t, dedup.Retry, stale.Decide(o.res, o.err).Action)
-			require.Equal(t, dedup.ReasonInFlight, stale.Decide(o.res, o.err).Reason)
+			require.Equal(t, delivery.Retry, adapter.Bind(stale).Decide(o.res, o.err).Action)
+			require.Equal(t, delivery.ReasonInFlight, adapter.Bind(stale).Decide(o.res, o.err).Reason)
 
 			require.Equal(t, 1, d.count(t, "SELECT COUNT(*) FROM "+table), "the stale worker's write must be rolled back")
 			require.Equal(t, 1, d.count(t, "SELECT COUNT(*) FROM "+table+" WHERE worker = 'fresh'"))
@@ -342,7 +344,7 @@ func TestTxDeadlockRetried(t *testing.T) {
 	for _, id := range []string{"p1", "p2"} {
 		go func() {
 			res, err := rcv.Handle(t.Context(), payment{ID: id, Amount: 1})
-			if err == nil && res.Status != dedup.StatusProcessed {
+			if err == nil && res.Status != delivery.StatusProcessed {
 				err = errors.New(res.Status.String())
 			}
 			errs <- err
@@ -400,7 +402,7 @@ func TestTxLockWaitTimeoutRetried(t *testing.T) {
 	require.NoError(t, err)
 	res, err := rcv.Handle(t.Context(), payment{ID: "p1", Amount: 1})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.EqualValues(t, 2, runs.Load(), "a timeout in the first run, the lock freed for the second")
 	require.Equal(t, 1, d.count(t, "SELECT COUNT(*) FROM "+table), "the timed-out runs' inserts were rolled back")
 
@@ -418,9 +420,9 @@ func TestTxLockWaitTimeoutRetried(t *testing.T) {
 	require.ErrorAs(t, err, &myErr)
 	require.EqualValues(t, 1205, myErr.Number)
 	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
-	d2 := rcv2.Decide(res, err)
-	require.Equal(t, dedup.Retry, d2.Action, "with MaxAttempts 1, a handler's own error would be dead-lettered")
-	require.Equal(t, dedup.ReasonStoreUnavailable, d2.Reason)
+	d2 := adapter.Bind(rcv2).Decide(res, err)
+	require.Equal(t, delivery.Retry, d2.Action, "with MaxAttempts 1, a handler's own error would be dead-lettered")
+	require.Equal(t, delivery.ReasonStoreUnavailable, d2.Reason)
 	rec, err := s.Get(t.Context(), "pay:p2")
 	require.NoError(t, err)
 	require.Zero(t, rec.Attempt, "the attempt lock contention failed is given back")
@@ -448,7 +450,7 @@ func TestTxResults(t *testing.T) {
 	require.Empty(t, rec.Result)
 
 	huge, err := dedup.NewReceiver(s, paymentID, txHandler(t, s, func(context.Context, *sql.Tx, payment) (string, error) {
-		return strings.Repeat("x", dedup.DefaultMaxResultSize), nil
+		return strings.Repeat("x", (64 << 10)), nil
 	}, nil), &dedup.Config{Namespace: "huge"})
 	require.NoError(t, err)
 	res, err := huge.Handle(ctx, payment{ID: "p1"})
@@ -460,7 +462,7 @@ func TestTxResults(t *testing.T) {
 	require.Empty(t, rec.Result)
 	dup, err := huge.Handle(ctx, payment{ID: "p1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, dup.Status)
+	require.Equal(t, delivery.StatusDuplicate, dup.Status)
 	require.Empty(t, dup.Value)
 }
 

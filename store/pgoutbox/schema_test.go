@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
@@ -142,7 +142,7 @@ VALUES ($1, $2, 'created', 'orders.created', 'c-1', $3, $4, $5, $6)`, id, claim,
 	})
 	res, err := rcv.Handle(t.Context(), order{ID: "o-2"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Equal(t, ids[2], res.Value, "the same id")
 	require.Zero(t, db.unsent(t), "a message sent under version 1, written again")
 
@@ -191,7 +191,7 @@ func TestWriterSentID(t *testing.T) {
 	require.NoError(t, rcv.Forget(t.Context(), "o-4"))
 	res, err := rcv.Handle(t.Context(), order{ID: "o-4"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status, "the record was forgotten: the handler ran again")
+	require.Equal(t, delivery.StatusProcessed, res.Status, "the record was forgotten: the handler ran again")
 	require.Len(t, ids, 2)
 	require.Equal(t, ids[0], ids[1])
 	require.Zero(t, db.unsent(t), "written again")

@@ -61,7 +61,7 @@ type Writer struct {
 
 // Writer returns a Writer of messages inside tx, for the handler running
 // under ctx: the ids of its messages derive from the key of the claim the
-// handler holds (dedup.ClaimFromContext). Outside a handler it fails with
+// handler holds (store.ClaimFromContext). Outside a handler it fails with
 // dedup.ErrNoClaim.
 //
 //	handler, err := pgstore.TxHandler(s, func(ctx context.Context, tx pgx.Tx, p Payment) (Receipt, error) {

@@ -14,8 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
+	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/pgoutbox"
 )
 
@@ -49,7 +52,7 @@ func TestWriterCommits(t *testing.T) {
 	})
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1", Customer: "c-7"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 
 	require.Equal(t, []string{outbox.MessageID("shop:o-1", "created"), outbox.MessageID("shop:o-1", "2")}, ids)
 	rows := db.rows(t, db.table("dedup_outbox"))
@@ -86,7 +89,7 @@ func TestWriterRollbackThenRerun(t *testing.T) {
 	s := db.store(t)
 	var runs [][]string
 	rcv := txReceiver(t, s, "shop", func(ctx context.Context, tx pgx.Tx, o order) (string, error) {
-		held, _ := dedup.ClaimFromContext(ctx)
+		held, _ := store.ClaimFromContext(ctx)
 		w, err := ob.Writer(ctx, tx)
 		if err != nil {
 			return "", err
@@ -110,7 +113,7 @@ func TestWriterRollbackThenRerun(t *testing.T) {
 	require.Zero(t, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")), "a rolled-back handler's messages")
 	res, err := rcv.Handle(t.Context(), order{ID: "o-2"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 
 	require.Len(t, runs, 2)
 	require.Equal(t, runs[0], runs[1], "the run after the rollback wrote other ids")
@@ -145,7 +148,7 @@ func TestWriterExistingID(t *testing.T) {
 	require.NoError(t, rcv.Forget(t.Context(), "o-3"))
 	res, err := rcv.Handle(t.Context(), order{ID: "o-3"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status, "the record was forgotten: the handler ran again")
+	require.Equal(t, delivery.StatusProcessed, res.Status, "the record was forgotten: the handler ran again")
 	require.Len(t, ids, 2)
 	require.Equal(t, ids[0], ids[1])
 	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")))
@@ -205,7 +208,7 @@ func TestWriterRefuses(t *testing.T) {
 		res, err := rcv.Handle(t.Context(), order{ID: id})
 		require.ErrorIs(t, addErr, pgoutbox.ErrInvalidMessage, name)
 		require.True(t, dedup.IsPermanent(addErr), name)
-		require.Equal(t, dedup.DeadLetter, rcv.Decide(res, err).Action, name)
+		require.Equal(t, delivery.DeadLetter, adapter.Bind(rcv).Decide(res, err).Action, name)
 		require.Zero(t, db.count(t, "SELECT count(*) FROM "+db.table("orders")+" WHERE id = $1", id), "%s: the business row rolled back", name)
 	}
 	require.Zero(t, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")))

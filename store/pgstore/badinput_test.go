@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
@@ -55,9 +57,9 @@ func TestKeysTheTableCannotHold(t *testing.T) {
 		&dedup.Config{Namespace: "pay", MaxIDLength: 10 * pgstore.MaxKeyLength})
 	require.NoError(t, err)
 	res, err := rcv.Handle(ctx, payment{ID: strings.Repeat("x", pgstore.MaxKeyLength)})
-	d := rcv.Decide(res, err)
-	require.Equal(t, dedup.DeadLetter, d.Action)
-	require.Equal(t, dedup.ReasonInvalidKey, d.Reason)
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.DeadLetter, d.Action)
+	require.Equal(t, delivery.ReasonInvalidKey, d.Reason)
 }
 
 // TestOpaqueBytes: results and fingerprints are kept as given, whatever

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
 
@@ -55,7 +56,7 @@ func BenchmarkHandleNew(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if res, err := rcv.Handle(ctx, strconv.Itoa(i)); err != nil || res.Status != dedup.StatusProcessed {
+		if res, err := rcv.Handle(ctx, strconv.Itoa(i)); err != nil || res.Status != delivery.StatusProcessed {
 			b.Fatal(res.Status, err)
 		}
 	}
@@ -71,7 +72,7 @@ func BenchmarkHandleDuplicate(b *testing.B) {
 	require.NoError(b, err)
 	b.ReportAllocs()
 	for b.Loop() {
-		if res, err := rcv.Handle(ctx, "dup"); err != nil || res.Status != dedup.StatusDuplicate {
+		if res, err := rcv.Handle(ctx, "dup"); err != nil || res.Status != delivery.StatusDuplicate {
 			b.Fatal(res.Status, err)
 		}
 	}
@@ -92,7 +93,7 @@ func BenchmarkHandleBatch100(b *testing.B) {
 			n++
 		}
 		for _, o := range rcv.HandleBatch(ctx, msgs) {
-			if o.Err != nil || o.Result.Status != dedup.StatusProcessed {
+			if o.Err != nil || o.Result.Status != delivery.StatusProcessed {
 				b.Fatal(o.Result.Status, o.Err)
 			}
 		}
@@ -130,7 +131,7 @@ func BenchmarkTxHandler(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if res, err := rcv.Handle(ctx, strconv.Itoa(i)); err != nil || res.Status != dedup.StatusProcessed {
+		if res, err := rcv.Handle(ctx, strconv.Itoa(i)); err != nil || res.Status != delivery.StatusProcessed {
 			b.Fatal(res.Status, err)
 		}
 	}
@@ -165,7 +166,7 @@ func BenchmarkStandby(b *testing.B) {
 			name := fmt.Sprintf("%s-rtt%v", mode, rtt)
 			b.Run(name+"/new", func(b *testing.B) {
 				for b.Loop() {
-					if res, err := rcv.Handle(ctx, strconv.FormatInt(n.Add(1), 10)); err != nil || res.Status != dedup.StatusProcessed {
+					if res, err := rcv.Handle(ctx, strconv.FormatInt(n.Add(1), 10)); err != nil || res.Status != delivery.StatusProcessed {
 						b.Fatal(res.Status, err)
 					}
 				}
@@ -174,7 +175,7 @@ func BenchmarkStandby(b *testing.B) {
 				b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
-						if res, err := rcv.Handle(ctx, strconv.FormatInt(n.Add(1), 10)); err != nil || res.Status != dedup.StatusProcessed {
+						if res, err := rcv.Handle(ctx, strconv.FormatInt(n.Add(1), 10)); err != nil || res.Status != delivery.StatusProcessed {
 							b.Error(res.Status, err)
 							return
 						}
@@ -184,7 +185,7 @@ func BenchmarkStandby(b *testing.B) {
 			})
 			b.Run(name+"/duplicate", func(b *testing.B) {
 				for b.Loop() {
-					if res, err := rcv.Handle(ctx, "dup"); err != nil || res.Status != dedup.StatusDuplicate {
+					if res, err := rcv.Handle(ctx, "dup"); err != nil || res.Status != delivery.StatusDuplicate {
 						b.Fatal(res.Status, err)
 					}
 				}

@@ -14,8 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
@@ -121,9 +123,9 @@ func runKit(t *testing.T, db *testDB, st store.Store, table string, h dedup.Hand
 			Namespace: "pay", Lease: kitLease, Clock: clk,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
-		return func(ctx context.Context, p payment) dedup.Delivery[receipt] {
+		return func(ctx context.Context, p payment) adapter.Delivery[receipt] {
 			catchUp(ctx, db, clk)
-			return rcv.Deliver(ctx, p)
+			return adapter.Bind(rcv).Deliver(ctx, p)
 		}, err
 	})
 	rep, err := deduptest.Run(t.Context(), clk, service, msgs, &deduptest.Options[payment]{
@@ -325,11 +327,11 @@ func TestKitShowsTxHandlerClosesTheCrashWindow(t *testing.T) {
 			switch at[p.ID] {
 			case crashAfterReturn:
 				require.True(t, slices.ContainsFunc(m.Deliveries[i+1:], func(d deduptest.DeliveryReport[receipt]) bool {
-					return d.Status == dedup.StatusDuplicate && d.Attempt == dead.Attempt
+					return d.Status == delivery.StatusDuplicate && d.Attempt == dead.Attempt
 				}), "payment %s: the dead worker's transaction committed the payment and the record\n%s", p.ID, rep)
 			case crashAfterWrite:
 				require.True(t, slices.ContainsFunc(m.Deliveries[i+1:], func(d deduptest.DeliveryReport[receipt]) bool {
-					return d.Status == dedup.StatusProcessed && d.Attempt > dead.Attempt
+					return d.Status == delivery.StatusProcessed && d.Attempt > dead.Attempt
 				}), "payment %s: the dead worker's transaction rolled back, the takeover paid\n%s", p.ID, rep)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
 
@@ -78,7 +79,7 @@ func Example() {
 
 	for range 3 { // the broker delivers the message three times
 		res, err := rcv.Handle(ctx, Order{ID: "o-1", Amount: 42})
-		fmt.Println(res.Status, res.Value, rcv.Decide(res, err).Action)
+		fmt.Println(res.Status, res.Value, adapter.Bind(rcv).Decide(res, err).Action)
 	}
 	var n int
 	_ = pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n)

@@ -17,7 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
 
@@ -286,26 +288,26 @@ func (b *failoverBroker) work(ctx context.Context, rcv *dedup.Receiver[string, s
 		if ctx.Err() != nil {
 			return // the run is over; the copy stays unsettled
 		}
-		dec := rcv.Decide(res, err)
+		dec := adapter.Bind(rcv).Decide(res, err)
 		b.mu.Lock()
 		switch {
 		case res.Status.Done() && (err != nil || res.Problem != nil):
 			run.wrong = append(run.wrong, fmt.Sprintf("%s: %s: %s with error %v, problem %v", name, c.id, res.Status, err, res.Problem))
 		case res.Status.Done() && res.Value != c.id:
 			run.wrong = append(run.wrong, fmt.Sprintf("%s: %s: %s replayed %q", name, c.id, res.Status, res.Value))
-		case dec.Action == dedup.DeadLetter:
+		case dec.Action == delivery.DeadLetter:
 			run.wrong = append(run.wrong, fmt.Sprintf("%s: %s: dead-lettered (%s): %v", name, c.id, dec.Reason, dec.Err))
 		case errors.Is(err, dedup.ErrStoreUnavailable):
 			run.unavailable++
-		case res.Status == dedup.StatusInFlight:
+		case res.Status == delivery.StatusInFlight:
 			run.inFlight++
-		case res.Status == dedup.StatusProcessed && res.Attempt > 1:
+		case res.Status == delivery.StatusProcessed && res.Attempt > 1:
 			run.takeovers++
 		}
-		if dec.Action == dedup.Ack {
+		if dec.Action == delivery.Ack {
 			b.acked[c.id] = true
 		}
-		if dec.Action == dedup.Retry {
+		if dec.Action == delivery.Retry {
 			c.due = time.Now().Add(dec.Delay)
 			heap.Push(&b.queue, c)
 		} else {

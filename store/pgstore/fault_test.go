@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
@@ -98,9 +100,9 @@ func TestConnectionCut(t *testing.T) {
 	rcv, err := dedup.NewReceiver(s, paymentID, func(context.Context, payment) (int, error) { ran = true; return 1, nil }, &dedup.Config{Namespace: "pay"})
 	require.NoError(t, err)
 	res, err := rcv.Handle(ctx, payment{ID: "p1"})
-	d := rcv.Decide(res, err)
-	require.Equal(t, dedup.Retry, d.Action)
-	require.Equal(t, dedup.ReasonStoreUnavailable, d.Reason)
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.Retry, d.Action)
+	require.Equal(t, delivery.ReasonStoreUnavailable, d.Reason)
 	require.False(t, ran, "fail-closed: the handler must not run")
 
 	// Fail-open runs the handler without a claim: a TxHandler has none to
@@ -110,7 +112,7 @@ func TestConnectionCut(t *testing.T) {
 	require.NoError(t, err)
 	res, err = open.Handle(ctx, payment{ID: "p1"})
 	require.ErrorIs(t, err, pgstore.ErrNoClaim)
-	require.Equal(t, dedup.Retry, open.Decide(res, err).Action)
+	require.Equal(t, delivery.Retry, adapter.Bind(open).Decide(res, err).Action)
 	require.False(t, ran)
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
@@ -108,9 +110,9 @@ func TestTableDroppedAfterNew(t *testing.T) {
 	res, err := rcv.Handle(ctx, payment{ID: "p1"})
 	requireMisconfigured(t, err, table)
 	require.False(t, ran, "a misconfigured store is no outage: fail-open must not run the handler unprotected")
-	d := rcv.Decide(res, err)
-	require.Equal(t, dedup.Retry, d.Action)
-	require.NotEqual(t, dedup.ReasonStoreUnavailable, d.Reason)
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.Retry, d.Action)
+	require.NotEqual(t, delivery.ReasonStoreUnavailable, d.Reason)
 }
 
 // TestRoleWithoutRights: a role that may not use the table's schema, or

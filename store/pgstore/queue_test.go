@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // queue is an at-least-once broker in a table of the test's schema, which
@@ -58,16 +60,16 @@ RETURNING id, payment_id`, q.visibility.Milliseconds()).Scan(&id, &payment)
 }
 
 // settle carries out a decision for a delivery.
-func (q *queue) settle(ctx context.Context, id int64, payment string, d dedup.Decision) error {
+func (q *queue) settle(ctx context.Context, id int64, payment string, d delivery.Decision) error {
 	var err error
 	switch d.Action {
-	case dedup.Ack:
+	case delivery.Ack:
 		_, err = q.pool.Exec(ctx, "DELETE FROM "+q.table+" WHERE id = $1", id)
-	case dedup.Retry:
+	case delivery.Retry:
 		// Delays are capped so that a test's retries come quickly.
 		delay := min(d.Delay, 500*time.Millisecond)
 		_, err = q.pool.Exec(ctx, "UPDATE "+q.table+" SET visible_at = clock_timestamp() + $2::bigint * interval '1 millisecond' WHERE id = $1", id, delay.Milliseconds())
-	case dedup.DeadLetter:
+	case delivery.DeadLetter:
 		_, err = q.pool.Exec(ctx, "WITH d AS (DELETE FROM "+q.table+" WHERE id = $1) INSERT INTO "+q.dead+" (payment_id, reason) VALUES ($2, $3)", id, payment, string(d.Reason))
 	}
 	return err
@@ -120,7 +122,7 @@ func (q *queue) consumeOne(ctx context.Context, rcv *dedup.Receiver[payment, rec
 	if ctx.Err() != nil {
 		return nil // shutdown: the delivery comes back after its visibility timeout
 	}
-	if err := q.settle(ctx, id, p, rcv.Decide(res, herr)); err != nil {
+	if err := q.settle(ctx, id, p, adapter.Bind(rcv).Decide(res, herr)); err != nil {
 		return fmt.Errorf("settle: %w", err)
 	}
 	return nil

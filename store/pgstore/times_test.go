@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
@@ -216,7 +217,7 @@ func TestTxHandlerStampsCompletion(t *testing.T) {
 	t0 := dbNow(t, db.pool)
 	res, err := rcv.Handle(t.Context(), payment{ID: "p1", Amount: 10})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	t1 := dbNow(t, db.pool)
 	rec := get(t, s, "pay:p1")
 	require.Equal(t, store.StateCompleted, rec.State)

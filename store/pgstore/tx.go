@@ -23,7 +23,7 @@ const (
 )
 
 // CompleteTx completes, inside tx, the record of the claim that the
-// handler running under ctx holds (dedup.ClaimFromContext): one UPDATE
+// handler running under ctx holds (store.ClaimFromContext): one UPDATE
 // fenced by the claim's token, which joins tx, so that the record and the
 // handler's own writes commit together or not at all. It then marks the
 // claim completed, so the receiver does not complete it again.

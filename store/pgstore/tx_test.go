@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/pgstore"
@@ -89,7 +91,7 @@ func TestTxHandlerCommitsTogether(t *testing.T) {
 
 	res, err := rcv.Handle(t.Context(), payment{ID: "p1", Amount: 10})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.NoError(t, res.Problem)
 	require.Zero(t, counted.completes.Load(), "the transaction completed the record: the receiver must not complete it again")
 
@@ -100,7 +102,7 @@ func TestTxHandlerCommitsTogether(t *testing.T) {
 
 	dup, err := rcv.Handle(t.Context(), payment{ID: "p1", Amount: 10})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, dup.Status)
+	require.Equal(t, delivery.StatusDuplicate, dup.Status)
 	require.Equal(t, receipt{PaymentID: "p1", Worker: "w1"}, dup.Value)
 	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+table))
 
@@ -145,7 +147,7 @@ func TestTxHandlerRollsBackOnError(t *testing.T) {
 
 	res, err := rcv.Handle(t.Context(), payment{ID: "p1", Amount: 5})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Equal(t, 2, res.Attempt)
 	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+table))
 }
@@ -167,7 +169,7 @@ func TestStaleWorkerRollsBack(t *testing.T) {
 		if err := insertPayment(ctx, tx, table, p, "stale"); err != nil {
 			return receipt{}, err
 		}
-		held, _ := dedup.ClaimFromContext(ctx)
+		held, _ := store.ClaimFromContext(ctx)
 		inserted <- held.Token
 		<-resume
 		return receipt{PaymentID: p.ID, Worker: "stale"}, nil
@@ -194,14 +196,14 @@ func TestStaleWorkerRollsBack(t *testing.T) {
 
 	res, err := fresh.Handle(t.Context(), payment{ID: "p1", Amount: 7})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusProcessed, res.Status, "the ended lease is taken over")
+	require.Equal(t, delivery.StatusProcessed, res.Status, "the ended lease is taken over")
 	require.Equal(t, 2, res.Attempt)
 
 	close(resume)
 	o := testenv.Recv(t, done, "the stale worker's Handle")
 	require.ErrorIs(t, o.err, dedup.ErrLeaseLost, "the stale worker's completion must fail with ErrLeaseLost")
-	require.Equal(t, dedup.Retry, stale.Decide(o.res, o.err).Action)
-	require.Equal(t, dedup.ReasonInFlight, stale.Decide(o.res, o.err).Reason)
+	require.Equal(t, delivery.Retry, adapter.Bind(stale).Decide(o.res, o.err).Action)
+	require.Equal(t, delivery.ReasonInFlight, adapter.Bind(stale).Decide(o.res, o.err).Reason)
 
 	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+table), "the stale worker's write must be rolled back")
 	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+table+" WHERE worker = 'fresh'"))
@@ -296,7 +298,7 @@ func TestRepeatableReadRetries(t *testing.T) {
 				if runs.Add(1) == 1 {
 					// The heartbeat: the lease is extended by another
 					// connection after this transaction's snapshot.
-					held, _ := dedup.ClaimFromContext(ctx)
+					held, _ := store.ClaimFromContext(ctx)
 					if err := s.Extend(ctx, store.ExtendRequest{Key: held.Key, Token: held.Token, Lease: time.Minute}); err != nil {
 						return receipt{}, err
 					}
@@ -307,7 +309,7 @@ func TestRepeatableReadRetries(t *testing.T) {
 			require.NoError(t, err)
 			res, err := rcv.Handle(t.Context(), payment{ID: "p1", Amount: 1})
 			require.NoError(t, err)
-			require.Equal(t, dedup.StatusProcessed, res.Status)
+			require.Equal(t, delivery.StatusProcessed, res.Status)
 			require.EqualValues(t, 2, runs.Load(), "the serialization failure reruns the function once")
 			require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+table))
 		})
@@ -328,7 +330,7 @@ func TestSerializationFailureWithoutRetries(t *testing.T) {
 			return receipt{}, err
 		}
 		runs.Add(1)
-		held, _ := dedup.ClaimFromContext(ctx)
+		held, _ := store.ClaimFromContext(ctx)
 		if err := s.Extend(ctx, store.ExtendRequest{Key: held.Key, Token: held.Token, Lease: time.Minute}); err != nil {
 			return receipt{}, err
 		}
@@ -341,7 +343,7 @@ func TestSerializationFailureWithoutRetries(t *testing.T) {
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "40001", pgErr.Code)
 	require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
-	require.Equal(t, dedup.Retry, rcv.Decide(res, err).Action)
+	require.Equal(t, delivery.Retry, adapter.Bind(rcv).Decide(res, err).Action)
 	require.EqualValues(t, 2, runs.Load(), "one run and one retry")
 	require.Zero(t, db.count(t, "SELECT count(*) FROM "+table))
 	rec, err := s.Get(t.Context(), "pay:p1")
@@ -370,7 +372,7 @@ func TestTxResults(t *testing.T) {
 	require.Empty(t, rec.Result)
 
 	huge, err := dedup.NewReceiver(s, paymentID, txHandler(t, s, func(context.Context, pgx.Tx, payment) (string, error) {
-		return strings.Repeat("x", dedup.DefaultMaxResultSize), nil
+		return strings.Repeat("x", (64 << 10)), nil
 	}, nil), &dedup.Config{Namespace: "huge"})
 	require.NoError(t, err)
 	res, err := huge.Handle(ctx, payment{ID: "p1"})
@@ -382,7 +384,7 @@ func TestTxResults(t *testing.T) {
 	require.Empty(t, rec.Result)
 	dup, err := huge.Handle(ctx, payment{ID: "p1"})
 	require.NoError(t, err)
-	require.Equal(t, dedup.StatusDuplicate, dup.Status)
+	require.Equal(t, delivery.StatusDuplicate, dup.Status)
 	require.Empty(t, dup.Value)
 }
 

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/pgstore"
@@ -127,9 +129,9 @@ func TestTxConnectionFailure(t *testing.T) {
 			require.NoError(t, testenv.Recv(t, broken, "the connection to break"))
 			require.ErrorIs(t, err, dedup.ErrStoreUnavailable)
 			require.ErrorIs(t, err, store.ErrUnavailable)
-			d := rcv.Decide(res, err)
-			require.Equal(t, dedup.Retry, d.Action, "%v", d)
-			require.Equal(t, dedup.ReasonStoreUnavailable, d.Reason)
+			d := adapter.Bind(rcv).Decide(res, err)
+			require.Equal(t, delivery.Retry, d.Action, "%v", d)
+			require.Equal(t, delivery.ReasonStoreUnavailable, d.Reason)
 			require.Zero(t, db.count(t, "SELECT count(*) FROM "+payments), "the broken transaction's write is rolled back")
 			rec, err := s.Get(t.Context(), "pay:p1")
 			require.NoError(t, err)
@@ -137,7 +139,7 @@ func TestTxConnectionFailure(t *testing.T) {
 
 			res, err = rcv.Handle(t.Context(), payment{ID: "p1", Amount: 1})
 			require.NoError(t, err)
-			require.Equal(t, dedup.StatusProcessed, res.Status)
+			require.Equal(t, delivery.StatusProcessed, res.Status)
 			require.Equal(t, 1, res.Attempt, "the next claim runs as attempt 1 again")
 			require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+payments))
 		})
@@ -193,7 +195,7 @@ func TestTxHandlerOwnDeadline(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), payment{ID: "p1"})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, dedup.ErrStoreUnavailable)
-	require.Equal(t, dedup.ReasonHandlerError, rcv.Decide(res, err).Reason)
+	require.Equal(t, delivery.ReasonHandlerError, adapter.Bind(rcv).Decide(res, err).Reason)
 	rec, err := s.Get(t.Context(), "pay:p1")
 	require.NoError(t, err)
 	require.Equal(t, 1, rec.Attempt)

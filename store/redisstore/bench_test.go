@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store"
 )
@@ -112,7 +113,7 @@ func BenchmarkNewMessage(b *testing.B) {
 		ctx := context.Background()
 		b.ResetTimer()
 		for i := range b.N {
-			if res, err := rcv.Handle(ctx, keys[i]); err != nil || res.Status != dedup.StatusProcessed {
+			if res, err := rcv.Handle(ctx, keys[i]); err != nil || res.Status != delivery.StatusProcessed {
 				b.Fatal(res.Status, err)
 			}
 		}
@@ -256,7 +257,7 @@ func BenchmarkBatch(b *testing.B) {
 		_, rcv := benchReceiver(b)
 		batches(b, func(ctx context.Context, keys []string) error {
 			for _, o := range rcv.HandleBatch(ctx, keys) {
-				if o.Err != nil || o.Result.Status != dedup.StatusProcessed {
+				if o.Err != nil || o.Result.Status != delivery.StatusProcessed {
 					return o.Err
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
@@ -139,7 +140,7 @@ func TestCompletionOutageNoDoubleEffect(t *testing.T) {
 			t.Logf("%d payments, %d double effects", n, doubles)
 			require.Zero(t, doubles, "double effects")
 			for i, res := range results {
-				require.Equal(t, dedup.StatusProcessed, res.Status)
+				require.Equal(t, delivery.StatusProcessed, res.Status)
 				require.NoError(t, res.Problem, "payment %d: the completion was recorded after the outage", i)
 			}
 		})

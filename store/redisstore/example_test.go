@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
 
@@ -46,7 +47,7 @@ func Example() {
 
 	for _, rcv := range []*dedup.Receiver[Order, string]{a, b} {
 		res, err := rcv.Handle(ctx, Order{ID: "o-1"})
-		d := rcv.Decide(res, err)
+		d := adapter.Bind(rcv).Decide(res, err)
 		fmt.Println(res.Status, res.Value, d.Action)
 	}
 	// Clean up: Forget deletes the record (redisstore is a store.Inspector).

@@ -19,7 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
@@ -138,24 +140,24 @@ func runFailover(t *testing.T, stores []*redisstore.Store, f failoverStream, cfg
 				case <-ctx.Done():
 					return
 				}
-				d := rcv.Deliver(ctx, p)
+				d := adapter.Bind(rcv).Deliver(ctx, p)
 				res, herr := d.Result, d.Err
 				mu.Lock()
 				if res.Status.Done() && (herr != nil || res.Problem != nil) {
 					run.doneWithIssue = append(run.doneWithIssue, fmt.Sprintf("%s: %v: %v, problem %v", p.ID, res.Status, herr, res.Problem))
 				}
-				if d.Decision.Reason == dedup.ReasonStoreUnavailable {
+				if d.Decision.Reason == delivery.ReasonStoreUnavailable {
 					run.unavailable++
 					if errors.Is(herr, redisstore.ErrNotReplicated) {
 						run.notReplicated++
 					}
 				}
 				mu.Unlock()
-				d.Settled(dedup.Settlement{})
+				d.Settled(adapter.Settlement{})
 				switch d.Decision.Action {
-				case dedup.Ack:
+				case delivery.Ack:
 					settle()
-				case dedup.DeadLetter:
+				case delivery.DeadLetter:
 					mu.Lock()
 					run.deadLetters = append(run.deadLetters, fmt.Sprintf("%s: %v", p.ID, d.Decision.Err))
 					mu.Unlock()

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
@@ -28,7 +30,7 @@ func paymentID(p payment) (string, error) { return p.ID, nil }
 // while it is down, then it is started again and the queue is drained.
 type outageRun struct {
 	effects     map[string]int // handler runs per payment id
-	outage      []dedup.Decision
+	outage      []delivery.Decision
 	outageRuns  int // handler runs while Redis was down
 	acked       map[string]int
 	deadLetters int
@@ -76,16 +78,16 @@ func runOutage(t *testing.T, failOpen bool, payments, stopAfter, outage int) out
 		p := queue[0]
 		queue = queue[1:]
 		res, err := rcv.Handle(ctx, p)
-		d := rcv.Decide(res, err)
+		d := adapter.Bind(rcv).Decide(res, err)
 		if down {
 			run.outage = append(run.outage, d)
 		}
 		switch d.Action {
-		case dedup.Ack:
+		case delivery.Ack:
 			run.acked[p.ID]++
-		case dedup.Retry:
+		case delivery.Retry:
 			queue = append(queue, p)
-		case dedup.DeadLetter:
+		case delivery.DeadLetter:
 			run.deadLetters++
 			t.Errorf("payment %s dead-lettered: %v", p.ID, d.Err)
 		}
@@ -104,8 +106,8 @@ func TestOutageFailClosed(t *testing.T) {
 
 	require.Len(t, run.outage, 10)
 	for _, d := range run.outage {
-		require.Equal(t, dedup.Retry, d.Action, "a delivery during the outage: %v", d.Err)
-		require.Equal(t, dedup.ReasonStoreUnavailable, d.Reason)
+		require.Equal(t, delivery.Retry, d.Action, "a delivery during the outage: %v", d.Err)
+		require.Equal(t, delivery.ReasonStoreUnavailable, d.Reason)
 		require.ErrorIs(t, d.Err, dedup.ErrStoreUnavailable)
 		require.Equal(t, 1, strings.Count(d.Err.Error(), "acquire"), "the store's error is not wrapped twice: %v", d.Err)
 	}
@@ -128,8 +130,8 @@ func TestOutageFailOpen(t *testing.T) {
 
 	require.Len(t, run.outage, 10)
 	for _, d := range run.outage {
-		require.Equal(t, dedup.Ack, d.Action)
-		require.Equal(t, dedup.ReasonBypassed, d.Reason)
+		require.Equal(t, delivery.Ack, d.Action)
+		require.Equal(t, delivery.ReasonBypassed, d.Reason)
 	}
 	require.Equal(t, 10, run.outageRuns, "every delivery in the outage runs, unprotected")
 	require.EqualValues(t, 10, run.stats.Bypassed)

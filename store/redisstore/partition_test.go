@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/redisstore"
@@ -69,13 +70,13 @@ func TestPartitionedWorkerStopsAtLeaseEnd(t *testing.T) {
 	for {
 		res, err = b.Handle(t.Context(), payment{"p1"})
 		require.NoError(t, err)
-		if res.Status != dedup.StatusInFlight {
+		if res.Status != delivery.StatusInFlight {
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "B never got the key")
 		time.Sleep(50 * time.Millisecond)
 	}
-	require.Equal(t, dedup.StatusProcessed, res.Status)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Equal(t, 2, res.Attempt, "B took A's claim over")
 
 	select {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	deduphttp "github.com/dedup-go/dedup/middleware/http"
 )
 
@@ -45,7 +45,7 @@ func (f *idempotencyFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.principal, flagPrincipal, "", "with --idempotency-key (required): the caller the middleware scoped the key by, what its Principal returned (tenant, user; a webhook's Sender); '' under SharedScope")
 	fl.StringVar(&f.operation, flagOperation, "", "with --idempotency-key: what the HTTP middleware's Options.Operation returned for the request; leave it out when Operation is not set (the default)")
 	fl.StringVar(&f.middleware, flagMiddleware, middlewareHTTP, "with --idempotency-key: whose record: http (deduphttp, the default) or grpc (dedupgrpc, which keeps no operation)")
-	fl.IntVar(&f.maxIDLength, flagMaxIDLength, dedup.DefaultMaxIDLength, "with --idempotency-key: the middleware's Config.MaxIDLength (a scope too long for it is hashed)")
+	fl.IntVar(&f.maxIDLength, flagMaxIDLength, adapter.DefaultMaxIDLength, "with --idempotency-key: the middleware's Config.MaxIDLength (a scope too long for it is hashed)")
 }
 
 // recordKey returns the store key --idempotency-key and its companions

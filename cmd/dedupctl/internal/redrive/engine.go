@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -40,8 +40,8 @@ const (
 // to find, a key that is not one, a body that does not decode, a key whose
 // record belongs to another payload.
 var unredrivable = []string{
-	string(dedup.ReasonNoKey), string(dedup.ReasonInvalidKey),
-	string(dedup.ReasonUndecodable), string(dedup.ReasonKeyReused),
+	string(delivery.ReasonNoKey), string(delivery.ReasonInvalidKey),
+	string(delivery.ReasonUndecodable), string(delivery.ReasonKeyReused),
 }
 
 // Outcome is what Run did with one letter.
@@ -218,7 +218,7 @@ func (r *run) letter(ctx context.Context, l *Letter) (Outcome, error) {
 		}
 		switch {
 		case !found || deleted:
-		case rec.State == store.StateCompleted && l.Reason == string(dedup.ReasonKeyReused):
+		case rec.State == store.StateCompleted && l.Reason == string(delivery.ReasonKeyReused):
 			// Another payload's record: it says nothing of this message.
 		case rec.State == store.StateCompleted:
 			out.Action, out.Detail = RemovedCompleted, fmt.Sprintf("completed at attempt %d", rec.Attempt)
