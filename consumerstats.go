@@ -26,6 +26,10 @@ type ConsumerStats struct {
 	SettleFailures uint64
 	// Reconnects counts connections or sessions made again after a loss.
 	Reconnects uint64
+	// DeadLettersTruncated counts dead letters published as a cut copy:
+	// the original was over what the dead-letter destination takes, so the
+	// letter carries its headers and the first part of its data (NATS).
+	DeadLettersTruncated uint64
 	// StaleDeliveries counts deliveries that could no longer be settled
 	// (of a closed channel, of a partition taken away): the broker
 	// redelivers them.

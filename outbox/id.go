@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -44,4 +45,15 @@ func MessageID(key, name string) string {
 	h.Write([]byte(name))
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(h.Sum(sum[:0])[:IDLength/2])
+}
+
+// NewMessageID returns a fresh random message id, of the same shape as
+// MessageID's: 32 lowercase hexadecimal digits (128 bits). It is for a
+// message no handler derives (a producer's first publish, outside a
+// handler): set it before the first publish and keep it for every retry
+// of that publish, so that the consumer's receiver recognises the copies.
+func NewMessageID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
 }

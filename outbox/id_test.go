@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,5 +45,19 @@ func TestMessageIDUnambiguous(t *testing.T) {
 		prev, dup := seen[id]
 		require.False(t, dup, "%q and %q share an id", p, prev)
 		seen[id] = p
+	}
+}
+
+func TestNewMessageID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := outbox.NewMessageID()
+		if len(id) != outbox.IDLength || strings.Trim(id, "0123456789abcdef") != "" {
+			t.Fatalf("NewMessageID() = %q: not %d lowercase hex digits", id, outbox.IDLength)
+		}
+		if seen[id] {
+			t.Fatalf("NewMessageID() repeated %q", id)
+		}
+		seen[id] = true
 	}
 }
