@@ -30,6 +30,11 @@ type ConsumerStats struct {
 	// the original was over what the dead-letter destination takes, so the
 	// letter carries its headers and the first part of its data (NATS).
 	DeadLettersTruncated uint64
+	// SlowConsumerDropped counts messages the client dropped before they
+	// reached the consumer because it fell behind: core NATS messages past
+	// a subscription's pending limits (a slow consumer). Nothing delivers
+	// them again and no event reports them: they are lost (NATS).
+	SlowConsumerDropped uint64
 	// StaleDeliveries counts deliveries that could no longer be settled
 	// (of a closed channel, of a partition taken away): the broker
 	// redelivers them.
