@@ -6,12 +6,32 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dedup-go/dedup/internal/ctxkey"
 	"github.com/dedup-go/dedup/store"
 )
 
 // claimKey is the context key of the claim a handler holds.
-var claimKey any = ctxkey.Claim{}
+var claimKey = learnClaimKey()
+
+// learnClaimKey asks store.ClaimFromContext which key it looks the claim
+// up by, so that package store need export no key: the handler's context,
+// a type of its own made without an allocation of its own, answers Value
+// for it with the claim it holds.
+func learnClaimKey() any {
+	var spy keySpy
+	store.ClaimFromContext(&spy)
+	return spy.key
+}
+
+// keySpy is a context that records the key it was asked for.
+type keySpy struct {
+	context.Context
+	key any
+}
+
+func (s *keySpy) Value(key any) any {
+	s.key = key
+	return nil
+}
 
 // closedChan is the Done channel of a handler context that ended before
 // anyone asked for one.

@@ -3,9 +3,11 @@
 // ([Peeker], [BatchStore], [Inspector], [CompleteReporter], [Bounded],
 // [InProcess]) a receiver or a wrapping store finds by type assertion.
 //
-// Handler writers never need this package: they pick a store
-// (store/memstore, store/redisstore, store/tieredstore, store/pgstore) and
-// hand it to dedup.NewReceiver. Store authors implement [Store] and run
+// Handler writers pick a store (store/memstore, store/redisstore,
+// store/tieredstore, store/pgstore) and hand it to dedup.NewReceiver; of
+// this package they may meet [ClaimFromContext], which gives a handler the
+// claim it runs under (its key and attempt), and the errors the receiver
+// re-exports (dedup.ErrStoreUnavailable is [ErrUnavailable]). Store authors implement [Store] and run
 // github.com/dedup-go/dedup/store/storetest against it. The package imports
 // nothing else of this module, so a store depends on the contract only.
 //

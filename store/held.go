@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
-
-	"github.com/dedup-go/dedup/internal/ctxkey"
 )
 
 // HeldClaim is the claim a handler runs under, reachable from the handler's
@@ -32,14 +30,17 @@ func (h *HeldClaim) MarkCompleted() { h.completed.Store(true) }
 // Completed reports whether MarkCompleted was called.
 func (h *HeldClaim) Completed() bool { return h.completed.Load() }
 
+// heldKey is the context key of a HeldClaim.
+type heldKey struct{}
+
 // ContextWithClaim returns ctx carrying h.
 func ContextWithClaim(ctx context.Context, h *HeldClaim) context.Context {
-	return context.WithValue(ctx, ctxkey.Claim{}, h)
+	return context.WithValue(ctx, heldKey{}, h)
 }
 
 // ClaimFromContext returns the claim the handler running under ctx holds,
 // or false outside a handler.
 func ClaimFromContext(ctx context.Context) (*HeldClaim, bool) {
-	h, ok := ctx.Value(ctxkey.Claim{}).(*HeldClaim)
+	h, ok := ctx.Value(heldKey{}).(*HeldClaim)
 	return h, ok && h != nil
 }
