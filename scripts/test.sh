@@ -32,6 +32,7 @@ step lint ./scripts/lint.sh "$@"
 step deps-check ./scripts/deps-check.sh
 step release-check ./scripts/release-check.sh
 step docs-check "$GO" -C tools run ./docscheck ..
+step api-budget "$GO" -C tools run ./apicount -max 90 ..
 for m in "$@"; do
 	step "go test $m" gotest "$m"
 done
