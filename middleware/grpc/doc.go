@@ -27,8 +27,12 @@
 // Options.Key finds the key: by default the idempotency-key metadata
 // ([FromMetadata]; raw, or an RFC 8941 quoted string), else the request's
 // string field idempotency_key ([FromField], found through protoreflect on
-// any proto message). A key is 1 to 255 bytes of UTF-8 without control
-// characters ([ValidateKey]). A call without a key runs as if the
+// any proto message). Options.Key is a dedup.KeyFunc of a [Call], so
+// package idstrategy composes key funcs of your own with these
+// (idstrategy.FirstOf(FromMetadata(MetadataKey), FromField("request_id"))).
+// A key is 1 to 255 bytes of UTF-8 without control characters; one that
+// breaks the rules, or that the Key func refuses, is InvalidArgument
+// (matching dedup.ErrInvalidKey). A call without a key runs as if the
 // interceptor were not there, unless Options.RequireKey.
 //
 // The key is scoped: the record is the receiver's namespace, the principal
@@ -145,9 +149,9 @@
 //	handler error, panic                  Err
 //	refused by the interceptor itself     Err is a *RefusedError (Code, Reason), matching
 //	                                      dedup.ErrNoKey (no key; a Principal that failed),
-//	                                      dedup.ErrInvalidKey (a bad key, with ErrBadKey; a
-//	                                      KeyCheck refusal, with its error; a user func that
-//	                                      panicked, with a *dedup.PanicError)
+//	                                      dedup.ErrInvalidKey (a bad key, with the Key func's
+//	                                      error; a KeyCheck refusal, with its error; a user
+//	                                      func that panicked, with a *dedup.PanicError)
 //
 // The events of calls the receiver answered come from Handle, as for any
 // caller of Handle; the interceptor's own refusals are reported with

@@ -160,18 +160,18 @@ func (ic *Interceptor) newCall(ctx context.Context, req any, method string, hand
 			cause = fmt.Errorf("%w: %w", dedup.ErrInvalidKey, &dedup.PanicError{Func: "Key, Principal or KeyCheck func", Value: p, Stack: stack})
 		}
 	}()
-	key, err := ic.s.Key(ctx, method, req)
-	if err != nil {
-		return nil, keyError(err), fmt.Errorf("%w: %w", dedup.ErrInvalidKey, err)
+	key, err := ic.s.Key(Call{Ctx: ctx, FullMethod: method, Req: req})
+	if err != nil && !errors.Is(err, dedup.ErrNoKey) {
+		return nil, keyError(err), invalidKey(err)
 	}
-	if key == "" {
+	if key == "" || err != nil {
 		if ic.s.RequireKey {
 			return nil, refuse(codes.InvalidArgument, ReasonKeyMissing, "dedupgrpc: this method requires an idempotency key ("+MetadataKey+" metadata)", 0), dedup.ErrNoKey
 		}
 		return nil, nil, nil
 	}
-	if err := ValidateKey(key); err != nil {
-		return nil, keyError(err), fmt.Errorf("%w: %w", dedup.ErrInvalidKey, err)
+	if err := validateKey(key); err != nil {
+		return nil, keyError(err), err
 	}
 	var principal string
 	if ic.s.Principal != nil {
@@ -187,12 +187,20 @@ func (ic *Interceptor) newCall(ctx context.Context, req any, method string, hand
 	}
 	if ic.s.KeyCheck != nil {
 		if err := ic.s.KeyCheck(ctx, key, principal, method); err != nil {
-			return nil, checkError(err), fmt.Errorf("%w: %w", dedup.ErrInvalidKey, err)
+			return nil, checkError(err), invalidKey(err)
 		}
 	}
 	// The scope is the principal alone: the method is in the fingerprint,
 	// so that the key on another method is refused as reused.
 	return &call{ctx: ctx, id: scopedID(principal, key, ic.s.maxIDLength), method: method, req: req, handler: handler}, nil, nil
+}
+
+// invalidKey makes err, a Key or KeyCheck func's, match dedup.ErrInvalidKey.
+func invalidKey(err error) error {
+	if errors.Is(err, dedup.ErrInvalidKey) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", dedup.ErrInvalidKey, err)
 }
 
 // keyError is the status of a key that cannot be used.

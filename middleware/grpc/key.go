@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/dedup-go/dedup"
 )
 
 const (
@@ -21,103 +23,114 @@ const (
 	// metadata is absent, as many teams put the key in their protos:
 	// string idempotency_key = 1;
 	FieldName protoreflect.Name = "idempotency_key"
-	// MaxKeyLength is the longest key accepted, in bytes.
-	MaxKeyLength = 255
 )
 
-// ErrBadKey matches the error of a key that is present but unusable:
-// empty, longer than MaxKeyLength, not UTF-8, with a control character,
-// sent twice. The call is refused with InvalidArgument.
-var ErrBadKey = errors.New("dedupgrpc: bad idempotency key")
+// maxKeyLength is the longest key accepted, in bytes.
+const maxKeyLength = 255
 
-// KeyFunc finds the idempotency key of a unary call: the incoming
-// metadata is in ctx, the decoded request is req. It returns "" and no
-// error when the call carries no key, and an error (wrapping ErrBadKey, or
-// carrying a gRPC status) when it carries one that is unusable. The
-// interceptor checks every key it returns against the rules of
-// ValidateKey.
-type KeyFunc func(ctx context.Context, fullMethod string, req any) (string, error)
+// Call is a unary call as Options.Key sees it: the message type of the
+// dedup.KeyFunc that finds its idempotency key, so that the strategies of
+// package idstrategy compose gRPC key funcs as they compose any other
+// (idstrategy.FirstOf(FromMetadata(MetadataKey), FromField("request_id"))).
+type Call struct {
+	// Ctx is the call's context, with the incoming metadata.
+	Ctx context.Context
+	// FullMethod is the method called ("/package.Service/Method").
+	FullMethod string
+	// Req is the decoded request.
+	Req any
+}
 
 // FromMetadata reads the key from the incoming metadata name (lower case).
 // The value may also be an RFC 8941 quoted string ("abc"), as an HTTP
-// client may send it through a gateway. Metadata present with an empty
-// value, or present twice, is a bad key, not a missing one.
-func FromMetadata(name string) KeyFunc {
-	return func(ctx context.Context, _ string, _ any) (string, error) {
-		vals := metadata.ValueFromIncomingContext(ctx, name)
+// client may send it through a gateway. A call without the metadata has no
+// key (an error matching dedup.ErrNoKey); metadata present with an empty
+// value, or present twice, is a bad key (dedup.ErrInvalidKey), not a
+// missing one.
+func FromMetadata(name string) dedup.KeyFunc[Call] {
+	missing := fmt.Errorf("%w: no %s metadata", dedup.ErrNoKey, name)
+	return func(c Call) (string, error) {
+		vals := metadata.ValueFromIncomingContext(c.Ctx, name)
 		switch len(vals) {
 		case 0:
-			return "", nil
+			return "", missing
 		case 1:
 		default:
-			return "", fmt.Errorf("%w: %s is sent %d times", ErrBadKey, name, len(vals))
+			return "", fmt.Errorf("%w: %s is sent %d times", dedup.ErrInvalidKey, name, len(vals))
 		}
 		v := vals[0]
 		if len(v) > 0 && v[0] == '"' {
 			var err error
 			if v, err = unquote(v); err != nil {
-				return "", fmt.Errorf("%w: %s: %w", ErrBadKey, name, err)
+				return "", fmt.Errorf("%w: %s: %w", dedup.ErrInvalidKey, name, err)
 			}
 		}
 		if v == "" {
-			return "", fmt.Errorf("%w: %s is empty", ErrBadKey, name)
+			return "", fmt.Errorf("%w: %s is empty", dedup.ErrInvalidKey, name)
 		}
 		return v, nil
 	}
 }
 
 // FromField reads the key from the request's string field name, when the
-// request is a proto message with such a field; an unset (empty) field is
-// no key. A field of that name that is not a singular string is a bad key:
-// the schema does not say what the key is.
-func FromField(name protoreflect.Name) KeyFunc {
-	return func(_ context.Context, _ string, req any) (string, error) {
-		m, ok := req.(proto.Message)
+// request is a proto message with such a field. A request that is not a
+// proto message, has no such field or leaves it unset (empty) has no key
+// (an error matching dedup.ErrNoKey). A field of that name that is not a
+// singular string is a bad key (dedup.ErrInvalidKey): the schema does not
+// say what the key is.
+func FromField(name protoreflect.Name) dedup.KeyFunc[Call] {
+	missing := fmt.Errorf("%w: no %s field", dedup.ErrNoKey, name)
+	return func(c Call) (string, error) {
+		m, ok := c.Req.(proto.Message)
 		if !ok {
-			return "", nil
+			return "", missing
 		}
 		r := m.ProtoReflect()
 		fd := r.Descriptor().Fields().ByName(name)
 		if fd == nil {
-			return "", nil
+			return "", missing
 		}
 		if fd.Kind() != protoreflect.StringKind || fd.Cardinality() == protoreflect.Repeated {
-			return "", fmt.Errorf("%w: field %s of %s is not a string", ErrBadKey, name, r.Descriptor().FullName())
+			return "", fmt.Errorf("%w: field %s of %s is not a string", dedup.ErrInvalidKey, name, r.Descriptor().FullName())
 		}
-		return r.Get(fd).String(), nil
+		if v := r.Get(fd).String(); v != "" {
+			return v, nil
+		}
+		return "", missing
 	}
 }
 
-// FirstOf returns the key of the first of fs that finds one (or fails).
-func FirstOf(fs ...KeyFunc) KeyFunc {
-	return func(ctx context.Context, method string, req any) (string, error) {
-		for _, f := range fs {
-			if k, err := f(ctx, method, req); k != "" || err != nil {
-				return k, err
-			}
+// defaultKey is the default of Options.Key: the MetadataKey metadata, else
+// the FieldName field. It is what idstrategy.FirstOf of the two finds,
+// without the errors FirstOf builds for a call that carries no key.
+func defaultKey() dedup.KeyFunc[Call] {
+	meta, field := FromMetadata(MetadataKey), FromField(FieldName)
+	return func(c Call) (string, error) {
+		if k, err := meta(c); !errors.Is(err, dedup.ErrNoKey) {
+			return k, err
 		}
-		return "", nil
+		return field(c)
 	}
 }
 
-// ValidateKey checks a key found in a call: 1 to MaxKeyLength bytes of
-// UTF-8 without control characters (C0, DEL, C1). The error wraps
-// ErrBadKey.
-func ValidateKey(key string) error {
+// validateKey checks a key found in a call: 1 to maxKeyLength bytes of
+// UTF-8 without control characters (C0, DEL, C1). The error matches
+// dedup.ErrInvalidKey.
+func validateKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: the key is empty", ErrBadKey)
-	case len(key) > MaxKeyLength:
-		return fmt.Errorf("%w: the key is %d bytes, over the limit of %d", ErrBadKey, len(key), MaxKeyLength)
+		return fmt.Errorf("%w: the key is empty", dedup.ErrInvalidKey)
+	case len(key) > maxKeyLength:
+		return fmt.Errorf("%w: the key is %d bytes, over the limit of %d", dedup.ErrInvalidKey, len(key), maxKeyLength)
 	}
 	for i, r := range key {
 		if r == utf8.RuneError {
 			if _, size := utf8.DecodeRuneInString(key[i:]); size == 1 {
-				return fmt.Errorf("%w: the key is not valid UTF-8 (byte %d)", ErrBadKey, i)
+				return fmt.Errorf("%w: the key is not valid UTF-8 (byte %d)", dedup.ErrInvalidKey, i)
 			}
 		}
 		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: the key has a control character %U at byte %d", ErrBadKey, r, i)
+			return fmt.Errorf("%w: the key has a control character %U at byte %d", dedup.ErrInvalidKey, r, i)
 		}
 	}
 	return nil

@@ -19,11 +19,11 @@ const Broker = "grpc"
 
 // RefusedError is the Event.Err of a call the interceptor answered itself,
 // without handing it to the receiver: no key with RequireKey, a bad key
-// (the Key func failed, or ValidateKey refused it), a failing Principal, a
-// key KeyCheck refused, a Key, Principal or KeyCheck func that panicked.
-// Err says what it matches: dedup.ErrNoKey (no key, or no principal to
-// scope it by), dedup.ErrInvalidKey (with ErrBadKey, ErrKeyForbidden or
-// KeyCheck's own error).
+// (the Key func failed, or the key breaks the rules of a key), a failing
+// Principal, a key KeyCheck refused, a Key, Principal or KeyCheck func that
+// panicked. Err says what it matches: dedup.ErrNoKey (no key, or no
+// principal to scope it by), dedup.ErrInvalidKey (with the Key func's
+// error, ErrKeyForbidden or KeyCheck's own error).
 type RefusedError struct {
 	// Code is the status code answered; Reason its ErrorInfo reason (a
 	// Reason constant), empty for a status a user func returned.

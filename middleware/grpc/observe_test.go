@@ -225,7 +225,7 @@ func TestObserverEvents(t *testing.T) {
 		e = rec.one(t, "bad key")
 		requireOrigin(t, e, "bad key")
 		requireRefused(t, e, codes.InvalidArgument, dedupgrpc.ReasonKeyInvalid, dedup.ErrInvalidKey, delivery.ReasonInvalidKey)
-		require.ErrorIs(t, e.Err, dedupgrpc.ErrBadKey)
+		require.ErrorIs(t, e.Err, dedup.ErrInvalidKey)
 
 		err = call("forbidden", chargeReq("acct-1", 500, ""), "stolen", alice...)
 		requireStatus(t, err, codes.PermissionDenied, dedupgrpc.ReasonKeyForbidden)

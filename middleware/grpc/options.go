@@ -11,12 +11,14 @@ import (
 	"github.com/dedup-go/dedup/adapter"
 )
 
-// DefaultMaxResponseSize is the largest marshalled response kept for
+// defaultMaxResponseSize is the largest marshalled response kept for
 // replay when Options.Config leaves MaxResultSize zero.
-const DefaultMaxResponseSize = 1 << 20
+const defaultMaxResponseSize = 1 << 20
 
-// Options configures an Interceptor. Principal (or SharedScope) is
-// required; any other zero field takes its default.
+// Options configures an Interceptor. A nil *Options means all defaults;
+// but whose keys are whose has no default (Principal, or SharedScope for a
+// single-tenant service), so New refuses a nil *Options, as it refuses
+// options that set neither. Any other zero field takes its default.
 type Options struct {
 	// Config configures the receiver under the interceptor: Namespace (set
 	// it, one per service), Lease, Retention, MaxAttempts, FailOpen,
@@ -25,14 +27,21 @@ type Options struct {
 	// kept in the interceptor's own encoding. MaxResultSize is the largest
 	// marshalled response kept (a larger one completes the key without it;
 	// see the package documentation). Defaults to nil: the receiver's
-	// defaults, with MaxResultSize DefaultMaxResponseSize (1 MiB).
+	// defaults, with MaxResultSize 1 MiB.
 	Config *dedup.Config
 
-	// Key finds a call's idempotency key. Defaults to
-	// FirstOf(FromMetadata(MetadataKey), FromField(FieldName)): the
-	// idempotency-key metadata, else the request's idempotency_key string
-	// field.
-	Key KeyFunc
+	// Key finds a call's idempotency key: FromMetadata, FromField, a func
+	// of yours, or any composition of them with package idstrategy
+	// (idstrategy.FirstOf to try several). A call without a key is an
+	// error matching dedup.ErrNoKey (or an empty key with no error); any
+	// other error refuses the call: one carrying a gRPC status is returned
+	// as is, another is InvalidArgument. Every key found is checked
+	// against the rules of a key (see the package documentation).
+	// Defaults to nil: the idempotency-key metadata, else the request's
+	// idempotency_key string field (what
+	// idstrategy.FirstOf(FromMetadata(MetadataKey), FromField(FieldName))
+	// finds).
+	Key dedup.KeyFunc[Call]
 
 	// Principal names the caller (a tenant, a user) whose keys are kept
 	// apart from every other caller's: the same key from two principals is
@@ -115,7 +124,7 @@ func (o *Options) settings() (*settings, error) {
 		return s, nil
 	}
 	s.cfg.NoWait = true
-	s.maxResponse = cmp.Or(s.cfg.MaxResultSize, DefaultMaxResponseSize)
+	s.maxResponse = cmp.Or(s.cfg.MaxResultSize, defaultMaxResponseSize)
 	// The receiver's own cap stays above ours, so that a response over ours
 	// is kept as a small "not kept" record (see codec) rather than dropped.
 	s.cfg.MaxResultSize = s.maxResponse + notKeptSlack
@@ -124,7 +133,7 @@ func (o *Options) settings() (*settings, error) {
 		return nil, fmt.Errorf("%w: Options.Config.MaxIDLength is %d; the interceptor needs at least %d for its scoped keys", dedup.ErrInvalidConfig, s.maxIDLength, hashedIDLength)
 	}
 	if s.Key == nil {
-		s.Key = FirstOf(FromMetadata(MetadataKey), FromField(FieldName))
+		s.Key = defaultKey()
 	}
 	if s.Types == nil {
 		s.Types = protoregistry.GlobalTypes

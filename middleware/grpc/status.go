@@ -19,8 +19,9 @@ const ErrorDomain = "github.com/dedup-go/dedup"
 const (
 	// ReasonKeyMissing: InvalidArgument, no key and Options.RequireKey.
 	ReasonKeyMissing = "IDEMPOTENCY_KEY_MISSING"
-	// ReasonKeyInvalid: InvalidArgument, a key that breaks the rules of
-	// ValidateKey, or that Options.KeyCheck refused.
+	// ReasonKeyInvalid: InvalidArgument, a key that the Key func refused or
+	// that breaks the rules of a key (see Keys in the package
+	// documentation), or that Options.KeyCheck refused.
 	ReasonKeyInvalid = "IDEMPOTENCY_KEY_INVALID"
 	// ReasonKeyForbidden: PermissionDenied, Options.KeyCheck refused the
 	// key with ErrKeyForbidden (issued to another principal or operation).

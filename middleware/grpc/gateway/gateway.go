@@ -12,19 +12,14 @@ import (
 	dedupgrpc "github.com/dedup-go/dedup/middleware/grpc"
 )
 
-// The HTTP headers of the gateway, named as the HTTP middleware names them.
+// The HTTP headers of the gateway: the headers of the HTTP middleware
+// (deduphttp.HeaderKey, HeaderReplayed, HeaderBypassed, HeaderNotStored),
+// which an HTTP client of either reads the same way.
 const (
-	// KeyHeader is the request header carrying an HTTP caller's key.
-	KeyHeader = "Idempotency-Key"
-	// ReplayedHeader is "true" on a replayed response.
-	ReplayedHeader = "Idempotency-Replayed"
-	// BypassedHeader is "true" on a response whose handler ran
-	// unprotected (store down, fail-open).
-	BypassedHeader = "Idempotency-Bypassed"
-	// NotStoredHeader is "true" on a response whose outcome could not be
-	// recorded: a retry with the key may run the handler again (see
-	// dedupgrpc.NotStoredMetadata).
-	NotStoredHeader = "Idempotency-Not-Stored"
+	keyHeader       = "Idempotency-Key"
+	replayedHeader  = "Idempotency-Replayed"
+	bypassedHeader  = "Idempotency-Bypassed"
+	notStoredHeader = "Idempotency-Not-Stored"
 )
 
 // ServeMuxOptions returns the options that put a grpc-gateway ServeMux in
@@ -47,7 +42,7 @@ func ServeMuxOptions() []runtime.ServeMuxOption {
 // runtime.DefaultHeaderMatcher does. A matcher of your own can call it
 // first.
 func HeaderMatcher(key string) (string, bool) {
-	if textproto.CanonicalMIMEHeaderKey(key) == KeyHeader {
+	if textproto.CanonicalMIMEHeaderKey(key) == keyHeader {
 		return dedupgrpc.MetadataKey, true
 	}
 	return runtime.DefaultHeaderMatcher(key)
@@ -62,11 +57,11 @@ func HeaderMatcher(key string) (string, bool) {
 func OutgoingHeaderMatcher(key string) (string, bool) {
 	switch key {
 	case dedupgrpc.ReplayedMetadata:
-		return ReplayedHeader, true
+		return replayedHeader, true
 	case dedupgrpc.BypassedMetadata:
-		return BypassedHeader, true
+		return bypassedHeader, true
 	case dedupgrpc.NotStoredMetadata:
-		return NotStoredHeader, true
+		return notStoredHeader, true
 	}
 	return runtime.MetadataHeaderPrefix + key, true
 }

@@ -188,12 +188,12 @@ func TestGateway(t *testing.T) {
 	first := post(t, url, "k-1", `"hello"`)
 	require.Equal(t, http.StatusOK, first.code, first.body)
 	require.Equal(t, `"hello #1"`, first.body)
-	require.Empty(t, first.header.Get(dedupgateway.ReplayedHeader))
+	require.Empty(t, first.header.Get("Idempotency-Replayed"))
 	for _, key := range []string{"k-1", `"k-1"`} {
 		again := post(t, url, key, `"hello"`)
 		require.Equal(t, http.StatusOK, again.code, again.body)
 		require.Equal(t, first.body, again.body)
-		require.Equal(t, "true", again.header.Get(dedupgateway.ReplayedHeader))
+		require.Equal(t, "true", again.header.Get("Idempotency-Replayed"))
 	}
 	require.Equal(t, int64(1), svc.runs.Load())
 
@@ -261,9 +261,9 @@ func TestGatewayNotStored(t *testing.T) {
 	url := startGatewayWith(t, st, svc, &dedup.Config{Namespace: "echo", Lease: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	ok := post(t, url, "k-1", `"hello"`)
 	require.Equal(t, http.StatusOK, ok.code, ok.body)
-	require.Empty(t, ok.header.Get(dedupgateway.NotStoredHeader))
+	require.Empty(t, ok.header.Get("Idempotency-Not-Stored"))
 	cut := post(t, url, "k-2", `"cut"`)
 	require.Equal(t, http.StatusOK, cut.code, cut.body)
 	require.Equal(t, `"cut #2"`, cut.body)
-	require.Equal(t, "true", cut.header.Get(dedupgateway.NotStoredHeader))
+	require.Equal(t, "true", cut.header.Get("Idempotency-Not-Stored"))
 }

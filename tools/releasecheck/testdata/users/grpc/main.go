@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/idstrategy"
 	dedupgrpc "github.com/dedup-go/dedup/middleware/grpc"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -23,7 +24,7 @@ func main() {
 		}
 		return
 	}
-	fmt.Println(dedupgrpc.MetadataKey, dedupgrpc.ValidateKey("7f3c9a") == nil)
+	fmt.Println(dedupgrpc.MetadataKey, dedupgrpc.Broker)
 }
 
 func run(addr string) error {
@@ -34,7 +35,7 @@ func run(addr string) error {
 	ic, err := dedupgrpc.New(st, &dedupgrpc.Options{
 		Config:    &dedup.Config{Namespace: "orders"},
 		Principal: func(ctx context.Context) (string, error) { return "tenant-1", nil },
-		Key:       dedupgrpc.FirstOf(dedupgrpc.FromMetadata(dedupgrpc.MetadataKey), dedupgrpc.FromField("request_id")),
+		Key:       idstrategy.FirstOf(dedupgrpc.FromMetadata(dedupgrpc.MetadataKey), dedupgrpc.FromField("request_id")),
 	})
 	if err != nil {
 		return err

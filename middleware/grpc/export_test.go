@@ -1,0 +1,6 @@
+package dedupgrpc
+
+// Exported for the tests only.
+var ValidateKey = validateKey
+
+const MaxKeyLength = maxKeyLength
