@@ -152,7 +152,7 @@
 // Stripe and Svix retry any answer but a 2xx on their own schedules, and
 // GitHub retries nothing by itself (a person or a script redelivers).
 //
-// Retention defaults to DefaultWebhookRetention (7 days), which covers
+// Retention defaults to 7 days, which covers
 // the documented retry windows: Stripe retries for up to three days in
 // live mode; the Standard Webhooks example schedule's last attempt comes
 // 75h35m after the first, Svix's 27h35m after; GitHub lets a delivery of

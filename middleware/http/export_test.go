@@ -29,3 +29,9 @@ func Decode(allow []string, data []byte) (int, map[string][]string, []byte, bool
 	}
 	return r.status, h, r.body, r.notKept, nil
 }
+
+// Exported for the tests of package http_test.
+const (
+	MaxKeyLength            = maxKeyLength
+	DefaultWebhookRetention = defaultWebhookRetention
+)

@@ -11,21 +11,21 @@ import (
 	"github.com/dedup-go/dedup/adapter"
 )
 
-// MaxKeyLength is the longest Idempotency-Key accepted, in bytes (after
+// maxKeyLength is the longest Idempotency-Key accepted, in bytes (after
 // unquoting an RFC 8941 string).
-const MaxKeyLength = 255
+const maxKeyLength = 255
 
 // hashedScopeLen is the length of a hashed scope: '#' and the base64 of a
-// SHA-256. A scoped id is at most this plus MaxKeyLength, which the
+// SHA-256. A scoped id is at most this plus maxKeyLength, which the
 // receiver's MaxIDLength must allow.
 const hashedScopeLen = 1 + 43
 
 // minIDLength is the shortest Config.MaxIDLength the middleware accepts.
-const minIDLength = hashedScopeLen + MaxKeyLength
+const minIDLength = hashedScopeLen + maxKeyLength
 
 var (
 	errKeyEmpty   = errors.New("the Idempotency-Key header is empty")
-	errKeyLong    = errors.New("the Idempotency-Key is over " + strconv.Itoa(MaxKeyLength) + " bytes")
+	errKeyLong    = errors.New("the Idempotency-Key is over " + strconv.Itoa(maxKeyLength) + " bytes")
 	errKeyControl = errors.New("the Idempotency-Key holds a control character")
 	errKeyASCII   = errors.New("the Idempotency-Key holds a byte outside printable ASCII (an RFC 8941 string is printable ASCII)")
 	errKeyQuoted  = errors.New("the Idempotency-Key starts with '\"' but is not a valid RFC 8941 string")
@@ -48,7 +48,7 @@ func parseKey(v string) (string, error) {
 	switch {
 	case v == "":
 		return "", errKeyEmpty
-	case len(v) > MaxKeyLength:
+	case len(v) > maxKeyLength:
 		return "", errKeyLong
 	}
 	for i := range len(v) {

@@ -439,7 +439,7 @@ func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
 	case errors.Is(err, dedup.ErrStoreUnavailable):
 		writeProblem(w, http.StatusServiceUnavailable, CodeStoreDown, "the idempotency store is unavailable; retry later", m.rcv.StoreRetryDelay())
 	case errors.Is(err, dedup.ErrAttemptsExhausted):
-		writeProblem(w, http.StatusUnprocessableEntity, CodeAttemptsExhaust, "requests with this "+m.keyName()+" failed too often; use a new key", 0)
+		writeProblem(w, http.StatusUnprocessableEntity, CodeAttemptsExhausted, "requests with this "+m.keyName()+" failed too often; use a new key", 0)
 	case errors.Is(err, dedup.ErrLeaseLost):
 		m.inFlight(w, m.o.InFlightRetryAfter, true)
 	case errors.Is(err, dedup.ErrCanceled):

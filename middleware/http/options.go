@@ -15,21 +15,21 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultMaxResponseSize    = 1 << 20
-	DefaultMaxRequestSize     = 1 << 20
-	DefaultInFlightRetryAfter = time.Second
+	defaultMaxResponseSize    = 1 << 20
+	defaultMaxRequestSize     = 1 << 20
+	defaultInFlightRetryAfter = time.Second
 	// headerRoom is what the receiver's MaxResultSize allows beyond
 	// MaxResponseSize, for the status and the stored headers.
 	headerRoom = 64 << 10
 )
 
-// DefaultMethods are the methods the middleware applies to by default: the
+// defaultMethods are the methods the middleware applies to by default: the
 // ones HTTP does not define as idempotent.
-var DefaultMethods = []string{http.MethodPost, http.MethodPatch}
+var defaultMethods = []string{http.MethodPost, http.MethodPatch}
 
-// DefaultReplayHeaders are the response headers stored and replayed
+// defaultReplayHeaders are the response headers stored and replayed
 // whatever Options.ReplayHeaders adds.
-var DefaultReplayHeaders = []string{"Content-Type", "Content-Encoding", "Content-Language", "Content-Disposition", "Location"}
+var defaultReplayHeaders = []string{"Content-Type", "Content-Encoding", "Content-Language", "Content-Disposition", "Location"}
 
 // neverReplayed are headers that must never be replayed to another
 // request: credentials and hop-by-hop headers. Content-Length is computed
@@ -40,8 +40,10 @@ var neverReplayed = []string{
 	HeaderReplayed, HeaderBypassed, HeaderNotStored,
 }
 
-// Options configures a Middleware. Principal (or SharedScope) is
-// required; any other zero field takes its default.
+// Options configures a Middleware. A nil *Options means all defaults;
+// but whose keys are whose has no default (Principal, or SharedScope for a
+// single-tenant service), so New refuses a nil *Options, as it refuses
+// options that set neither. Any other zero field takes its default.
 type Options struct {
 	// Config configures the receiver under the middleware: set Namespace
 	// (one per service), Lease, Retention, MaxAttempts, FailOpen, Logger,
@@ -53,7 +55,8 @@ type Options struct {
 	Config *dedup.Config
 
 	// Methods are the request methods deduplicated; others pass through
-	// untouched. Defaults to DefaultMethods (POST, PATCH).
+	// untouched. Defaults to POST and PATCH, the methods HTTP does not
+	// define as idempotent.
 	Methods []string
 
 	// RequireKey answers a request without an Idempotency-Key with 400.
@@ -115,17 +118,17 @@ type Options struct {
 	// bytes. A larger response still completes the key (the handler never
 	// runs again for it) and goes out as it is written; its replays get
 	// 410 Gone with a problem saying it was too large to keep. Defaults to
-	// DefaultMaxResponseSize (1 MiB).
+	// 1 MiB.
 	MaxResponseSize int
 
 	// MaxRequestSize is the largest request body accepted, in bytes: the
 	// middleware reads the body to fingerprint it. A larger one gets 413
-	// and the handler does not run. Defaults to DefaultMaxRequestSize
-	// (1 MiB).
+	// and the handler does not run. Defaults to 1 MiB.
 	MaxRequestSize int64
 
 	// ReplayHeaders are response headers stored and replayed beside
-	// DefaultReplayHeaders. Credentials (Set-Cookie, Authorization...) and
+	// Content-Type, Content-Encoding, Content-Language,
+	// Content-Disposition and Location, which always are. Credentials (Set-Cookie, Authorization...) and
 	// hop-by-hop headers are refused. Defaults to none.
 	ReplayHeaders []string
 
@@ -173,10 +176,10 @@ func (o *Options) resolve() (*resolved, error) {
 	if r.cfg.Codec != nil {
 		return nil, fmt.Errorf("%w: Config.Codec is set; the middleware stores responses with its own", dedup.ErrInvalidConfig)
 	}
-	r.MaxResponseSize = cmp.Or(r.MaxResponseSize, DefaultMaxResponseSize)
-	r.MaxRequestSize = cmp.Or(r.MaxRequestSize, DefaultMaxRequestSize)
+	r.MaxResponseSize = cmp.Or(r.MaxResponseSize, defaultMaxResponseSize)
+	r.MaxRequestSize = cmp.Or(r.MaxRequestSize, defaultMaxRequestSize)
 	r.MismatchStatus = cmp.Or(r.MismatchStatus, http.StatusUnprocessableEntity)
-	r.InFlightRetryAfter = cmp.Or(r.InFlightRetryAfter, DefaultInFlightRetryAfter)
+	r.InFlightRetryAfter = cmp.Or(r.InFlightRetryAfter, defaultInFlightRetryAfter)
 	switch {
 	case r.MaxResponseSize < 0:
 		return nil, fmt.Errorf("%w: MaxResponseSize is %d; it must be positive", dedup.ErrInvalidConfig, r.MaxResponseSize)
@@ -194,13 +197,13 @@ func (o *Options) resolve() (*resolved, error) {
 		return nil, fmt.Errorf("%w: InFlightRetryAfter is %v; it must be positive", dedup.ErrInvalidConfig, r.InFlightRetryAfter)
 	case r.cfg.MaxIDLength != 0 && r.cfg.MaxIDLength < minIDLength:
 		return nil, fmt.Errorf("%w: Config.MaxIDLength is %d; the middleware needs at least %d (a hashed scope and a %d-byte key)",
-			dedup.ErrInvalidConfig, r.cfg.MaxIDLength, minIDLength, MaxKeyLength)
+			dedup.ErrInvalidConfig, r.cfg.MaxIDLength, minIDLength, maxKeyLength)
 	}
 	r.cfg.NoWait = true
 	r.cfg.MaxIDLength = cmp.Or(r.cfg.MaxIDLength, adapter.DefaultMaxIDLength)
 	r.cfg.MaxResultSize = max(r.cfg.MaxResultSize, r.MaxResponseSize+headerRoom)
 
-	r.methods = slices.Clone(DefaultMethods)
+	r.methods = slices.Clone(defaultMethods)
 	if len(r.Methods) > 0 {
 		r.methods = nil
 		for _, m := range r.Methods {
@@ -210,7 +213,7 @@ func (o *Options) resolve() (*resolved, error) {
 			r.methods = append(r.methods, strings.ToUpper(m))
 		}
 	}
-	r.allow = slices.Clone(DefaultReplayHeaders)
+	r.allow = slices.Clone(defaultReplayHeaders)
 	for _, h := range r.ReplayHeaders {
 		name := http.CanonicalHeaderKey(strings.TrimSpace(h))
 		if name == "" || slices.Contains(neverReplayed, name) {

@@ -40,21 +40,21 @@ type Code string
 
 // The problems the middleware answers, with their status.
 const (
-	CodeKeyMissing      Code = "idempotency-key-missing"       // 400: RequireKey and no key; a KeySource found none (dedup.ErrNoKey)
-	CodeKeyInvalid      Code = "idempotency-key-invalid"       // 400: empty, too long, not printable ASCII, bad quoting, several headers; any other KeySource error
-	CodeKeyNotIssued    Code = "idempotency-key-not-issued"    // 400: not issued by this server (Verifier)
-	CodeKeyExpired      Code = "idempotency-key-expired"       // 400: issued, but expired, and no completed request holds it
-	CodeKeyPrincipal    Code = "idempotency-key-principal"     // 403: issued to another principal
-	CodeKeyOperation    Code = "idempotency-key-operation"     // 422: issued for another operation
-	CodeKeyReused       Code = "idempotency-key-reused"        // 422 (or 409, MismatchStatus): the key was used with another request (another endpoint too)
-	CodeInFlight        Code = "request-in-flight"             // 409 (503 for a webhook): a request with this key is being handled
-	CodeAttemptsExhaust Code = "attempts-exhausted"            // 422: the key failed Config.MaxAttempts times
-	CodeNotKept         Code = "response-not-kept"             // 410: a replay of a response too large to keep
-	CodeRequestTooLarge Code = "request-too-large"             // 413: the body is over MaxRequestSize
-	CodeBodyUnreadable  Code = "request-body-unreadable"       // 400: reading the body failed
-	CodeStoreDown       Code = "idempotency-store-unavailable" // 503: the store is down (fail-closed)
-	CodeHandlerPanic    Code = "handler-panicked"              // 500: the handler panicked; the key was released
-	CodeInternal        Code = "internal-error"                // 500: anything else
+	CodeKeyMissing        Code = "idempotency-key-missing"       // 400: RequireKey and no key; a KeySource found none (dedup.ErrNoKey)
+	CodeKeyInvalid        Code = "idempotency-key-invalid"       // 400: empty, too long, not printable ASCII, bad quoting, several headers; any other KeySource error
+	CodeKeyNotIssued      Code = "idempotency-key-not-issued"    // 400: not issued by this server (Verifier)
+	CodeKeyExpired        Code = "idempotency-key-expired"       // 400: issued, but expired, and no completed request holds it
+	CodeKeyPrincipal      Code = "idempotency-key-principal"     // 403: issued to another principal
+	CodeKeyOperation      Code = "idempotency-key-operation"     // 422: issued for another operation
+	CodeKeyReused         Code = "idempotency-key-reused"        // 422 (or 409, MismatchStatus): the key was used with another request (another endpoint too)
+	CodeInFlight          Code = "request-in-flight"             // 409 (503 for a webhook): a request with this key is being handled
+	CodeAttemptsExhausted Code = "attempts-exhausted"            // 422: the key failed Config.MaxAttempts times
+	CodeNotKept           Code = "response-not-kept"             // 410: a replay of a response too large to keep
+	CodeRequestTooLarge   Code = "request-too-large"             // 413: the body is over MaxRequestSize
+	CodeBodyUnreadable    Code = "request-body-unreadable"       // 400: reading the body failed
+	CodeStoreDown         Code = "idempotency-store-unavailable" // 503: the store is down (fail-closed)
+	CodeHandlerPanic      Code = "handler-panicked"              // 500: the handler panicked; the key was released
+	CodeInternal          Code = "internal-error"                // 500: anything else
 )
 
 // Problem is an RFC 9457 problem details body, as the middleware writes

@@ -32,13 +32,13 @@ type KeySource func(r *http.Request, body []byte) (string, error)
 
 // Headers that carry the event id of a webhook sender.
 const (
-	// HeaderWebhookID is the event id of the Standard Webhooks
+	// headerWebhookID is the event id of the Standard Webhooks
 	// specification (Svix and the senders that follow it): the same on
 	// every retry of a message.
-	HeaderWebhookID = "Webhook-Id"
-	// HeaderGitHubDelivery is GitHub's event id: a GUID that a redelivery
+	headerWebhookID = "Webhook-Id"
+	// headerGitHubDelivery is GitHub's event id: a GUID that a redelivery
 	// keeps.
-	HeaderGitHubDelivery = "X-Github-Delivery"
+	headerGitHubDelivery = "X-Github-Delivery"
 )
 
 // StandardWebhookID reads the webhook-id header of the Standard Webhooks
@@ -46,7 +46,7 @@ const (
 // (msg_2KWPBgLlAfxdpx2AI54pPJ85f4W): the specification makes it the id of
 // the event, the same however many times a failed delivery is retried,
 // and names it the consumer's idempotency key.
-func StandardWebhookID() KeySource { return KeyFromHeader(HeaderWebhookID) }
+func StandardWebhookID() KeySource { return KeyFromHeader(headerWebhookID) }
 
 // GitHubDelivery reads GitHub's X-GitHub-Delivery header, a GUID
 // (72d3162e-cc78-11e3-81ab-4c9367dc0958) that a redelivery keeps. GitHub
@@ -55,7 +55,7 @@ func StandardWebhookID() KeySource { return KeyFromHeader(HeaderWebhookID) }
 // their own payloads: an endpoint that several hooks or Apps deliver to
 // scopes its records per hook (see WebhookOptions.Principal and the
 // X-GitHub-Hook-ID header).
-func GitHubDelivery() KeySource { return KeyFromHeader(HeaderGitHubDelivery) }
+func GitHubDelivery() KeySource { return KeyFromHeader(headerGitHubDelivery) }
 
 // StripeEventID reads the id member of the Stripe Event object the body
 // holds ({"id": "evt_1NG8Du2eZvKYlo2CUI79vXWy", "object": "event", ...}):
@@ -209,13 +209,13 @@ func callSource(src KeySource, r *http.Request, body []byte) (key string, err er
 }
 
 // checkKey applies the rules of an Idempotency-Key to a key a source
-// returned: 1 to MaxKeyLength bytes of printable ASCII.
+// returned: 1 to maxKeyLength bytes of printable ASCII.
 func checkKey(key string) error {
 	switch {
 	case key == "":
 		return invalidKeyf("the key read from the request is empty")
-	case len(key) > MaxKeyLength:
-		return invalidKeyf("the key read from the request is %d bytes, over the limit of %d", len(key), MaxKeyLength)
+	case len(key) > maxKeyLength:
+		return invalidKeyf("the key read from the request is %d bytes, over the limit of %d", len(key), maxKeyLength)
 	}
 	for i := range len(key) {
 		switch c := key[i]; {

@@ -13,7 +13,7 @@ import (
 
 // Defaults of WebhookOptions.
 const (
-	// DefaultWebhookRetention is how long a webhook endpoint keeps the
+	// defaultWebhookRetention is how long a webhook endpoint keeps the
 	// record of an event by default: longer than every documented retry
 	// window of the senders with a ready-made source. Stripe retries for up
 	// to three days in live mode; the Standard Webhooks specification's
@@ -22,23 +22,25 @@ const (
 	// never redelivers by itself, but lets a person or a script redeliver
 	// a delivery of the past 3 days (7 on GitHub Enterprise Server), with
 	// the same X-GitHub-Delivery. Seven days covers them all.
-	DefaultWebhookRetention = 7 * 24 * time.Hour
+	defaultWebhookRetention = 7 * 24 * time.Hour
 
-	// DefaultWebhookMaxRequestSize is the largest delivery accepted by
+	// defaultWebhookMaxRequestSize is the largest delivery accepted by
 	// default: GitHub's cap on a payload (25 MB). A larger delivery is 413,
 	// which GitHub would not retry.
-	DefaultWebhookMaxRequestSize = 25 << 20
+	defaultWebhookMaxRequestSize = 25 << 20
 
-	// DefaultWebhookMaxResponseSize is the largest response body kept for
+	// defaultWebhookMaxResponseSize is the largest response body kept for
 	// the duplicates of an event by default. A record is kept for days and
 	// a sender reads the status, not the body: a larger response still
 	// completes the event, and its duplicates get its status with no body.
-	DefaultWebhookMaxResponseSize = 64 << 10
+	defaultWebhookMaxResponseSize = 64 << 10
 )
 
 // WebhookOptions configures a webhook endpoint's Middleware (see
-// NewWebhook). Source, and Sender or Principal, are required; any other
-// zero field takes its default.
+// NewWebhook). A nil *WebhookOptions means all defaults; but where the
+// event id is and whose it is have none (Source, and Sender or
+// Principal), so NewWebhook refuses a nil *WebhookOptions, as it refuses
+// options without them. Any other zero field takes its default.
 type WebhookOptions struct {
 	// Source reads a delivery's event id: StandardWebhookID(),
 	// GitHubDelivery(), StripeEventID(), KeyFromHeader, KeyFromJSON or a
@@ -62,7 +64,7 @@ type WebhookOptions struct {
 	Principal func(r *http.Request) string
 
 	// Config configures the receiver under the middleware: set Namespace.
-	// Retention defaults to DefaultWebhookRetention (7 days) and
+	// Retention defaults to 7 days (see the package documentation) and
 	// MaxAttempts to no limit, since the sender's retry schedule bounds
 	// the attempts and a limit would refuse an event that a fixed handler
 	// could now take. Lease (30s) is the time a delivery holds its event
@@ -71,17 +73,16 @@ type WebhookOptions struct {
 	Config *dedup.Config
 
 	// MaxRequestSize is the largest delivery body accepted, in bytes; a
-	// larger one is 413 and the handler does not run. Defaults to
-	// DefaultWebhookMaxRequestSize (25 MiB).
+	// larger one is 413 and the handler does not run. Defaults to 25 MiB,
+	// GitHub's cap on a payload.
 	MaxRequestSize int64
 
 	// MaxResponseSize is the largest response body kept for an event's
-	// duplicates, in bytes. Defaults to DefaultWebhookMaxResponseSize
-	// (64 KiB).
+	// duplicates, in bytes. Defaults to 64 KiB.
 	MaxResponseSize int
 
 	// ReplayHeaders are response headers stored and replayed beside
-	// DefaultReplayHeaders, as for New. Defaults to none.
+	// the ones New always replays, as for New. Defaults to none.
 	ReplayHeaders []string
 
 	// InFlightRetryAfter caps the Retry-After of the 503 answered to a
@@ -135,10 +136,10 @@ func NewWebhook(s store.Store, opts *WebhookOptions) (*Middleware, error) {
 	return newMiddleware(s, o)
 }
 
-// WebhookStoreStatus is the StoreStatus of a webhook endpoint: only a 2xx
+// webhookStoreStatus is the StoreStatus of a webhook endpoint: only a 2xx
 // completes an event, since a sender takes any other answer for a failed
 // delivery and retries it.
-func WebhookStoreStatus(status int) bool { return status >= 200 && status < 300 }
+func webhookStoreStatus(status int) bool { return status >= 200 && status < 300 }
 
 func (w *WebhookOptions) resolve() (*resolved, error) {
 	var wo WebhookOptions
@@ -157,7 +158,7 @@ func (w *WebhookOptions) resolve() (*resolved, error) {
 	if wo.Config != nil {
 		cfg = *wo.Config
 	}
-	cfg.Retention = cmp.Or(cfg.Retention, DefaultWebhookRetention)
+	cfg.Retention = cmp.Or(cfg.Retention, defaultWebhookRetention)
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = math.MaxInt
 	}
@@ -171,10 +172,10 @@ func (w *WebhookOptions) resolve() (*resolved, error) {
 		Methods:            []string{http.MethodPost},
 		KeySource:          wo.Source,
 		Principal:          principal,
-		MaxRequestSize:     cmp.Or(wo.MaxRequestSize, DefaultWebhookMaxRequestSize),
-		MaxResponseSize:    cmp.Or(wo.MaxResponseSize, DefaultWebhookMaxResponseSize),
+		MaxRequestSize:     cmp.Or(wo.MaxRequestSize, defaultWebhookMaxRequestSize),
+		MaxResponseSize:    cmp.Or(wo.MaxResponseSize, defaultWebhookMaxResponseSize),
 		ReplayHeaders:      wo.ReplayHeaders,
-		StoreStatus:        WebhookStoreStatus,
+		StoreStatus:        webhookStoreStatus,
 		InFlightRetryAfter: cmp.Or(wo.InFlightRetryAfter, cfg.Lease, (30 * time.Second)),
 	}
 	r, err := o.resolve()

@@ -27,7 +27,8 @@
 // replays the record of a request that completed with it, while the store
 // keeps that record, and answers 400 otherwise: an expired key never runs
 // the handler. The package
-// imports nothing but the standard library and dedup's clock, so that any
+// imports nothing but the standard library and dedup's root module (its
+// error of invalid options, dedup.ErrInvalidConfig, and clock), so that any
 // transport (gRPC interceptors) can verify keys through the [Verifier]
 // interface.
 //

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 )
 
@@ -26,8 +27,6 @@ var (
 	ErrWrongOperation = errors.New("issuedkey: the key was issued for another operation")
 	// ErrExpired: the key is past its expiry.
 	ErrExpired = errors.New("issuedkey: the key has expired")
-	// ErrInvalidOptions: Options are out of range.
-	ErrInvalidOptions = errors.New("issuedkey: invalid options")
 )
 
 // Verifier checks a server-issued key for the principal and operation of
@@ -38,18 +37,18 @@ type Verifier interface {
 	Verify(key, principal, operation string) error
 }
 
-// Defaults and limits of Options.
+// MinSecretSize is the shortest secret accepted, in bytes.
+const MinSecretSize = 32
+
 const (
-	// DefaultTTL is how long an issued key is valid by default: the
+	// defaultTTL is how long an issued key is valid by default: the
 	// default retention of a dedup record, so that a client may retry for
 	// as long as its first outcome is kept.
-	DefaultTTL = 24 * time.Hour
-	// MinSecretSize is the shortest secret accepted, in bytes.
-	MinSecretSize = 32
-	// MaxKeyIDLength is the longest key id accepted, in bytes.
-	MaxKeyIDLength = 32
-	// MaxLength is the longest key an Issuer mints, in bytes.
-	MaxLength = len(version) + MaxKeyIDLength + 1 + encodedLen
+	defaultTTL = 24 * time.Hour
+	// maxKeyIDLength is the longest key id accepted, in bytes.
+	maxKeyIDLength = 32
+	// maxLength is the longest key an Issuer mints, in bytes.
+	maxLength = len(version) + maxKeyIDLength + 1 + encodedLen
 )
 
 const (
@@ -78,7 +77,9 @@ type Key struct {
 	Secret []byte
 }
 
-// Options configures an Issuer.
+// Options configures an Issuer. A nil *Options means all defaults; but
+// the secrets have none, so NewIssuer refuses a nil *Options, as it
+// refuses options without Keys.
 type Options struct {
 	// Keys are the secrets: the first signs new keys, every one verifies.
 	// Put a new secret first to rotate, and drop an old one once the keys
@@ -86,7 +87,9 @@ type Options struct {
 	// least one is required.
 	Keys []Key
 
-	// TTL is how long an issued key is valid. Defaults to DefaultTTL (24h).
+	// TTL is how long an issued key is valid. Defaults to 24h, the default
+	// retention of a dedup record, so that a client may retry for as long
+	// as its first outcome is kept.
 	TTL time.Duration
 
 	// Clock is the time source of expiries. Defaults to clock.Real().
@@ -104,38 +107,39 @@ type Issuer struct {
 
 var _ Verifier = (*Issuer)(nil)
 
-// NewIssuer returns an Issuer, or an error matching ErrInvalidOptions.
+// NewIssuer returns an Issuer, or an error matching dedup.ErrInvalidConfig
+// for invalid options (nil ones too).
 func NewIssuer(opts *Options) (*Issuer, error) {
 	if opts == nil || len(opts.Keys) == 0 {
-		return nil, fmt.Errorf("%w: at least one key is required", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: at least one key is required", dedup.ErrInvalidConfig)
 	}
 	seen := make(map[string]bool, len(opts.Keys))
 	keys := make([]Key, len(opts.Keys))
 	for i, k := range opts.Keys {
 		switch {
 		case !validKeyID(k.ID):
-			return nil, fmt.Errorf("%w: key id %q: use 1 to %d letters, digits, '-' or '_'", ErrInvalidOptions, k.ID, MaxKeyIDLength)
+			return nil, fmt.Errorf("%w: key id %q: use 1 to %d letters, digits, '-' or '_'", dedup.ErrInvalidConfig, k.ID, maxKeyIDLength)
 		case seen[k.ID]:
-			return nil, fmt.Errorf("%w: key id %q appears twice", ErrInvalidOptions, k.ID)
+			return nil, fmt.Errorf("%w: key id %q appears twice", dedup.ErrInvalidConfig, k.ID)
 		case len(k.Secret) < MinSecretSize:
-			return nil, fmt.Errorf("%w: the secret of key %q is %d bytes; it must be at least %d", ErrInvalidOptions, k.ID, len(k.Secret), MinSecretSize)
+			return nil, fmt.Errorf("%w: the secret of key %q is %d bytes; it must be at least %d", dedup.ErrInvalidConfig, k.ID, len(k.Secret), MinSecretSize)
 		}
 		seen[k.ID] = true
 		// A copy, so that a caller reusing its slice cannot change a secret.
 		keys[i] = Key{ID: k.ID, Secret: append([]byte(nil), k.Secret...)}
 	}
 	if opts.TTL < 0 {
-		return nil, fmt.Errorf("%w: TTL is %v; it must be positive", ErrInvalidOptions, opts.TTL)
+		return nil, fmt.Errorf("%w: TTL is %v; it must be positive", dedup.ErrInvalidConfig, opts.TTL)
 	}
 	clk := opts.Clock
 	if clk == nil {
 		clk = clock.Real()
 	}
-	return &Issuer{keys: keys, ttl: cmp.Or(opts.TTL, DefaultTTL), clock: clk}, nil
+	return &Issuer{keys: keys, ttl: cmp.Or(opts.TTL, defaultTTL), clock: clk}, nil
 }
 
 func validKeyID(id string) bool {
-	if id == "" || len(id) > MaxKeyIDLength {
+	if id == "" || len(id) > maxKeyIDLength {
 		return false
 	}
 	for i := range len(id) {

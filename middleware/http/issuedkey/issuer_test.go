@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/middleware/http/issuedkey"
 )
@@ -138,7 +139,7 @@ func TestOptionsRefused(t *testing.T) {
 		"negative TTL":  {Keys: []issuedkey.Key{{ID: "a", Secret: secretA}}, TTL: -time.Second},
 	} {
 		_, err := issuedkey.NewIssuer(o)
-		require.ErrorIs(t, err, issuedkey.ErrInvalidOptions, name)
+		require.ErrorIs(t, err, dedup.ErrInvalidConfig, name)
 	}
 	// The longest key id still gives a key within MaxLength.
 	iss := newIssuer(t, clock.Real(), issuedkey.Key{ID: strings.Repeat("z", issuedkey.MaxKeyIDLength), Secret: secretA})

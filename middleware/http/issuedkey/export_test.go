@@ -1,0 +1,7 @@
+package issuedkey
+
+// Exported for the tests of package issuedkey_test.
+const (
+	MaxLength      = maxLength
+	MaxKeyIDLength = maxKeyIDLength
+)
