@@ -39,7 +39,7 @@ type Config struct {
 	// Lease is how long a claim holds a key before another delivery may take
 	// it over (a worker that crashed mid-handler). While the handler runs
 	// longer than a third of it, the receiver extends it. Must be at least
-	// MinLease. Defaults to 30s.
+	// 3ms. Defaults to 30s.
 	Lease time.Duration
 
 	// Retention is how long a completed or failed record is kept: a duplicate

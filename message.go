@@ -88,7 +88,7 @@ type Message[T any] struct {
 	FingerprintData bool
 }
 
-// Origin says where m comes from, for an Observer ([Originer]).
+// Origin says where m comes from, for an Observer (delivery.Originer).
 func (m *Message[T]) Origin() delivery.Origin {
 	o := delivery.Origin{Broker: m.Broker, Source: m.Source, Stream: m.Stream, Partition: m.Partition, Offset: m.Offset,
 		DeliveryCount: m.DeliveryCount, MessageID: m.ID, Header: m.Header}

@@ -18,7 +18,7 @@ import (
 // is stored and replayed to duplicates; return an error to have the message
 // retried, or Permanent(err) to have it dead-lettered.
 //
-// The claim the handler runs under is in its context ([ClaimFromContext]).
+// The claim the handler runs under is in its context (store.ClaimFromContext).
 // The context is cancelled when the caller's is, with ErrLeaseLost as its
 // cause when the claim's lease is lost, and once the handler returns (a
 // goroutine the handler started must not outlive it on that context).

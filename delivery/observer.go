@@ -3,7 +3,7 @@ package delivery
 import "context"
 
 // Observer hears of every delivery once: when an adapter settled it (see
-// [Receiver.Deliver] and [Delivery.Settled]), or, for a caller of Handle
+// adapter.Receiver.Deliver and adapter.Delivery.Settled), or, for a caller of Handle
 // and HandleBatch, when the receiver answered it. Metrics, tracing and
 // logs plug in here (the dedupotel module is one). Observe is called
 // synchronously on the delivery's goroutine, with the delivery's context,

@@ -1,9 +1,9 @@
 package delivery
 
 // Origin says where a delivery comes from. Adapters fill it from the
-// broker's message ([Message] implements [Originer]) and, for what a
+// broker's message (dedup.Message implements [Originer]) and, for what a
 // message does not carry (the server, the consumer group, the
-// destination's template), from their consumer, with [WithOrigin]; a
+// destination's template), from their consumer, with adapter.WithOrigin; a
 // message type of one's own can implement Originer too. Zero fields are
 // unknown.
 type Origin struct {
