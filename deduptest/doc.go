@@ -7,7 +7,7 @@
 // [Run] is the redelivery harness. It delivers each message Copies times
 // (3 by default) from several workers in shuffled order to the processes
 // of a service ([Replicas]: two receivers over one store by default; or a
-// single *dedup.Receiver, or any [Target]), on a [clock.Fake] that it
+// single receiver, or any [Target]), on a [clock.Fake] that it
 // moves itself: a Retry is redelivered once the clock reaches its delay, a
 // dead letter is recorded, until every copy is acknowledged or
 // dead-lettered. Give it Replicas: copies in one receiver wait for the
@@ -21,6 +21,21 @@
 // another result than the first, a copy never settled, a fault asked for
 // that never fired). A Report is a value: inspect it, print it, or fail a
 // test with [Report.Check], which takes any [TB].
+//
+// A *dedup.Receiver is handed to Run, or built by the function given to
+// Replicas, bound as an adapter binds it: adapter.Bind(rcv), whose Deliver
+// hands a message to the receiver and answers the decision an adapter
+// carries out.
+//
+//	service := deduptest.Replicas(func(int) (*adapter.Receiver[Order, Receipt], error) {
+//		rcv, err := dedup.NewReceiver(mem, byID, handler, &dedup.Config{Clock: clk})
+//		if err != nil {
+//			return nil, err
+//		}
+//		return adapter.Bind(rcv), nil
+//	})
+//	rep, err := deduptest.Run(ctx, clk, service, orders, &deduptest.Options[Order]{ID: idOf})
+//	// one process: deduptest.Run(ctx, clk, adapter.Bind(rcv), orders, nil)
 //
 // [FaultStore] wraps a store.Store (memstore, or the store you deploy)
 // and fails, delays or hangs chosen operations by call number or

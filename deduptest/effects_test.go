@@ -15,7 +15,7 @@ import (
 func TestEffectsExactlyOnce(t *testing.T) {
 	t.Parallel()
 	var fx deduptest.Effects
-	require.True(t, fx.ExactlyOnce().OK(), "nothing expected, nothing recorded")
+	require.NoError(t, fx.ExactlyOnce().Err(), "nothing expected, nothing recorded")
 	require.Contains(t, fx.ExactlyOnce("o-1").Err().Error(), "message o-1: no-effect")
 
 	var wg sync.WaitGroup
@@ -28,7 +28,7 @@ func TestEffectsExactlyOnce(t *testing.T) {
 	require.Equal(t, 2, fx.Count("o-2"))
 
 	rep := fx.ExactlyOnce("o-1", "o-2", "o-3", "o-4", "o-3")
-	require.False(t, rep.OK())
+	require.Error(t, rep.Err())
 	require.Len(t, rep.Messages, 4, "an id given twice counts once")
 	require.Equal(t, 1, rep.Message("o-3").Effects)
 	require.Equal(t, 0, rep.Message("o-4").Effects)

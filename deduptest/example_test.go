@@ -70,9 +70,10 @@ func (f *flaky) step(id string) error {
 }
 
 // replicas builds, for each process of the service, its receiver over
-// the shared store s on clk, keyed by key.
+// the shared store s on clk, keyed by key, bound as an adapter binds it
+// (adapter.Bind): what Run delivers to.
 func replicas(clk *clock.Fake, s store.Store, key dedup.KeyFunc[Order], h dedup.Handler[Order, string]) deduptest.Target[Order, string] {
-	return deduptest.Replicas(func(replica int) (deduptest.Target[Order, string], error) {
+	return deduptest.Replicas(func(replica int) (*adapter.Receiver[Order, string], error) {
 		rcv, err := dedup.NewReceiver(s, key, h, &dedup.Config{
 			Namespace: "payments", Lease: 10 * time.Second, Clock: clk,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -95,7 +96,7 @@ func summarize(rep *deduptest.Report[string]) {
 	for _, p := range rep.Problems {
 		fmt.Printf("problem: %s %s\n", p.ID, p.Kind)
 	}
-	if rep.OK() {
+	if rep.Err() == nil {
 		fmt.Println("ok")
 	}
 }
@@ -125,6 +126,36 @@ func ExampleRun_safe() {
 	// Output:
 	// o1: charged 1 time(s), handler ran 2 time(s), 3 of 3 copies acked
 	// o2: charged 1 time(s), handler ran 2 time(s), 3 of 3 copies acked
+	// ok
+}
+
+// One process: a receiver handed to Run directly, bound as an adapter
+// binds it (adapter.Bind). Its copies wait for the first in the process
+// and are answered with its outcome.
+func ExampleRun_oneReceiver() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mem, _ := memstore.New(&memstore.Options{Clock: clk})
+	var psp provider
+	rcv, err := dedup.NewReceiver(mem, byID, func(ctx context.Context, o Order) (string, error) {
+		psp.charge(o, "")
+		return "receipt-" + o.ID, nil
+	}, &dedup.Config{
+		Namespace: "payments", Lease: 10 * time.Second, Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		panic(err)
+	}
+	rep, err := deduptest.Run(context.Background(), clk, adapter.Bind(rcv), orders(), &deduptest.Options[Order]{
+		ID: func(o Order) string { return o.ID }, Effects: psp.charges.Count, Lease: 10 * time.Second, Workers: 1,
+	})
+	if err != nil {
+		panic(err)
+	}
+	summarize(rep)
+	// Output:
+	// o1: charged 1 time(s), handler ran 1 time(s), 3 of 3 copies acked
+	// o2: charged 1 time(s), handler ran 1 time(s), 3 of 3 copies acked
 	// ok
 }
 

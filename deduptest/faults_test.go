@@ -241,7 +241,7 @@ func TestFaultNotInjected(t *testing.T) {
 		}
 		rep := run(t, g, g.replicas(selfCompleting), payments(2), g.opts())
 		require.Empty(t, fs.Injected())
-		require.False(t, rep.OK(), "a crash fault that never fired leaves the crash window untested\n%s", rep)
+		require.Error(t, rep.Err(), "a crash fault that never fired leaves the crash window untested\n%s", rep)
 		require.Len(t, rep.Problems, 1, rep.String())
 		p := rep.Problems[0]
 		require.Equal(t, deduptest.FaultNotInjected, p.Kind)

@@ -16,9 +16,9 @@ import (
 	"github.com/dedup-go/dedup/delivery"
 )
 
-// Target is what Run delivers to: a *dedup.Receiver, an adapter-shaped
-// function (TargetFunc), or several processes sharing one store
-// (Replicas).
+// Target is what Run delivers to: a receiver bound as an adapter binds it
+// (adapter.Bind(rcv), a *adapter.Receiver), an adapter-shaped function
+// (TargetFunc), or several processes sharing one store (Replicas).
 type Target[M, R any] interface {
 	Deliver(ctx context.Context, msg M) adapter.Delivery[R]
 }
@@ -28,7 +28,8 @@ type Target[M, R any] interface {
 // builds Options.Replicas of them (2 by default) with newReplica, called
 // with each replica's number from 0, and delivers copy i of every message
 // to replica i mod Replicas, redeliveries included. Each replica needs its
-// own receiver (dedup.NewReceiver) over the one store: copies in one
+// own receiver (dedup.NewReceiver, returned as adapter.Bind(rcv)) over the
+// one store: copies in one
 // receiver wait for the first (the receiver's singleflight), while a copy
 // in another process goes on asking the store, takes the key over once a
 // lease has run out, and runs the handler again. Only so does a run show a
@@ -80,7 +81,7 @@ func isNil(v any) bool {
 }
 
 // TargetFunc adapts a function to Target: one delivery, handled and
-// decided (a adapter.Delivery built by hand carries Result, Err and
+// decided (an adapter.Delivery built by hand carries Result, Err and
 // Decision; its Settled does nothing).
 type TargetFunc[M, R any] func(ctx context.Context, msg M) adapter.Delivery[R]
 
@@ -89,12 +90,12 @@ func (f TargetFunc[M, R]) Deliver(ctx context.Context, msg M) adapter.Delivery[R
 
 // Defaults of Options.
 const (
-	DefaultReplicas      = 2
-	DefaultCopies        = 3
-	DefaultWorkers       = 4
-	DefaultMaxDeliveries = 50
-	DefaultTimeout       = 20 * time.Second
-	DefaultIdle          = 2 * time.Millisecond
+	defaultReplicas      = 2
+	defaultCopies        = 3
+	defaultWorkers       = 4
+	defaultMaxDeliveries = 50
+	defaultTimeout       = 20 * time.Second
+	defaultIdle          = 2 * time.Millisecond
 )
 
 // Options configures Run. A nil *Options means all defaults; a zero
@@ -177,19 +178,19 @@ func Run[M, R any](ctx context.Context, clk *clock.Fake, target Target[M, R], ms
 	if o.Replicas < 0 || o.Copies < 0 || o.Workers < 0 || o.MaxDeliveries < 0 || o.Lease < 0 || o.Tick < 0 || o.Idle < 0 || o.Timeout < 0 {
 		return nil, errors.New("deduptest: Options fields must not be negative")
 	}
-	o.Copies = cmp.Or(o.Copies, DefaultCopies)
-	o.Workers = cmp.Or(o.Workers, DefaultWorkers)
-	o.MaxDeliveries = cmp.Or(o.MaxDeliveries, DefaultMaxDeliveries)
+	o.Copies = cmp.Or(o.Copies, defaultCopies)
+	o.Workers = cmp.Or(o.Workers, defaultWorkers)
+	o.MaxDeliveries = cmp.Or(o.MaxDeliveries, defaultMaxDeliveries)
 	o.Lease = cmp.Or(o.Lease, (30 * time.Second))
 	o.Tick = cmp.Or(o.Tick, o.Lease/10)
-	o.Idle = cmp.Or(o.Idle, DefaultIdle)
-	o.Timeout = cmp.Or(o.Timeout, DefaultTimeout)
+	o.Idle = cmp.Or(o.Idle, defaultIdle)
+	o.Timeout = cmp.Or(o.Timeout, defaultTimeout)
 	if slices.ContainsFunc(o.Faults, func(f *FaultStore) bool { return f == nil }) {
 		return nil, errors.New("deduptest: Options.Faults holds a nil FaultStore")
 	}
 	targets := []Target[M, R]{target}
 	if rs, ok := target.(*replicas[M, R]); ok {
-		targets = make([]Target[M, R], cmp.Or(o.Replicas, DefaultReplicas))
+		targets = make([]Target[M, R], cmp.Or(o.Replicas, defaultReplicas))
 		for i := range targets {
 			t, err := rs.build(i)
 			if err != nil {

@@ -169,7 +169,7 @@ func TestDetectsDoubleEffect(t *testing.T) {
 		return receipt{ID: "r-" + p.ID}, nil
 	})
 	rep := run(t, g, adapter.Bind(rcv), payments(2), g.opts())
-	require.False(t, rep.OK())
+	require.Error(t, rep.Err())
 	require.Len(t, rep.ProblemsOf(deduptest.DoubleEffect), 2, rep.String())
 	p := rep.ProblemsOf(deduptest.DoubleEffect)[0]
 	require.Contains(t, p.String(), "message p")

@@ -254,12 +254,13 @@ type Report[R any] struct {
 	effectsOnly bool
 }
 
-// OK reports whether no problem was found.
-func (r *Report[R]) OK() bool { return len(r.Problems) == 0 }
+// ok reports whether no problem was found.
+func (r *Report[R]) ok() bool { return len(r.Problems) == 0 }
 
-// Err returns the problems as one error, or nil.
+// Err returns the problems as one error, or nil when no problem was
+// found.
 func (r *Report[R]) Err() error {
-	if r.OK() {
+	if r.ok() {
 		return nil
 	}
 	lines := make([]string, len(r.Problems))
@@ -318,7 +319,7 @@ func (r *Report[R]) String() string {
 	for _, p := range r.Problems {
 		fmt.Fprintf(&b, "PROBLEM %s\n", p)
 	}
-	if r.OK() {
+	if r.ok() {
 		b.WriteString("ok\n")
 	}
 	return b.String()
@@ -332,10 +333,10 @@ type TB interface {
 }
 
 // Check fails t with one error per problem, and the whole report once
-// when there is any. It reports whether the run was OK.
+// when there is any. It reports whether no problem was found.
 func (r *Report[R]) Check(t TB) bool {
 	t.Helper()
-	if r.OK() {
+	if r.ok() {
 		return true
 	}
 	for _, p := range r.Problems {

@@ -238,7 +238,7 @@ func TestKitShowsTxHandlerClosesTheCrashWindow(t *testing.T) {
 		rep := runKit(t, db, fs, table, outsideHandler(db, table, nil), msgs, fs)
 		require.Len(t, fs.Injected(), len(msgs), "the kit's Crash fault strikes the first completion of each key")
 		require.ElementsMatch(t, ids, crashedIDs(rep), "the harness saw every message crash\n%s", rep)
-		require.False(t, rep.OK())
+		require.Error(t, rep.Err())
 		require.ElementsMatch(t, ids, problemIDs(rep.ProblemsOf(deduptest.DoubleEffect)),
 			"every crashed payment is made twice by a handler writing outside the record's transaction\n%s", rep)
 		require.Len(t, rep.Problems, len(msgs), "double effects are the only problems\n%s", rep)
@@ -291,7 +291,7 @@ func TestKitShowsTxHandlerClosesTheCrashWindow(t *testing.T) {
 		rep := runKit(t, db, fs, table, insideHandler(s, table, nil), msgs, fs)
 		require.Empty(t, fs.Injected(), "a TxHandler delivery never calls Complete: the kit's Crash fault cannot reach it")
 		require.Empty(t, crashedIDs(rep), "nothing crashed\n%s", rep)
-		require.False(t, rep.OK(), "the crash window was not tested, and the report must say so\n%s", rep)
+		require.Error(t, rep.Err(), "the crash window was not tested, and the report must say so\n%s", rep)
 		unfired := rep.ProblemsOf(deduptest.FaultNotInjected)
 		require.Len(t, unfired, len(msgs), rep.String())
 		require.Len(t, rep.Problems, len(msgs), "unfired faults are the only problems\n%s", rep)
