@@ -97,16 +97,23 @@ func jetStreamRun(tb testing.TB, js jetstream.JetStream, n int, side string, con
 	return s
 }
 
-// bareJetStream is the consumer a user would write: DefaultConcurrency
+// The defaults of dedupnats' Options.Prefetch and Concurrency, which the
+// bare loop matches.
+const (
+	natsDefaultPrefetch    = 128
+	natsDefaultConcurrency = 8
+)
+
+// bareJetStream is the consumer a user would write: natsDefaultConcurrency
 // workers pulling with the adapter's prefetch, decoding, handling and
 // sending an asynchronous Ack (the adapter's default ack mode).
 func bareJetStream(tb testing.TB, cons jetstream.Consumer, t *tally) {
-	iter, err := cons.Messages(jetstream.PullMaxMessages(dedupnats.DefaultPrefetch), jetstream.WithMessagesErrOnMissingHeartbeat(false))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(natsDefaultPrefetch), jetstream.WithMessagesErrOnMissingHeartbeat(false))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	for range dedupnats.DefaultConcurrency {
+	for range natsDefaultConcurrency {
 		wg.Go(func() {
 			for {
 				m, err := iter.Next()
@@ -139,7 +146,7 @@ func dedupJetStream(tb testing.TB, js jetstream.JetStream, cons jetstream.Consum
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: dedupnats.DefaultConcurrency, DropPoison: true})
+	c, err := dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{Concurrency: natsDefaultConcurrency, DropPoison: true})
 	if err != nil {
 		tb.Fatal(err)
 	}

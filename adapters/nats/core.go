@@ -32,7 +32,7 @@ import (
 //
 // The envelope's Source is the subject and ID the Nats-Msg-Id header; it
 // has no stream, offset or delivery count (0: core NATS does not count).
-// [CoreMsg] returns the *nats.Msg behind it, whose Reply is the request's
+// [Native] returns the *nats.Msg behind it, whose Reply is the request's
 // reply subject.
 type Subscriber[T, R any] struct {
 	nc      *natsgo.Conn
@@ -41,7 +41,6 @@ type Subscriber[T, R any] struct {
 	rcv     *adapter.Receiver[*dedup.Message[T], R]
 	opts    Options
 	dl      *deadLetterer
-	encoder ReplyEncoder
 	stats   counters
 	live    atomic.Pointer[natsgo.Subscription] // for the delivery goroutine's drop checks
 	dropped atomic.Int64                        // the client's drop count last reported
@@ -59,10 +58,11 @@ type Subscriber[T, R any] struct {
 	stopped  chan struct{}
 }
 
+var _ dedup.Consumer = (*Subscriber[struct{}, struct{}])(nil)
+
 // NewSubscriber returns a Subscriber of subject (in queue group queue, when
-// not empty) that feeds rcv. Replies are encoded by DefaultReplyEncoder
-// unless the subscriber is given another with WithReplyEncoder. opts may be
-// nil for the defaults, but DeadLetterSubject has none: without it (or
+// not empty) that feeds rcv. Replies are encoded by Options.ReplyEncoder.
+// opts may be nil for the defaults, but DeadLetterSubject has none: without it (or
 // DropPoison), NewSubscriber fails with ErrNoDeadLetter. Bad input is an
 // error matching dedup.ErrInvalidConfig, never a panic.
 //
@@ -88,7 +88,7 @@ func NewSubscriber[T, R any](nc *natsgo.Conn, subject, queue string, rcv *dedup.
 	}
 	s := &Subscriber[T, R]{
 		nc: nc, subject: subject, queue: queue, rcv: b, opts: o,
-		encoder: DefaultReplyEncoder{}, sem: make(chan struct{}, o.Concurrency), stopped: make(chan struct{}),
+		sem: make(chan struct{}, o.Concurrency), stopped: make(chan struct{}),
 	}
 	if o.DeadLetterSubject != "" {
 		js, err := jetstream.New(nc)
@@ -99,15 +99,6 @@ func NewSubscriber[T, R any](nc *natsgo.Conn, subject, queue string, rcv *dedup.
 		s.dl.stats = &s.stats
 	}
 	return s, nil
-}
-
-// WithReplyEncoder sets how results are encoded into replies, and returns
-// s. Call it before Start.
-func (s *Subscriber[T, R]) WithReplyEncoder(enc ReplyEncoder) *Subscriber[T, R] {
-	if enc != nil {
-		s.encoder = enc
-	}
-	return s
 }
 
 // Start checks the dead-letter subject, subscribes and returns once the
@@ -259,26 +250,21 @@ func (s *Subscriber[T, R]) Err() error {
 // Each delivery counts in one of the last five. RetriedLater, Reconnects
 // and StaleDeliveries stay 0: core NATS neither retries nor acknowledges,
 // and the connection, whose reconnects nats.Conn.Stats counts, is the
-// caller's. Messages the client dropped before they reached the subscriber
-// (a slow consumer) are not deliveries: [Subscriber.Dropped] counts them.
-func (s *Subscriber[T, R]) Stats() dedup.ConsumerStats { return s.stats.snapshot() }
-
-// Dropped returns how many messages the client dropped so far because the
-// subscription's pending limits were exceeded (a slow consumer; see
-// Options.PendingMsgsLimit). Core NATS does not redeliver: they are lost,
-// never handed to the receiver, so no Observer event reports them and
-// Stats does not count them. Each drop is also logged at error level.
-func (s *Subscriber[T, R]) Dropped() uint64 {
+// caller's. Two counters are not of deliveries:
+//
+//	DeadLettersTruncated  dead letters cut (their data, and their original headers if those
+//	                      alone were too large) to fit the server's max payload or the
+//	                      dead-letter stream's MaxMsgSize
+//	SlowConsumerDropped   messages the client dropped past the subscription's pending limits
+//	                      (a slow consumer; see Options.PendingMsgsLimit): core NATS does not
+//	                      redeliver them, so they are lost, never handed to the receiver nor
+//	                      reported to the Observer; each drop is also logged at error level
+func (s *Subscriber[T, R]) Stats() dedup.ConsumerStats {
 	if sub := s.live.Load(); sub != nil {
 		s.checkDropped(context.Background(), sub)
 	}
-	return s.stats.slowConsumerDropped.Load()
+	return s.stats.snapshot()
 }
-
-// DeadLettersTruncated returns how many dead letters were cut (their data,
-// and their original headers if those alone were too large) to fit the
-// server's max payload or the dead-letter stream's MaxMsgSize.
-func (s *Subscriber[T, R]) DeadLettersTruncated() uint64 { return s.stats.truncated.Load() }
 
 // checkDropped reports messages the client dropped since the last check
 // because the subscription's pending limits were exceeded: core NATS has no
@@ -377,7 +363,7 @@ func (s *Subscriber[T, R]) settle(m *natsgo.Msg, dlv *adapter.Delivery[R], d del
 	if m.Reply != "" {
 		var reply *natsgo.Msg
 		if d.Action == delivery.Ack {
-			body, encErr := s.encoder.Marshal(dlv.Result.Value)
+			body, encErr := s.opts.ReplyEncoder.Marshal(dlv.Result.Value)
 			if encErr != nil {
 				err = fmt.Errorf("dedupnats: encode reply: %w", encErr)
 				reply = errorReply(m.Reply, delivery.Decision{Action: delivery.DeadLetter, Reason: delivery.ReasonNotStored, Err: err})

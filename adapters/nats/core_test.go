@@ -106,9 +106,9 @@ func TestCoreRequestTwice(t *testing.T) {
 		for range 2 {
 			m, err := dlq.NextMsg(10 * time.Second)
 			require.NoError(t, err)
-			reasons[m.Header.Get(dedupnats.HeaderReason)] = string(m.Data)
-			require.Equal(t, n.subject, m.Header.Get(dedupnats.HeaderSubject))
-			require.NotEmpty(t, m.Header.Get(dedupnats.HeaderError))
+			reasons[m.Header.Get(delivery.HeaderReason)] = string(m.Data)
+			require.Equal(t, n.subject, m.Header.Get(delivery.HeaderSource))
+			require.NotEmpty(t, m.Header.Get(delivery.HeaderError))
 		}
 		require.Equal(t, map[string]string{"undecodable": "{oops", "no-key": string(orderJSON(t, Order{ID: "o-5"}))}, reasons)
 

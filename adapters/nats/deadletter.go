@@ -14,21 +14,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Headers of a dead letter, added to the original message's headers.
-const (
-	HeaderReason        = "Dedup-Reason"         // the delivery.Reason, e.g. "undecodable"
-	HeaderError         = "Dedup-Error"          // the error's text
-	HeaderSubject       = "Dedup-Subject"        // the subject it was published on
-	HeaderStream        = "Dedup-Stream"         // JetStream only
-	HeaderConsumer      = "Dedup-Consumer"       // JetStream only
-	HeaderSequence      = "Dedup-Sequence"       // stream sequence, JetStream only
-	HeaderDeliveryCount = "Dedup-Delivery-Count" // JetStream only
-	HeaderKey           = "Dedup-Key"            // the record's key, when it had one
-	HeaderMsgID         = "Dedup-Msg-Id"         // the original Nats-Msg-Id, when it had one
-	HeaderRetryAfter    = "Dedup-Retry-After"    // in replies asking to retry: milliseconds
-	HeaderTruncated     = "Dedup-Truncated"      // set when the dead letter is a cut copy: what was cut, and why
-	HeaderOriginalSize  = "Dedup-Original-Size"  // the original data's size in bytes, when cut
-)
+// HeaderTruncated is set on a dead letter cut to fit the server's max
+// payload or the dead-letter stream's MaxMsgSize, a header only NATS
+// dead letters have (the others are package delivery's): what was cut, and
+// why. The original of such a letter is lost; dedupctl redrive never
+// republishes it.
+const HeaderTruncated = "Dedup-Truncated"
+
+// headerOriginalSize is the original data's size in bytes, on a cut dead
+// letter.
+const headerOriginalSize = "Dedup-Original-Size"
 
 // HeaderOriginalPrefix prefixes the original's other Nats-* headers in a
 // dead letter (Nats-Expected-Last-Sequence becomes
@@ -133,19 +128,19 @@ func (d *deadLetterer) message(dl deadLetter) *natsgo.Msg {
 		// letter (one published, then the Term lost), and no other.
 		m.Header.Set(jetstream.MsgIDHeader, "dedup-dlq:"+dl.stream+":"+d.origin+":"+dl.consumer+":"+strconv.FormatUint(dl.sequence, 10))
 	}
-	m.Header.Set(HeaderReason, string(dl.reason))
+	m.Header.Set(delivery.HeaderReason, string(dl.reason))
 	if dl.err != nil {
-		m.Header.Set(HeaderError, oneLine(dl.err.Error()))
+		m.Header.Set(delivery.HeaderError, oneLine(dl.err.Error()))
 	}
-	m.Header.Set(HeaderSubject, dl.subject)
+	m.Header.Set(delivery.HeaderSource, dl.subject)
 	if dl.key != "" {
-		m.Header.Set(HeaderKey, oneLine(dl.key))
+		m.Header.Set(delivery.HeaderKey, oneLine(dl.key))
 	}
 	if dl.stream != "" {
-		m.Header.Set(HeaderStream, dl.stream)
-		m.Header.Set(HeaderConsumer, dl.consumer)
-		m.Header.Set(HeaderSequence, strconv.FormatUint(dl.sequence, 10))
-		m.Header.Set(HeaderDeliveryCount, strconv.FormatUint(dl.numDelivered, 10))
+		m.Header.Set(delivery.HeaderStream, dl.stream)
+		m.Header.Set(delivery.HeaderConsumerGroup, dl.consumer)
+		m.Header.Set(delivery.HeaderOffset, strconv.FormatUint(dl.sequence, 10))
+		m.Header.Set(delivery.HeaderDeliveryCount, strconv.FormatUint(dl.numDelivered, 10))
 	}
 	d.fit(m, traced)
 	return m
@@ -158,7 +153,7 @@ func (d *deadLetterer) message(dl deadLetter) *natsgo.Msg {
 func movedAside(name string) string {
 	switch {
 	case strings.EqualFold(name, jetstream.MsgIDHeader):
-		return HeaderMsgID
+		return delivery.HeaderOriginalMessageID
 	case len(name) >= 5 && strings.EqualFold(name[:5], "Nats-"):
 		return HeaderOriginalPrefix + name
 	}
@@ -174,7 +169,7 @@ func (d *deadLetterer) fit(m *natsgo.Msg, keep []string) {
 		return
 	}
 	size := len(m.Data)
-	m.Header.Set(HeaderOriginalSize, strconv.Itoa(size))
+	m.Header.Set(headerOriginalSize, strconv.Itoa(size))
 	m.Header.Set(HeaderTruncated, fmt.Sprintf("data cut from %d bytes to fit the %d-byte limit of %q", size, d.maxSize, d.subject))
 	if room := d.maxSize - headerSize(m.Header); room >= 0 {
 		m.Data = m.Data[:min(room, size)]

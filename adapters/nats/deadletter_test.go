@@ -187,14 +187,14 @@ func TestDeadLetterAtMaxPayload(t *testing.T) {
 		settled(t, cons, 20*time.Second)
 		require.Len(t, dead, 1)
 		h := dead[0].Headers()
-		require.Equal(t, "undecodable", h.Get(dedupnats.HeaderReason))
+		require.Equal(t, "undecodable", h.Get(delivery.HeaderReason))
 		require.Equal(t, strconv.Itoa(size), h.Get(dedupnats.HeaderOriginalSize))
 		require.Contains(t, h.Get(dedupnats.HeaderTruncated), "data cut from "+strconv.Itoa(size)+" bytes")
-		require.Equal(t, "1", h.Get(dedupnats.HeaderDeliveryCount), "dead-lettered on the first delivery")
+		require.Equal(t, "1", h.Get(delivery.HeaderDeliveryCount), "dead-lettered on the first delivery")
 		require.NotEmpty(t, dead[0].Data())
 		require.Less(t, len(dead[0].Data()), size)
 		require.True(t, bytes.HasPrefix(big, dead[0].Data()))
-		require.EqualValues(t, 1, c.DeadLettersTruncated())
+		require.EqualValues(t, 1, c.Stats().DeadLettersTruncated)
 		require.Zero(t, failed.Load())
 	})
 }
@@ -233,13 +233,21 @@ func TestDeadLetterMovesServerHeaders(t *testing.T) {
 		settled(t, cons, 20*time.Second)
 		require.Len(t, dead, 2)
 		h := dead[1].Headers()
-		require.Equal(t, "no-key", h.Get(dedupnats.HeaderReason))
-		require.Equal(t, "m-1", h.Get(dedupnats.HeaderMsgID))
+		require.Equal(t, "no-key", h.Get(delivery.HeaderReason))
+		require.Equal(t, "m-1", h.Get(delivery.HeaderOriginalMessageID))
 		require.Equal(t, n.stream, h.Get(dedupnats.HeaderOriginalPrefix+jetstream.ExpectedStreamHeader))
 		require.Equal(t, "0", h.Get(dedupnats.HeaderOriginalPrefix+jetstream.ExpectedLastSeqHeader))
 		require.Equal(t, n.dlqStream, h.Get(jetstream.ExpectedStreamHeader), "the adapter's own expectation")
 		require.Empty(t, h.Get(jetstream.ExpectedLastSeqHeader))
-		require.Equal(t, "1", h.Get(dedupnats.HeaderDeliveryCount))
+		require.Equal(t, "1", h.Get(delivery.HeaderDeliveryCount))
+		// The names of package delivery, not those of 0.1.
+		require.Equal(t, n.subject, h.Get(delivery.HeaderSource))
+		require.Equal(t, n.stream, h.Get(delivery.HeaderStream))
+		require.Equal(t, cons.CachedInfo().Name, h.Get(delivery.HeaderConsumerGroup))
+		require.Equal(t, "1", h.Get(delivery.HeaderOffset))
+		for _, former := range []string{"Dedup-Subject", "Dedup-Consumer", "Dedup-Sequence", "Dedup-Msg-Id"} {
+			require.NotContains(t, h, former)
+		}
 	})
 }
 
@@ -274,7 +282,7 @@ func TestDeadLetterIDsAcrossRecreatedStream(t *testing.T) {
 		require.Equal(t, "first poison", string(dead[0].Data()))
 		require.Equal(t, "second poison", string(dead[1].Data()))
 		for _, d := range dead {
-			require.Equal(t, "1", d.Headers().Get(dedupnats.HeaderSequence))
+			require.Equal(t, "1", d.Headers().Get(delivery.HeaderOffset))
 		}
 	})
 }

@@ -35,6 +35,16 @@
 // dedup.Decide became rcv.Decide, and Options.OnDecision became the
 // receiver's dedup.Config.Observer.
 //
+// Coming from 0.1: the dead-letter headers of every broker are named by
+// package delivery (Dedup-Subject → delivery.HeaderSource "Dedup-Source",
+// Dedup-Consumer → HeaderConsumerGroup "Dedup-Consumer-Group",
+// Dedup-Sequence → HeaderOffset "Dedup-Offset", Dedup-Msg-Id →
+// HeaderOriginalMessageID "Dedup-Original-Message-Id"; read a letter's
+// with delivery.LookupHeader, which finds either name), CoreMsg became
+// [Native] and JetStreamMsg [NativeJetStream], Subscriber.Dropped and
+// DeadLettersTruncated became fields of Stats, and WithReplyEncoder
+// Options.ReplyEncoder.
+//
 // # The envelope
 //
 // The adapter decodes each body (with dedup.JSONDecoder unless
@@ -52,8 +62,8 @@
 //	Timestamp       when the stream stored the message (JetStream)
 //	Broker          "jetstream" or "nats" (BrokerJetStream, BrokerNATS)
 //
-// [JetStreamMsg] and [CoreMsg] return the broker's own message behind an
-// envelope (the reply subject of a core request is CoreMsg's Reply). Do
+// [NativeJetStream] and [Native] return the broker's own message behind an
+// envelope (the reply subject of a core request is Native's Reply). Do
 // not acknowledge or answer it: the adapter does, once the outcome is
 // recorded. A body that does not decode never reaches the receiver: it is
 // poison, dead-lettered with reason "undecodable".
@@ -96,20 +106,26 @@
 //
 // # Dead letters
 //
-// A dead letter carries the original data and headers, plus Dedup-Reason
-// (the delivery.Reason), Dedup-Error, Dedup-Subject, Dedup-Key when there was
-// one, and for JetStream Dedup-Stream, Dedup-Consumer, Dedup-Sequence and
-// Dedup-Delivery-Count. The original Nats-Msg-Id moves to Dedup-Msg-Id and
-// its other Nats-* headers (Nats-Expected-*, Nats-Rollup, Nats-TTL...) to
-// Dedup-Original-Nats-*, since the server would act on them when the dead
-// letter is published. The dead letter's own Nats-Msg-Id names the
-// stream, its creation time, the consumer and the sequence, so a stream with
-// a duplicate window stores one dead letter per message and consumer, also
-// across a deleted and recreated stream of the same name. A dead letter
-// that would exceed the server's max payload or the dead-letter stream's
-// MaxMsgSize is a cut copy saying so (Dedup-Truncated, Dedup-Original-Size),
-// counted by DeadLettersTruncated, rather than a publish refused on
-// every delivery.
+// A dead letter carries the original data and headers, plus the headers of
+// package delivery every adapter sets: Dedup-Reason (the delivery.Reason),
+// Dedup-Error, Dedup-Source (the subject), Dedup-Key when there was one,
+// and for JetStream Dedup-Stream, Dedup-Consumer-Group (the consumer),
+// Dedup-Offset (the stream sequence) and Dedup-Delivery-Count. The
+// original Nats-Msg-Id moves to Dedup-Original-Message-Id and its other
+// Nats-* headers (Nats-Expected-*, Nats-Rollup, Nats-TTL...) to
+// Dedup-Original-Nats-* ([HeaderOriginalPrefix]), since the server would
+// act on them when the dead letter is published. Read them with
+// delivery.LookupHeader: a letter published by 0.1 names them
+// Dedup-Subject, Dedup-Consumer, Dedup-Sequence and Dedup-Msg-Id.
+//
+// The dead letter's own Nats-Msg-Id names the stream, its creation time,
+// the consumer and the sequence, so a stream with a duplicate window
+// stores one dead letter per message and consumer, also across a deleted
+// and recreated stream of the same name. A dead letter that would exceed
+// the server's max payload or the dead-letter stream's MaxMsgSize is a cut
+// copy saying so ([HeaderTruncated], Dedup-Original-Size), counted in
+// Stats().DeadLettersTruncated, rather than a publish refused on every
+// delivery.
 //
 // What would lose poison silently is refused: NewConsumer and
 // NewSubscriber refuse options without DeadLetterSubject, nil options
@@ -125,11 +141,11 @@
 // Core NATS has no acknowledgements, and no redelivery: a message the
 // client drops because the subscription's pending limits are exceeded (a
 // slow consumer) is gone. The Subscriber logs each drop at error level and
-// counts it in [Subscriber.Dropped] (not in Stats: they never reached the
-// subscriber); Options.PendingMsgsLimit and
+// counts it in Stats().SlowConsumerDropped (not as a delivery: they never
+// reached the subscriber); Options.PendingMsgsLimit and
 // PendingBytesLimit set the limits. A duplicate is dropped, and a
 // duplicate request is answered with the stored result (Dedup-Status:
-// duplicate), encoded like the first reply by a [ReplyEncoder]. A request
+// duplicate), encoded like the first reply by Options.ReplyEncoder. A request
 // that cannot be done now gets a reply with Dedup-Reason and
 // Dedup-Retry-After ([ReplyErrorOf] reads it); a plain message that cannot
 // be done now is dead-lettered with [ReasonNoRedelivery], as nothing would
@@ -209,11 +225,11 @@
 // and [Subscriber.Stats]): Delivered, Acked, RetriedInPlace (NakWithDelay
 // and the holds of a last delivery on JetStream; requests asked to retry
 // on core NATS), DeadLettered, PoisonDropped and SettleFailures; a
-// settlement that failed counts only as a SettleFailure. RetriedLater,
-// Reconnects and StaleDeliveries stay 0. What is not a delivery has
-// methods of its own: [Subscriber.Dropped] (core NATS messages the client
-// dropped, a slow consumer) and DeadLettersTruncated (dead letters cut to
-// fit). The receiver's Stats counts the dead letters published by reason.
+// settlement that failed counts only as a SettleFailure. Two fields are
+// not of deliveries: DeadLettersTruncated (dead letters cut to fit) and,
+// on a Subscriber, SlowConsumerDropped (core NATS messages the client
+// dropped, a slow consumer). RetriedLater, Reconnects and StaleDeliveries
+// stay 0. The receiver's Stats counts the dead letters published by reason.
 // Warnings go to Options.Logger, by default the receiver's logger.
 //
 // # Options

@@ -46,9 +46,9 @@ func see(ctx context.Context, m *dedup.Message[Order]) seen {
 	if v, ok := m.HeaderValue("tenant"); ok {
 		s.LowerTenant = []string{v}
 	}
-	_, s.JetStream = dedupnats.JetStreamMsg(m)
+	_, s.JetStream = dedupnats.NativeJetStream(m)
 	var core *natsgo.Msg
-	if core, s.Core = dedupnats.CoreMsg(m); s.Core {
+	if core, s.Core = dedupnats.Native(m); s.Core {
 		s.Reply = core.Reply
 	}
 	fp, _ := m.Fingerprint()
@@ -150,7 +150,7 @@ func TestJetStreamEnvelope(t *testing.T) {
 
 // TestCoreEnvelope: a core NATS message has no stream, offset, timestamp
 // or delivery count (0: unknown), no heartbeat; its *nats.Msg, with the
-// request's reply subject, is behind CoreMsg.
+// request's reply subject, is behind Native.
 func TestCoreEnvelope(t *testing.T) {
 	t.Parallel()
 	forEachServer(t, func(t *testing.T, url string) {
@@ -220,9 +220,9 @@ func TestCoreEnvelope(t *testing.T) {
 func TestTypedAccessorsOnOtherMessages(t *testing.T) {
 	t.Parallel()
 	for _, m := range []*dedup.Message[Order]{nil, {}, {Broker: "fake", Native: "not a NATS message"}, {Native: (*natsgo.Msg)(nil)}} {
-		_, ok := dedupnats.JetStreamMsg(m)
+		_, ok := dedupnats.NativeJetStream(m)
 		require.False(t, ok)
-		_, ok = dedupnats.CoreMsg(m)
+		_, ok = dedupnats.Native(m)
 		require.False(t, ok)
 	}
 }
@@ -300,7 +300,7 @@ func TestDeadLetterPublishFails(t *testing.T) {
 		settled(t, cons, 10*time.Second)
 		dead := deadLetters(t, js, n, 1, 10*time.Second)
 		require.Len(t, dead, 1)
-		require.Equal(t, "undecodable", dead[0].Headers().Get(dedupnats.HeaderReason))
+		require.Equal(t, "undecodable", dead[0].Headers().Get(delivery.HeaderReason))
 		require.Equal(t, "not json", string(dead[0].Data()))
 	})
 }

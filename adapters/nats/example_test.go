@@ -147,7 +147,7 @@ func ExampleNewSubscriber() {
 // The handler sees where a JetStream message sits in its stream through the
 // envelope, and reaches the jetstream.Msg for the rest (here, the consumer's
 // name); it must leave the acknowledgement to the adapter.
-func ExampleJetStreamMsg() {
+func ExampleNativeJetStream() {
 	url, stop := runServer()
 	defer stop()
 	ctx := context.Background()
@@ -167,11 +167,11 @@ func ExampleJetStreamMsg() {
 	audit := func(ctx context.Context, m *dedup.Message[string]) (struct{}, error) {
 		defer close(done)
 		fmt.Println(m.Broker, m.Source, m.Stream, m.Offset, m.DeliveryCount, m.ID, m.Body)
-		if jm, ok := dedupnats.JetStreamMsg(m); ok {
+		if jm, ok := dedupnats.NativeJetStream(m); ok {
 			meta, _ := jm.Metadata()
 			fmt.Println("consumer", meta.Consumer)
 		}
-		_, core := dedupnats.CoreMsg(m)
+		_, core := dedupnats.Native(m)
 		fmt.Println("core NATS:", core)
 		return struct{}{}, nil
 	}

@@ -24,7 +24,7 @@ import (
 // The envelope's Source is the subject, Stream and Offset the stream and
 // stream sequence, DeliveryCount JetStream's NumDelivered (1 on the first
 // delivery), ID the Nats-Msg-Id header, and its heartbeat is InProgress.
-// [JetStreamMsg] returns the jetstream.Msg behind it.
+// [NativeJetStream] returns the jetstream.Msg behind it.
 type Consumer[T, R any] struct {
 	js    jetstream.JetStream
 	cons  jetstream.Consumer
@@ -45,6 +45,8 @@ type Consumer[T, R any] struct {
 	stopped    chan struct{}
 	err        error // what ended fetching, if not Stop
 }
+
+var _ dedup.Consumer = (*Consumer[struct{}, struct{}])(nil)
 
 // NewConsumer returns a Consumer that feeds the messages of cons to rcv. js
 // is the JetStream context cons belongs to; it publishes dead letters.
@@ -238,15 +240,15 @@ func (c *Consumer[T, R]) Err() error {
 //	PoisonDropped    poison terminated without a dead letter (DropPoison)
 //	SettleFailures   Acks, Naks, Terms and dead-letter publishes that failed: JetStream redelivers
 //
-// RetriedLater, Reconnects and StaleDeliveries stay 0: JetStream retries
-// by redelivery, and the connection, whose reconnects nats.Conn.Stats
+//	DeadLettersTruncated  dead letters cut (their data, and their original headers if those
+//	                      alone were too large) to fit the server's max payload or the
+//	                      dead-letter stream's MaxMsgSize
+//
+// RetriedLater, Reconnects, SlowConsumerDropped and StaleDeliveries stay
+// 0: JetStream retries by redelivery and does not drop what a consumer
+// has not fetched, and the connection, whose reconnects nats.Conn.Stats
 // counts, is the caller's.
 func (c *Consumer[T, R]) Stats() dedup.ConsumerStats { return c.stats.snapshot() }
-
-// DeadLettersTruncated returns how many dead letters were cut (their data,
-// and their original headers if those alone were too large) to fit the
-// server's max payload or the dead-letter stream's MaxMsgSize.
-func (c *Consumer[T, R]) DeadLettersTruncated() uint64 { return c.stats.truncated.Load() }
 
 // work is one worker: it takes the next message and handles it until the
 // iterator closes. An iterator that closes, or fails for good, without a

@@ -139,12 +139,12 @@ func TestJetStreamExactlyOnce(t *testing.T) {
 		reasons := map[string]int{}
 		for _, m := range dead {
 			h := m.Headers()
-			reasons[h.Get(dedupnats.HeaderReason)]++
-			require.Equal(t, n.stream, h.Get(dedupnats.HeaderStream))
-			require.Equal(t, n.subject, h.Get(dedupnats.HeaderSubject))
-			require.NotEmpty(t, h.Get(dedupnats.HeaderSequence))
-			require.Equal(t, "1", h.Get(dedupnats.HeaderDeliveryCount))
-			require.NotEmpty(t, h.Get(dedupnats.HeaderError))
+			reasons[h.Get(delivery.HeaderReason)]++
+			require.Equal(t, n.stream, h.Get(delivery.HeaderStream))
+			require.Equal(t, n.subject, h.Get(delivery.HeaderSource))
+			require.NotEmpty(t, h.Get(delivery.HeaderOffset))
+			require.Equal(t, "1", h.Get(delivery.HeaderDeliveryCount))
+			require.NotEmpty(t, h.Get(delivery.HeaderError))
 		}
 		require.Equal(t, map[string]int{"undecodable": 3, "no-key": 2}, reasons)
 		require.Len(t, dead, len(poison))

@@ -16,12 +16,12 @@ const (
 	BrokerNATS      = "nats"
 )
 
-// JetStreamMsg returns the JetStream message m was filled from, and false
-// when m did not come from a [Consumer]. Read it (its metadata, its reply
+// NativeJetStream returns the JetStream message m was filled from, and
+// false when m did not come from a [Consumer]. Read it (its metadata, its reply
 // subject); do not Ack, Nak, Term or InProgress it: the Consumer settles
 // every message after its outcome is recorded, and a second
 // acknowledgement confuses the consumer's accounting.
-func JetStreamMsg[T any](m *dedup.Message[T]) (jetstream.Msg, bool) {
+func NativeJetStream[T any](m *dedup.Message[T]) (jetstream.Msg, bool) {
 	if m == nil {
 		return nil, false
 	}
@@ -29,11 +29,12 @@ func JetStreamMsg[T any](m *dedup.Message[T]) (jetstream.Msg, bool) {
 	return msg, ok
 }
 
-// CoreMsg returns the core NATS message m was filled from, and false when m
-// did not come from a [Subscriber]. Its Reply field is the reply subject of
+// Native returns the core NATS message m was filled from, and false when m
+// did not come from a [Subscriber] (one from a [Consumer] is
+// [NativeJetStream]'s). Its Reply field is the reply subject of
 // a request. Read it; do not Respond to it: the Subscriber replies to every
 // request with the handler's result (or the stored one, for a duplicate).
-func CoreMsg[T any](m *dedup.Message[T]) (*natsgo.Msg, bool) {
+func Native[T any](m *dedup.Message[T]) (*natsgo.Msg, bool) {
 	if m == nil {
 		return nil, false
 	}

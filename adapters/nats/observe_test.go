@@ -205,7 +205,7 @@ func TestJetStreamOneEventPerDelivery(t *testing.T) {
 
 		require.Len(t, dead, 2)
 		for _, m := range dead {
-			seq, err := strconv.ParseUint(m.Headers().Get(dedupnats.HeaderSequence), 10, 64)
+			seq, err := strconv.ParseUint(m.Headers().Get(delivery.HeaderOffset), 10, 64)
 			require.NoError(t, err)
 			require.NotEmpty(t, traceAt[seq])
 			require.Equal(t, []string{traceAt[seq]}, m.Headers().Values(traceHeader),
@@ -289,18 +289,18 @@ func TestCoreOneEventPerDelivery(t *testing.T) {
 		require.Contains(t, traceOfReason[delivery.ReasonProcessed], first.Header.Get(traceHeader))
 		require.Equal(t, traceOfReason[delivery.ReasonDuplicate], []string{again.Header.Get(traceHeader)})
 		require.Equal(t, traceOfReason[delivery.ReasonNoKey], []string{refused.Header.Get(traceHeader)})
-		require.Equal(t, string(delivery.ReasonNoKey), refused.Header.Get(dedupnats.HeaderReason))
+		require.Equal(t, string(delivery.ReasonNoKey), refused.Header.Get(delivery.HeaderReason))
 		// Each dead letter carries the trace of its delivery, not the
 		// producer's.
 		require.Len(t, dead, 2)
 		for _, m := range dead {
-			reason := delivery.Reason(m.Headers().Get(dedupnats.HeaderReason))
+			reason := delivery.Reason(m.Headers().Get(delivery.HeaderReason))
 			require.Len(t, traceOfReason[reason], 1, reason)
 			require.Equal(t, traceOfReason[reason], m.Headers().Values(traceHeader), reason)
 		}
 
 		require.Equal(t, dedup.ConsumerStats{Delivered: 5, Acked: 3, DeadLettered: 2}, sub.Stats())
-		require.Zero(t, sub.Dropped())
+		require.Zero(t, sub.Stats().SlowConsumerDropped)
 	})
 }
 
@@ -395,5 +395,5 @@ func TestDeadLetterCutKeepsTraceContext(t *testing.T) {
 	require.Empty(t, h.Get("Big"))
 	events := obs.waitEvents(t, 1)
 	require.Equal(t, []string{events[0].trace}, h.Values(traceHeader))
-	require.EqualValues(t, 1, c.DeadLettersTruncated())
+	require.EqualValues(t, 1, c.Stats().DeadLettersTruncated)
 }

@@ -9,12 +9,12 @@ import (
 	"github.com/dedup-go/dedup/delivery"
 )
 
-// Defaults of Options.
+// Defaults of Options, as their documentation says.
 const (
-	DefaultConcurrency   = 8
-	DefaultPrefetch      = 128
-	DefaultMinRetryDelay = 100 * time.Millisecond
-	DefaultSettleTimeout = 10 * time.Second
+	defaultConcurrency   = 8
+	defaultPrefetch      = 128
+	defaultMinRetryDelay = 100 * time.Millisecond
+	defaultSettleTimeout = 10 * time.Second
 )
 
 // ReasonMaxDeliver is the reason of a message dead-lettered because its
@@ -111,7 +111,7 @@ type Options struct {
 	// subscription buffers while its workers are busy (nats.go's
 	// SetPendingLimits; a negative value is no limit). Past them, core NATS
 	// drops messages (a slow consumer): the Subscriber logs each drop at
-	// error level and counts it in Subscriber.Dropped. JetStream
+	// error level and counts it in Stats().SlowConsumerDropped. JetStream
 	// consumers ignore them (Prefetch bounds their buffer). Default to
 	// nats.go's 512K messages and 64 MiB.
 	PendingMsgsLimit  int
@@ -128,6 +128,12 @@ type Options struct {
 	// a Subscriber, its subject. A literal subject is its own template.
 	DestinationTemplate string
 
+	// ReplyEncoder encodes a handler's result into the body of a
+	// Subscriber's reply to a request (a Consumer ignores it). Defaults to
+	// sending a []byte, string or json.RawMessage result as it is, and
+	// anything else as JSON.
+	ReplyEncoder ReplyEncoder
+
 	// Logger receives warnings and errors (dropped poison, slow-consumer
 	// drops, failed acks and dead-letter publishes, the horizon check). Defaults
 	// to the receiver's logger (dedup.Config.Logger).
@@ -141,12 +147,15 @@ func (o *Options) withDefaults(logger *slog.Logger) Options {
 	if o != nil {
 		out = *o
 	}
-	out.Concurrency = cmp.Or(out.Concurrency, DefaultConcurrency)
-	out.Prefetch = cmp.Or(out.Prefetch, DefaultPrefetch)
-	out.MinRetryDelay = cmp.Or(out.MinRetryDelay, DefaultMinRetryDelay)
-	out.SettleTimeout = cmp.Or(out.SettleTimeout, DefaultSettleTimeout)
+	out.Concurrency = cmp.Or(out.Concurrency, defaultConcurrency)
+	out.Prefetch = cmp.Or(out.Prefetch, defaultPrefetch)
+	out.MinRetryDelay = cmp.Or(out.MinRetryDelay, defaultMinRetryDelay)
+	out.SettleTimeout = cmp.Or(out.SettleTimeout, defaultSettleTimeout)
 	if out.Decoder == nil {
 		out.Decoder = dedup.JSONDecoder{}
+	}
+	if out.ReplyEncoder == nil {
+		out.ReplyEncoder = defaultReplyEncoder{}
 	}
 	out.Logger = cmp.Or(out.Logger, logger)
 	return out

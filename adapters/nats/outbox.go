@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,10 +12,15 @@ import (
 	"github.com/dedup-go/dedup/outbox"
 )
 
-// ErrInvalidSubject: an outbox message's Destination is not a subject a
-// message can be published to (empty, a wildcard, whitespace). The
-// OutboxPublisher's error for it matches outbox.ErrPermanent too.
-var ErrInvalidSubject = errors.New("dedupnats: invalid subject")
+// Errors of the OutboxPublisher.
+var (
+	// ErrInvalidSubject: an outbox message's Destination is not a subject
+	// a message can be published to (empty, a wildcard, whitespace). The
+	// OutboxPublisher's error for it matches outbox.ErrPermanent too.
+	ErrInvalidSubject = errors.New("dedupnats: invalid subject")
+	// ErrPublisherClosed: Publish or PublishEach was called after Close.
+	ErrPublisherClosed = errors.New("dedupnats: outbox publisher closed")
+)
 
 // OutboxOptions configures an OutboxPublisher. A nil *OutboxOptions means
 // all defaults.
@@ -49,12 +55,18 @@ type OutboxOptions struct {
 // tried again: a subject no stream captures (no responders) ends once a
 // stream captures it, a wrong ExpectStream once the streams are fixed.
 //
-// The JetStream context and its connection stay the caller's. Its
-// WithPublishAsyncMaxPending bounds how many messages are in flight; a
-// pgoutbox relay has at most 1,024 in flight, under its default of 4,000.
+// The JetStream context and its connection stay the caller's: Close
+// closes neither. Its WithPublishAsyncMaxPending bounds how many messages
+// are in flight; a pgoutbox relay has at most 1,024 in flight, under its
+// default of 4,000.
 type OutboxPublisher struct {
 	js           jetstream.JetStream
 	expectStream []string // the Nats-Expected-Stream header's value, or nil
+
+	mu       sync.Mutex
+	closed   bool
+	inFlight int           // Publish and PublishEach calls running
+	idle     chan struct{} // made by Close, closed once inFlight is 0
 }
 
 var _ outbox.AckPublisher = (*OutboxPublisher)(nil)
@@ -75,6 +87,10 @@ func NewOutboxPublisher(js jetstream.JetStream, opts *OutboxOptions) (*OutboxPub
 // A message whose subject is invalid fails alone, with ErrInvalidSubject
 // (and outbox.ErrPermanent), without being published.
 func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) error {
+	if err := p.begin(); err != nil {
+		return err
+	}
+	defer p.end()
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -108,6 +124,10 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) er
 // without being published. When ctx ends, the PubAcks already there are
 // reported, the others not.
 func (p *OutboxPublisher) PublishEach(ctx context.Context, msgs []outbox.Message, ack func(i int, err error)) error {
+	if err := p.begin(); err != nil {
+		return err
+	}
+	defer p.end()
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -151,6 +171,53 @@ func (p *OutboxPublisher) PublishEach(ctx context.Context, msgs []outbox.Message
 		return ctx.Err()
 	}
 	return nil
+}
+
+// Close stops the publisher: it waits for the Publish and PublishEach
+// calls in flight to return (each waits for its PubAcks, up to its own
+// context), up to ctx, whose error it returns if ctx ends first. After
+// Close, Publish and PublishEach fail with ErrPublisherClosed. Close is
+// idempotent; a later call waits as the first did. It closes neither the
+// JetStream context nor its connection, which stay the caller's.
+func (p *OutboxPublisher) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		p.idle = make(chan struct{})
+		if p.inFlight == 0 {
+			close(p.idle)
+		}
+	}
+	idle := p.idle
+	p.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// begin counts a call in flight, or refuses it once the publisher is
+// closed.
+func (p *OutboxPublisher) begin() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrPublisherClosed
+	}
+	p.inFlight++
+	return nil
+}
+
+// end counts a call out, and tells Close when it was the last.
+func (p *OutboxPublisher) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inFlight--
+	if p.closed && p.inFlight == 0 {
+		close(p.idle)
+	}
 }
 
 // publishAsync publishes m, with its id as Nats-Msg-Id, and returns its

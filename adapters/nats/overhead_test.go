@@ -50,7 +50,7 @@ type overheadOrder struct {
 }
 
 // BenchmarkHandleOverhead measures, without a server, what the Consumer
-// adds per new message to the receiver it wraps, on DefaultConcurrency
+// adds per new message to the receiver it wraps, on defaultConcurrency
 // goroutines as its workers: "receiver" decodes an envelope and calls
 // Handle, the least any adapter does; "consumer" runs the Consumer's
 // handling of one delivery (metadata, envelope, decode, Handle, Decide,
@@ -76,14 +76,14 @@ func BenchmarkHandleOverhead(b *testing.B) {
 		require.NoError(b, err)
 		return rcv
 	}
-	// parallel runs each message on DefaultConcurrency goroutines, a new
+	// parallel runs each message on defaultConcurrency goroutines, a new
 	// key each (the round count keeps keys new past len(data)), and checks
 	// that every one was handled once and acknowledged once.
 	parallel := func(b *testing.B, each func(ctx context.Context, m *fakeMsg)) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var next, acked atomic.Int64
-		b.SetParallelism((DefaultConcurrency + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+		b.SetParallelism((defaultConcurrency + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 		b.ReportAllocs()
 		b.ResetTimer()
 		cpu := processCPU()

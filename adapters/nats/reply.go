@@ -11,9 +11,15 @@ import (
 )
 
 // HeaderStatus is set on every reply the Subscriber sends: the
-// delivery.Status of the delivery ("processed", "duplicate", "bypassed"), or
-// "none" with Dedup-Reason and Dedup-Error when the request was not done.
+// delivery.Status of the delivery ("processed", "duplicate", "bypassed"),
+// or "none" when the request was not done, with delivery.HeaderReason and
+// delivery.HeaderError, and Dedup-Retry-After (milliseconds) when it should
+// be sent again: ReplyErrorOf reads them.
 const HeaderStatus = "Dedup-Status"
+
+// headerRetryAfter is set on a reply asking the requester to send the
+// request again later: how long to wait, in milliseconds.
+const headerRetryAfter = "Dedup-Retry-After"
 
 // ReplyEncoder turns a handler's result into a reply body.
 type ReplyEncoder interface {
@@ -21,12 +27,12 @@ type ReplyEncoder interface {
 	Marshal(v any) ([]byte, error)
 }
 
-// DefaultReplyEncoder sends a []byte, string or json.RawMessage result as
+// defaultReplyEncoder sends a []byte, string or json.RawMessage result as
 // it is, and anything else as JSON.
-type DefaultReplyEncoder struct{}
+type defaultReplyEncoder struct{}
 
-// Marshal encodes v as described on DefaultReplyEncoder.
-func (DefaultReplyEncoder) Marshal(v any) ([]byte, error) {
+// Marshal encodes v as described on defaultReplyEncoder.
+func (defaultReplyEncoder) Marshal(v any) ([]byte, error) {
 	switch x := v.(type) {
 	case []byte:
 		return x, nil
@@ -66,11 +72,11 @@ func (e *ReplyError) Error() string {
 // ReplyErrorOf returns the *ReplyError a Subscriber's reply carries, or nil
 // when the reply carries the handler's result.
 func ReplyErrorOf(reply *natsgo.Msg) error {
-	if reply == nil || reply.Header == nil || reply.Header.Get(HeaderReason) == "" {
+	if reply == nil || reply.Header == nil || reply.Header.Get(delivery.HeaderReason) == "" {
 		return nil
 	}
-	e := &ReplyError{Reason: delivery.Reason(reply.Header.Get(HeaderReason)), Message: reply.Header.Get(HeaderError)}
-	if ms, err := strconv.ParseInt(reply.Header.Get(HeaderRetryAfter), 10, 64); err == nil && ms > 0 {
+	e := &ReplyError{Reason: delivery.Reason(reply.Header.Get(delivery.HeaderReason)), Message: reply.Header.Get(delivery.HeaderError)}
+	if ms, err := strconv.ParseInt(reply.Header.Get(headerRetryAfter), 10, 64); err == nil && ms > 0 {
 		e.RetryAfter = time.Duration(ms) * time.Millisecond
 	}
 	return e
@@ -88,14 +94,14 @@ func resultReply(to string, status delivery.Status, body []byte) *natsgo.Msg {
 func errorReply(to string, d delivery.Decision) *natsgo.Msg {
 	m := natsgo.NewMsg(to)
 	m.Header.Set(HeaderStatus, delivery.StatusNone.String())
-	m.Header.Set(HeaderReason, string(d.Reason))
+	m.Header.Set(delivery.HeaderReason, string(d.Reason))
 	if d.Err != nil {
-		m.Header.Set(HeaderError, oneLine(d.Err.Error()))
+		m.Header.Set(delivery.HeaderError, oneLine(d.Err.Error()))
 	}
 	if d.Action == delivery.Retry {
-		m.Header.Set(HeaderRetryAfter, strconv.FormatInt(max(d.Delay.Milliseconds(), 1), 10))
+		m.Header.Set(headerRetryAfter, strconv.FormatInt(max(d.Delay.Milliseconds(), 1), 10))
 	}
 	return m
 }
 
-var _ ReplyEncoder = DefaultReplyEncoder{}
+var _ ReplyEncoder = defaultReplyEncoder{}

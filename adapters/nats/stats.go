@@ -8,13 +8,13 @@ import (
 )
 
 // counters are a Consumer's or Subscriber's dedup.ConsumerStats being
-// counted, with the adapter's own counts beside them.
+// counted.
 type counters struct {
 	delivered, acked, retriedInPlace, deadLettered, poisonDropped, settleFailures atomic.Uint64
 	// truncated counts dead letters cut to fit (DeadLettersTruncated).
 	truncated atomic.Uint64
 	// slowConsumerDropped counts core NATS messages the client dropped
-	// (Subscriber.Dropped).
+	// past a Subscriber's pending limits (SlowConsumerDropped).
 	slowConsumerDropped atomic.Uint64
 }
 
@@ -26,6 +26,9 @@ func (c *counters) snapshot() dedup.ConsumerStats {
 		DeadLettered:   c.deadLettered.Load(),
 		PoisonDropped:  c.poisonDropped.Load(),
 		SettleFailures: c.settleFailures.Load(),
+
+		DeadLettersTruncated: c.truncated.Load(),
+		SlowConsumerDropped:  c.slowConsumerDropped.Load(),
 	}
 }
 

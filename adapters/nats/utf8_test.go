@@ -47,8 +47,8 @@ func TestInvalidUTF8Bodies(t *testing.T) {
 			// in either order.
 			var got [][]byte
 			for _, d := range dead {
-				require.Equal(t, "undecodable", d.Headers().Get(dedupnats.HeaderReason))
-				require.Contains(t, d.Headers().Get(dedupnats.HeaderError), "not valid UTF-8")
+				require.Equal(t, "undecodable", d.Headers().Get(delivery.HeaderReason))
+				require.Contains(t, d.Headers().Get(delivery.HeaderError), "not valid UTF-8")
 				got = append(got, d.Data())
 			}
 			require.ElementsMatch(t, bodies, got, "each dead letter carries its original bytes")

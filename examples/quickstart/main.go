@@ -390,7 +390,7 @@ func (t *tally) print(w io.Writer, gw *gateway, dead []jetstream.Msg) {
 	}
 	for _, m := range dead {
 		h := m.Headers()
-		fmt.Fprintf(w, "poison  seq %s dead-lettered (%s) to %s: %s\n", h.Get(dedupnats.HeaderSequence), h.Get(dedupnats.HeaderReason), dlqSubject, h.Get(dedupnats.HeaderError))
+		fmt.Fprintf(w, "poison  seq %s dead-lettered (%s) to %s: %s\n", h.Get(delivery.HeaderOffset), h.Get(delivery.HeaderReason), dlqSubject, h.Get(delivery.HeaderError))
 	}
 	fmt.Fprintf(w, "\nEvery order charged exactly once: %v\n", once && len(ids) == 6)
 }
