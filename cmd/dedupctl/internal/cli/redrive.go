@@ -75,9 +75,10 @@ func (ro *redriveOptions) natsCmd(o *options) *cobra.Command {
 		Use:   "nats --stream DLQ_STREAM",
 		Short: "Redrive the dead letters of a JetStream stream",
 		Long: `Redrive the dead letters of a JetStream stream: each goes back to the subject
-in its Dedup-Subject header, into the stream of Dedup-Stream (the publish
+in its Dedup-Source header, into the stream of Dedup-Stream (the publish
 expects it), with the original's Nats-Msg-Id and the Nats-* headers the
-adapter moved aside put back, and waits for the stream's PubAck; the letter
+adapter moved aside put back (letters of dedupnats 0.1, whose headers are
+Dedup-Subject, Dedup-Sequence and Dedup-Msg-Id, are read alike), and waits for the stream's PubAck; the letter
 is then deleted from the dead-letter stream. Letters are read by sequence
 (no consumer is created), from the first to the last the stream held when
 the run began.

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // NATSConfig says where a NATS source reads.
@@ -100,12 +101,16 @@ func (n *NATS) Next(ctx context.Context) (*Letter, error) {
 	return natsLetterOf(m), nil
 }
 
+// natsLetterOf reads a letter's Dedup-* headers with delivery.LookupHeader,
+// which also finds the names dedupnats wrote before 1.0 (Dedup-Subject,
+// Dedup-Sequence, Dedup-Msg-Id...): letters dead-lettered then are still
+// in their streams.
 func natsLetterOf(m *jetstream.RawStreamMsg) *Letter {
 	h := m.Header
 	l := &Letter{
 		ID:        strconv.FormatUint(m.Sequence, 10),
 		Time:      m.Time,
-		MessageID: h.Get(dedupnats.HeaderMsgID),
+		MessageID: lookupNATS(h, delivery.HeaderOriginalMessageID),
 		Header: func(name string) (string, bool) {
 			v := h.Values(name)
 			return strings.Join(v, ","), len(v) > 0
@@ -113,18 +118,25 @@ func natsLetterOf(m *jetstream.RawStreamMsg) *Letter {
 		Body:   m.Data,
 		handle: natsLetter{msg: m},
 	}
-	l.Reason = h.Get(dedupnats.HeaderReason)
+	l.Reason = lookupNATS(h, delivery.HeaderReason)
 	if l.Reason == "" {
 		return l
 	}
 	l.Marking = ByAdapter
-	l.Key = h.Get(dedupnats.HeaderKey)
-	l.Error = h.Get(dedupnats.HeaderError)
+	l.Key = lookupNATS(h, delivery.HeaderKey)
+	l.Error = lookupNATS(h, delivery.HeaderError)
 	l.Truncated = h.Get(dedupnats.HeaderTruncated)
-	if subj := h.Get(dedupnats.HeaderSubject); subj != "" {
+	if subj := lookupNATS(h, delivery.HeaderSource); subj != "" {
 		l.To = "subject " + subj
 	}
 	return l
+}
+
+// lookupNATS returns the dedup header name of h (delivery.LookupHeader:
+// its name of 0.1 too), "" without it.
+func lookupNATS(h natsgo.Header, name string) string {
+	v, _ := delivery.LookupHeader(delivery.MapHeader(h), name)
+	return v
 }
 
 // Republish publishes the original on its subject, into the stream it
@@ -132,9 +144,9 @@ func natsLetterOf(m *jetstream.RawStreamMsg) *Letter {
 func (n *NATS) Republish(ctx context.Context, l *Letter) error {
 	m := l.handle.(natsLetter).msg
 	h := m.Header
-	orig := &natsgo.Msg{Subject: h.Get(dedupnats.HeaderSubject), Data: m.Data, Header: restoredNATSHeader(h)}
+	orig := &natsgo.Msg{Subject: lookupNATS(h, delivery.HeaderSource), Data: m.Data, Header: restoredNATSHeader(h)}
 	var opts []jetstream.PublishOpt
-	stream := h.Get(dedupnats.HeaderStream)
+	stream := lookupNATS(h, delivery.HeaderStream)
 	if stream != "" {
 		opts = append(opts, jetstream.WithExpectStream(stream))
 	}
@@ -148,7 +160,7 @@ func (n *NATS) Republish(ctx context.Context, l *Letter) error {
 	case err != nil:
 		return err
 	}
-	if ack.Duplicate && stream != "" && ack.Stream == stream && strconv.FormatUint(ack.Sequence, 10) == h.Get(dedupnats.HeaderSequence) {
+	if ack.Duplicate && stream != "" && ack.Stream == stream && strconv.FormatUint(ack.Sequence, 10) == lookupNATS(h, delivery.HeaderOffset) {
 		// The stream matched the copy with the original itself: the copy
 		// was dropped. A match with another sequence is an earlier copy
 		// (of a run that crashed before removing the letter): it is there.
@@ -161,17 +173,19 @@ func (n *NATS) Republish(ctx context.Context, l *Letter) error {
 // restoredNATSHeader is the original's header: the letter's without the
 // Dedup-* headers and without its own Nats-* ones (its Nats-Msg-Id and the
 // expectation of the dead-letter stream), with the original's Nats-Msg-Id
-// and Nats-* headers the adapter moved aside put back, but for those that
+// (Dedup-Original-Message-Id, or Dedup-Msg-Id on a letter of 0.1) and the
+// Nats-* headers the adapter moved aside put back, but for those that
 // held at the original's publish only: an expected last sequence or
 // message id (long passed) and a rollup (which would purge the subject
 // again).
 func restoredNATSHeader(h natsgo.Header) natsgo.Header {
 	out := natsgo.Header{}
+	if id, ok := delivery.LookupHeader(delivery.MapHeader(h), delivery.HeaderOriginalMessageID); ok {
+		out[jetstream.MsgIDHeader] = []string{id}
+	}
 	for k, vs := range h {
 		name := k
 		switch {
-		case strings.EqualFold(k, dedupnats.HeaderMsgID):
-			name = jetstream.MsgIDHeader
 		case hasPrefixFold(k, dedupnats.HeaderOriginalPrefix+"Nats-"):
 			name = k[len(dedupnats.HeaderOriginalPrefix):]
 			if hasPrefixFold(name, "Nats-Expected-Last") || strings.EqualFold(name, "Nats-Rollup") {

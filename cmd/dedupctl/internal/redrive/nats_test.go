@@ -2,6 +2,7 @@ package redrive_test
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	dedupnats "github.com/dedup-go/dedup/adapters/nats"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -230,7 +231,7 @@ func since(t *testing.T, e *natsEnv, key string) string {
 	require.NoError(t, err)
 	m, err := s.GetLastMsgForSubject(t.Context(), e.dlq)
 	require.NoError(t, err)
-	require.Equal(t, key, m.Header.Get(dedupnats.HeaderKey))
+	require.Equal(t, key, m.Header.Get(delivery.HeaderKey))
 	return m.Time.UTC().Format(time.RFC3339Nano)
 }
 
@@ -303,9 +304,9 @@ func TestNATSDuplicateOfEarlierCopy(t *testing.T) {
 	// The letter of an original that was sequence 7, whose id the
 	// stream has forgotten since.
 	e.publishLetter(t, orderJSON(t, Order{ID: "a", Cents: 100}), natsgo.Header{
-		dedupnats.HeaderReason: {"attempts-exhausted"}, dedupnats.HeaderKey: {"orders:a"},
-		dedupnats.HeaderSubject: {e.subject}, dedupnats.HeaderStream: {e.stream}, dedupnats.HeaderSequence: {"7"},
-		dedupnats.HeaderMsgID: {"msg-a"},
+		delivery.HeaderReason: {"attempts-exhausted"}, delivery.HeaderKey: {"orders:a"},
+		delivery.HeaderSource: {e.subject}, delivery.HeaderStream: {e.stream}, delivery.HeaderOffset: {"7"},
+		delivery.HeaderOriginalMessageID: {"msg-a"},
 	})
 
 	res := runTool(t, nil, e.args()...)
@@ -322,7 +323,7 @@ func TestNATSSubjectFilter(t *testing.T) {
 	t.Parallel()
 	e := newNATSEnv(t)
 	e.publishLetterOn(t, e.dlq+".other", []byte(`{"id":"x"}`), natsgo.Header{
-		dedupnats.HeaderReason: {"attempts-exhausted"}, dedupnats.HeaderSubject: {e.subject}, dedupnats.HeaderKey: {"orders:x"},
+		delivery.HeaderReason: {"attempts-exhausted"}, delivery.HeaderSource: {e.subject}, delivery.HeaderKey: {"orders:x"},
 	})
 	e.deadLetter(t, orders("a"))
 
@@ -354,4 +355,144 @@ func TestNATSOnPostgres(t *testing.T) {
 	e.settled(t)
 	requireExactlyOnce(t, eff, []string{"a"})
 	require.Zero(t, e.count(t, e.dlqStream))
+}
+
+// formerNATSNames are the dead-letter headers dedupnats 0.1 wrote, by the
+// name of package delivery it writes now.
+var formerNATSNames = map[string]string{
+	delivery.HeaderSource:            "Dedup-Subject",
+	delivery.HeaderConsumerGroup:     "Dedup-Consumer",
+	delivery.HeaderOffset:            "Dedup-Sequence",
+	delivery.HeaderOriginalMessageID: "Dedup-Msg-Id",
+}
+
+// rewriteAsOf01 replaces the dead letter of key by the letter dedupnats 0.1
+// would have written: the same data and headers, under the names of 0.1.
+// The letter's own Nats-Msg-Id is left off, or the dead-letter stream's
+// duplicate window would drop it as a copy of the letter it replaces.
+func rewriteAsOf01(t *testing.T, e *natsEnv, key string) {
+	t.Helper()
+	s, err := e.js.Stream(t.Context(), e.dlqStream)
+	require.NoError(t, err)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(t.Context(), seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		require.NoError(t, err)
+		if m.Header.Get(delivery.HeaderKey) != key {
+			continue
+		}
+		h := natsgo.Header{}
+		for k, vs := range m.Header {
+			if former, ok := formerNATSNames[k]; ok {
+				k = former
+			}
+			if k != jetstream.MsgIDHeader {
+				h[k] = vs
+			}
+		}
+		for name, former := range formerNATSNames {
+			if name == delivery.HeaderOriginalMessageID && m.Header.Get(name) == "" {
+				continue
+			}
+			require.NotEmpty(t, h.Get(former), "the adapter's letter has %s", name)
+			require.Empty(t, h.Get(name))
+		}
+		require.NoError(t, s.DeleteMsg(t.Context(), seq))
+		e.publishLetter(t, m.Data, h)
+		return
+	}
+	t.Fatalf("no dead letter of %s", key)
+}
+
+// TestNATSRedrivesLettersOf01: dead letters written with the header names
+// of dedupnats 0.1 (Dedup-Subject, Dedup-Consumer, Dedup-Sequence,
+// Dedup-Msg-Id), beside one written with today's, are read and redriven
+// alike: each copy is republished to its subject with its Nats-Msg-Id and
+// headers back, and the fixed consumer handles each order once.
+func TestNATSRedrivesLettersOf01(t *testing.T) {
+	t.Parallel()
+	e := newNATSEnv(t, func(c *jetstream.StreamConfig) { c.Duplicates = 100 * time.Millisecond })
+	e.publish(t, orders("a", "b"), func(i int, h natsgo.Header) {
+		h.Set(jetstream.MsgIDHeader, "msg-"+[]string{"a", "b"}[i])
+		h.Set("Tenant", "acme")
+	})
+	e.probe(t, "sentinel")
+	stop := e.consume(t, brokenReceiver(t, e.st, e.ns), false)
+	e.waitDLQ(t, 2)
+	e.settled(t)
+	stop()
+	e.waitWindow(t, "sentinel")
+	rewriteAsOf01(t, e, "orders:a")
+
+	res := runTool(t, nil, e.args()...)
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	rows := res.byKey()
+	for _, id := range []string{"a", "b"} {
+		row := rows["orders:"+id]
+		require.Equal(t, "republished", row.Action, "row %+v", row)
+		require.Equal(t, "msg-"+id, row.MessageID)
+	}
+	require.Zero(t, e.count(t, e.dlqStream), "both letters removed")
+
+	// The copies, after the originals and the probes.
+	s, err := e.js.Stream(t.Context(), e.stream)
+	require.NoError(t, err)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	copies := map[string]*jetstream.RawStreamMsg{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(t.Context(), seq, jetstream.WithGetMsgSubject(e.subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		require.NoError(t, err)
+		seq = m.Sequence
+		if seq > 2 {
+			copies[m.Header.Get(jetstream.MsgIDHeader)] = m
+		}
+	}
+	require.Len(t, copies, 2)
+	for _, id := range []string{"a", "b"} {
+		m := copies["msg-"+id]
+		require.NotNil(t, m, "the copy of %s", id)
+		require.Equal(t, e.subject, m.Subject)
+		require.Equal(t, "acme", m.Header.Get("Tenant"))
+		for k := range m.Header {
+			require.NotContains(t, k, "Dedup-", "header %s", k)
+		}
+	}
+
+	eff := newEffects()
+	e.consume(t, fixedReceiver(t, e.st, e.ns, eff), false)
+	e.settled(t)
+	requireExactlyOnce(t, eff, []string{"a", "b"})
+}
+
+// TestNATSDuplicateWindowOf01: a letter of 0.1 whose original the stream
+// still remembers (its Dedup-Msg-Id, at its Dedup-Sequence) is left and
+// reported as in the duplicate window, as today's letter is: read without
+// the names of 0.1, its copy would be taken for an earlier one and the
+// letter removed, the message lost.
+func TestNATSDuplicateWindowOf01(t *testing.T) {
+	t.Parallel()
+	e := newNATSEnv(t, func(c *jetstream.StreamConfig) { c.Duplicates = time.Hour })
+	e.publish(t, orders("a"), func(_ int, h natsgo.Header) { h.Set(jetstream.MsgIDHeader, "msg-a") })
+	e.publishLetter(t, orderJSON(t, Order{ID: "a", Cents: 100}), natsgo.Header{
+		"Dedup-Reason": {"attempts-exhausted"}, "Dedup-Key": {"orders:a"}, "Dedup-Error": {"bug"},
+		"Dedup-Subject": {e.subject}, "Dedup-Stream": {e.stream}, "Dedup-Consumer": {e.consumer},
+		"Dedup-Sequence": {"1"}, "Dedup-Delivery-Count": {"1"}, "Dedup-Msg-Id": {"msg-a"},
+	})
+
+	res := runTool(t, nil, e.args()...)
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	require.Len(t, res.rows, 1)
+	require.Equal(t, "skipped", res.rows[0].Action, "row %+v", res.rows[0])
+	require.Equal(t, "duplicate-window", res.rows[0].Why)
+	require.Equal(t, "msg-a", res.rows[0].MessageID)
+	require.EqualValues(t, 1, e.count(t, e.dlqStream), "the letter stays")
+	require.EqualValues(t, 1, e.count(t, e.stream), "the original alone")
 }
