@@ -32,7 +32,7 @@ import (
 //
 // Adapters fill the exported fields; a test (or an adapter of your own) may
 // build a Message by hand. Reach the broker's own message through the
-// adapter's typed accessor (dedupnats.JetStreamMsg(m), say), never through
+// adapter's typed accessor (dedupnats.NativeJetStream(m), say), never through
 // Native directly.
 //
 // A *Message implements adapter.Heartbeater (it calls OnHeartbeat, the adapter's
