@@ -99,7 +99,7 @@ func TestLeaseExpiryTakeoverRedis(t *testing.T) {
 	proxy := redistest.StartProxy(t, shared.Options().Addr)
 	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = viaProxy.Close() })
-	sa, err := redisstore.New(context.Background(), viaProxy, &redisstore.Options{Prefix: prefix, Timeout: 200 * time.Millisecond})
+	sa, err := redisstore.New(context.Background(), viaProxy, &redisstore.Options{Prefix: prefix, Timeout: 5 * time.Second}) // the cut fails calls at once
 	require.NoError(t, err)
 	sb, err := redisstore.New(context.Background(), shared, &redisstore.Options{Prefix: prefix})
 	require.NoError(t, err)
