@@ -14,8 +14,8 @@ import (
 	"github.com/dedup-go/dedup/delivery"
 )
 
-// Broker is the Origin.Broker of the interceptor's events.
-const Broker = "grpc"
+// BrokerGRPC is the Origin.Broker of the interceptor's events.
+const BrokerGRPC = "grpc"
 
 // RefusedError is the Event.Err of a call the interceptor answered itself,
 // without handing it to the receiver: no key with RequireKey, a bad key
@@ -62,7 +62,7 @@ var _ delivery.Originer = (*call)(nil)
 // in the event's Key (scoped), never in the Origin.
 func origin(ctx context.Context, method string) delivery.Origin {
 	md, _ := metadata.FromIncomingContext(ctx)
-	return delivery.Origin{Broker: Broker, Source: method, Header: metadataHeader(md)}
+	return delivery.Origin{Broker: BrokerGRPC, Source: method, Header: metadataHeader(md)}
 }
 
 // metadataHeader is a call's incoming metadata as a delivery.Header, without

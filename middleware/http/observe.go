@@ -11,8 +11,8 @@ import (
 	"github.com/dedup-go/dedup/delivery"
 )
 
-// Broker is the Origin.Broker of the middleware's events.
-const Broker = "http"
+// BrokerHTTP is the Origin.Broker of the middleware's events.
+const BrokerHTTP = "http"
 
 // RefusedError is the Event.Err of a request the middleware answered
 // itself, without handing it to the receiver: no key with RequireKey, a
@@ -71,7 +71,7 @@ var _ delivery.Originer = (*call)(nil)
 // source), Header its headers but the Idempotency-Key. The key is in the
 // event's Key (scoped), never in the Origin.
 func origin(r *http.Request, next http.Handler) delivery.Origin {
-	return delivery.Origin{Broker: Broker, Source: source(r, next), Header: requestHeader(r.Header)}
+	return delivery.Origin{Broker: BrokerHTTP, Source: source(r, next), Header: requestHeader(r.Header)}
 }
 
 // requestHeader is a request's headers as a delivery.Header, without the

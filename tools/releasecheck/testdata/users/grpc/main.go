@@ -24,7 +24,7 @@ func main() {
 		}
 		return
 	}
-	fmt.Println(dedupgrpc.MetadataKey, dedupgrpc.Broker)
+	fmt.Println(dedupgrpc.MetadataKey, dedupgrpc.BrokerGRPC)
 }
 
 func run(addr string) error {
