@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/outbox"
 )
 
 // Consumer runs a dedup.Receiver over a RabbitMQ queue: it consumes with
@@ -54,13 +55,15 @@ type Consumer[T, R any] struct {
 	stats counters
 }
 
+var _ dedup.Consumer = (*Consumer[struct{}, struct{}])(nil)
+
 // NewConsumer returns a Consumer of queue on the broker at url (an
 // amqp:// or amqps:// URI; "" when opts.Dial is set), feeding rcv. Nothing
 // is dialled before Start.
 //
 // A nil opts means all defaults, but where poison goes has no default:
 // options that set neither Options.DeadLetterExchange nor
-// Options.RejectDeadLetters (nil among them) are refused with an error
+// Options.DropPoison (nil among them) are refused with an error
 // matching dedup.ErrInvalidConfig that names both. An empty queue, a nil
 // rcv, or neither url nor Options.Dial are refused the same way, naming
 // what is missing; NewConsumer never panics on them.
@@ -89,7 +92,7 @@ func NewConsumer[T, R any](url, queue string, rcv *dedup.Receiver[*dedup.Message
 		opts:       o,
 		holdBudget: o.ConsumerTimeout - rcv.Lease() - o.InPlaceRetryMax,
 		server:     urlServer(url, dialOf(opts)),
-		tag:        "dedup-" + queue + "-" + NewMessageID()[:8],
+		tag:        "dedup-" + queue + "-" + outbox.NewMessageID()[:8],
 		changed:    make(chan struct{}),
 		stopped:    make(chan struct{}),
 	}, nil
@@ -209,8 +212,9 @@ func (c *Consumer[T, R]) Err() error {
 //	                 and deliveries returned to the queue (Reject or Nack with requeue) after the
 //	                 receiver answered them; not those returned unhandled at Stop
 //	RetriedLater     copies a retry tier's queue took (confirmed by the broker)
-//	DeadLettered     dead letters the broker confirmed (with RejectDeadLetters, the rejects sent)
-//	PoisonDropped    0: poison is always dead-lettered
+//	DeadLettered     dead letters the broker confirmed
+//	PoisonDropped    poison rejected without requeue (DropPoison): to the queue's own dead-letter
+//	                 exchange, or dropped without one
 //	SettleFailures   acks, nacks and rejects the channel refused or could not send, and dead letters
 //	                 and retry copies the broker did not take: a redelivery is coming, which the
 //	                 store answers
@@ -225,6 +229,7 @@ func (c *Consumer[T, R]) Stats() dedup.ConsumerStats {
 		RetriedInPlace:  s.retriedInPlace.Load(),
 		RetriedLater:    s.retriedLater.Load(),
 		DeadLettered:    s.deadLettered.Load(),
+		PoisonDropped:   s.poisonDropped.Load(),
 		SettleFailures:  s.settleFailures.Load(),
 		Reconnects:      s.reconnects.Load(),
 		StaleDeliveries: s.stale.Load(),
@@ -306,7 +311,7 @@ func (c *Consumer[T, R]) stoppedUnasked(ctx context.Context) {
 
 // counters are the Consumer's [dedup.ConsumerStats].
 type counters struct {
-	delivered, acked, retriedInPlace, retriedLater, deadLettered, settleFailures, reconnects, stale atomic.Uint64
+	delivered, acked, retriedInPlace, retriedLater, deadLettered, poisonDropped, settleFailures, reconnects, stale atomic.Uint64
 }
 
 // checkTopology makes sure the exchanges and queues the consumer publishes
@@ -332,11 +337,11 @@ func (c *Consumer[T, R]) checkTopology(ctx context.Context, s *session) error {
 			return ch.ExchangeDeclarePassive(x, amqp.ExchangeDirect, true, false, false, false, nil)
 		})
 		if err != nil {
-			return fmt.Errorf("%w (declare it, with Topology for instance, or set RejectDeadLetters to use the queue's own)", err)
+			return fmt.Errorf("%w (declare it, with Topology for instance, or set DropPoison to reject poison to the queue's own)", err)
 		}
 	}
 	for _, d := range c.opts.RetryTiers {
-		name := RetryQueueName(c.queue, d)
+		name := adapter.RetryName(c.queue, d)
 		err := check(fmt.Sprintf("retry queue %q", name), func(ch *amqp.Channel) error {
 			_, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 			return err

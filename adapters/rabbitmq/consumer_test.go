@@ -86,14 +86,14 @@ func TestDecisions(t *testing.T) {
 		byID := map[string]amqp.Delivery{}
 		for _, d := range dead {
 			byID[d.MessageId] = d
-			require.Equal(t, top.Queue, d.Headers[dedupamqp.HeaderQueue])
+			require.Equal(t, top.Queue, d.Headers[delivery.HeaderSource])
 			require.Equal(t, "", d.Headers[dedupamqp.HeaderOriginalExchange])
 			require.Equal(t, top.Queue, d.Headers[dedupamqp.HeaderOriginalRoutingKey])
-			require.Equal(t, d.MessageId, d.Headers[dedupamqp.HeaderOriginalMessageID])
-			require.EqualValues(t, 1, d.Headers[dedupamqp.HeaderDeliveryCount])
-			require.NotEmpty(t, d.Headers[dedupamqp.HeaderError])
+			require.Equal(t, d.MessageId, d.Headers[delivery.HeaderOriginalMessageID])
+			require.EqualValues(t, 1, d.Headers[delivery.HeaderDeliveryCount])
+			require.NotEmpty(t, d.Headers[delivery.HeaderError])
 			// The one spelling of every adapter (AMQP keys are case-sensitive).
-			for _, name := range []string{"Dedup-Reason", "Dedup-Error", "Dedup-Queue", "Dedup-Delivery-Count",
+			for _, name := range []string{"Dedup-Reason", "Dedup-Error", "Dedup-Source", "Dedup-Delivery-Count",
 				"Dedup-Original-Exchange", "Dedup-Original-Routing-Key", "Dedup-Original-Message-Id"} {
 				require.Contains(t, d.Headers, name)
 			}
@@ -107,15 +107,15 @@ func TestDecisions(t *testing.T) {
 		}
 		require.Len(t, byID, 4)
 		p1 := byID["p-1"]
-		require.Equal(t, "undecodable", p1.Headers[dedupamqp.HeaderReason])
+		require.Equal(t, "undecodable", p1.Headers[delivery.HeaderReason])
 		require.Equal(t, []byte(`{"id": "o-9`), p1.Body)
 		require.Equal(t, "acme", p1.Headers["tenant"])
 		require.EqualValues(t, 7, p1.Headers["n"])
 		require.Equal(t, "corr-1", p1.CorrelationId)
-		require.Equal(t, "undecodable", byID["p-2"].Headers[dedupamqp.HeaderReason])
-		require.Contains(t, byID["p-2"].Headers[dedupamqp.HeaderError], "UTF-8")
-		require.Equal(t, "no-key", byID["p-3"].Headers[dedupamqp.HeaderReason])
-		require.Equal(t, "undecodable", byID["p-4"].Headers[dedupamqp.HeaderReason])
+		require.Equal(t, "undecodable", byID["p-2"].Headers[delivery.HeaderReason])
+		require.Contains(t, byID["p-2"].Headers[delivery.HeaderError], "UTF-8")
+		require.Equal(t, "no-key", byID["p-3"].Headers[delivery.HeaderReason])
+		require.Equal(t, "undecodable", byID["p-4"].Headers[delivery.HeaderReason])
 		require.Zero(t, depth(t, conn, top.Queue))
 
 		require.Equal(t, dedup.ConsumerStats{Delivered: 7, Acked: 3, DeadLettered: 4}, c.Stats())

@@ -10,24 +10,22 @@ import (
 	"github.com/dedup-go/dedup/delivery"
 )
 
-// Headers the Consumer adds to dead letters and retries, spelt as every
-// adapter of dedup spells them (the canonical MIME form). AMQP table keys
-// are case-sensitive: the Consumer reads these exact names and no other
-// spelling. None starts with "x-": brokers reserve that prefix, and
-// RabbitMQ 3.13 and later ignore x- headers set by clients.
+// Headers of RabbitMQ's own concepts that the Consumer adds to dead
+// letters and retry copies, next to the delivery.Header* names every
+// adapter writes (delivery.HeaderReason, HeaderError, HeaderSource (the
+// queue), HeaderKey, HeaderAttempt, HeaderDeliveryCount,
+// HeaderOriginalMessageID, HeaderDeadLetteredAt). AMQP table keys are
+// case-sensitive: these are the exact names. None starts with "x-":
+// brokers reserve that prefix, and RabbitMQ 3.13 and later ignore x-
+// headers set by clients.
 const (
-	HeaderReason             = "Dedup-Reason"            // the delivery.Reason, e.g. "undecodable"
-	HeaderError              = "Dedup-Error"             // the error's text, on one line
-	HeaderQueue              = "Dedup-Queue"             // the queue it was consumed from
-	HeaderKey                = "Dedup-Key"               // the record's key, when it had one
-	HeaderAttempt            = "Dedup-Attempt"           // the receiver's attempt, when known
-	HeaderDeliveryCount      = "Dedup-Delivery-Count"    // the envelope's DeliveryCount
-	HeaderOriginalExchange   = "Dedup-Original-Exchange" // where the producer published it
+	// HeaderOriginalExchange and HeaderOriginalRoutingKey are where the
+	// producer published the message: a retry tier brings it back through
+	// the default exchange, and dedupctl redrive sends a dead letter's copy
+	// there too, so the message's own exchange and routing key no longer
+	// tell. Set on the first trip, kept on the later ones.
+	HeaderOriginalExchange   = "Dedup-Original-Exchange"
 	HeaderOriginalRoutingKey = "Dedup-Original-Routing-Key"
-	HeaderOriginalMessageID  = "Dedup-Original-Message-Id"
-	// HeaderDeadLetteredAt is when the Consumer dead-lettered the message,
-	// RFC 3339 with milliseconds, UTC: dedupctl redrive --since reads it.
-	HeaderDeadLetteredAt = "Dedup-Dead-Lettered-At"
 	// HeaderRetries counts the trips through retry tiers: a message comes
 	// back from one as a new message, with a delivery count of 1.
 	HeaderRetries = "Dedup-Retries"
@@ -35,8 +33,8 @@ const (
 	HeaderRetryReason = "Dedup-Retry-Reason"
 )
 
-// DeadLetteredAtLayout is the time layout of HeaderDeadLetteredAt.
-const DeadLetteredAtLayout = "2006-01-02T15:04:05.000Z07:00"
+// deadLetteredAtLayout is the layout of delivery.HeaderDeadLetteredAt.
+const deadLetteredAtLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // republished copies d's properties and body into a new message with a
 // copy of its headers, less the ones the broker sets per delivery. A
@@ -88,13 +86,13 @@ func retryPublishing(d *amqp.Delivery, dec delivery.Decision) amqp.Publishing {
 func deadLetterPublishing[R any](d *amqp.Delivery, queue string, deliveries int, res dedup.Result[R], dec delivery.Decision) amqp.Publishing {
 	p := republished(d)
 	h := p.Headers
-	h[HeaderReason] = string(dec.Reason)
+	h[delivery.HeaderReason] = string(dec.Reason)
 	if dec.Err != nil {
-		h[HeaderError] = oneLine(dec.Err.Error())
+		h[delivery.HeaderError] = oneLine(dec.Err.Error())
 	}
-	h[HeaderQueue] = queue
+	h[delivery.HeaderSource] = queue
 	if res.Key != "" {
-		h[HeaderKey] = res.Key
+		h[delivery.HeaderKey] = res.Key
 	}
 	attempt := res.Attempt
 	var he *dedup.HandlerError
@@ -102,12 +100,12 @@ func deadLetterPublishing[R any](d *amqp.Delivery, queue string, deliveries int,
 		attempt = he.Attempt
 	}
 	if attempt > 0 {
-		h[HeaderAttempt] = int64(attempt)
+		h[delivery.HeaderAttempt] = int64(attempt)
 	}
-	h[HeaderDeliveryCount] = int64(deliveries)
-	h[HeaderDeadLetteredAt] = time.Now().UTC().Format(DeadLetteredAtLayout)
+	h[delivery.HeaderDeliveryCount] = int64(deliveries)
+	h[delivery.HeaderDeadLetteredAt] = time.Now().UTC().Format(deadLetteredAtLayout)
 	if d.MessageId != "" {
-		h[HeaderOriginalMessageID] = d.MessageId
+		h[delivery.HeaderOriginalMessageID] = d.MessageId
 	}
 	return p
 }

@@ -44,7 +44,7 @@
 //	Timestamp       the Timestamp property, the producer's
 //	Broker          "rabbitmq" ([BrokerRabbitMQ])
 //
-// [DeliveryOf] returns the amqp091 delivery behind an envelope. Do not
+// [Native] returns the amqp091 delivery behind an envelope. Do not
 // acknowledge it: the consumer does, on the channel it came from, once the
 // outcome is recorded. A body that does not decode never reaches the
 // receiver: it is poison, dead-lettered with reason "undecodable".
@@ -73,8 +73,11 @@
 // A retry due later than Options.InPlaceRetryMax (1s) is republished, with
 // confirms and mandatory, to the retry tier at least as long as its delay
 // (a queue with that x-message-ttl that dead-letters back into the work
-// queue), and the original is acknowledged only once the broker confirmed
-// the copy. A shorter retry, or any retry without tiers, is held
+// queue, named by adapter.RetryName: "orders.retry.5s"), and the original
+// is acknowledged only once the broker confirmed the copy. The tiers of
+// 0.1, named by milliseconds ("orders.retry.5000ms"), still send what
+// they hold back to the work queue as it expires: leave them until they
+// are empty. A shorter retry, or any retry without tiers, is held
 // unacknowledged for its delay (at most InPlaceRetryMax) and returned:
 // Reject(requeue=true) after a handler failure, Nack(requeue=true) when the
 // handler did not run (shutdown). Nothing relies on
@@ -100,19 +103,22 @@
 // A dead letter is published mandatory with confirms: the broker returns
 // one no queue is bound for, and then the original is requeued (after
 // StoreRetryDelay, at most InPlaceRetryMax), never acknowledged. It
-// carries the original body, properties and headers plus Dedup-Reason,
-// Dedup-Error, Dedup-Queue, Dedup-Key, Dedup-Attempt,
-// Dedup-Delivery-Count, Dedup-Original-Exchange,
-// Dedup-Original-Routing-Key and Dedup-Original-Message-Id (a retry tier's
-// copy carries Dedup-Retries and Dedup-Retry-Reason): the same names, in
-// the same canonical form, as every adapter of dedup writes. AMQP table
-// keys are case-sensitive, and the consumer reads these exact names only.
-// None of them starts with "x-", which brokers reserve (RabbitMQ 3.13 and
-// later ignore x- headers set by clients); the copy drops
-// x-delivery-count, which a queue could read as its own. With
-// Options.RejectDeadLetters instead, poison is rejected without requeue to
-// the queue's own dead-letter exchange, and then the broker's x-death is
-// all the reason there is.
+// carries the original body, properties and headers plus the dead-letter
+// headers of package delivery, named alike by every adapter of dedup
+// (delivery.HeaderReason, HeaderError, HeaderSource (the queue),
+// HeaderKey, HeaderAttempt, HeaderDeliveryCount, HeaderOriginalMessageID,
+// HeaderDeadLetteredAt), and [HeaderOriginalExchange] and
+// [HeaderOriginalRoutingKey]; a retry tier's copy carries
+// [HeaderRetries] and [HeaderRetryReason]. Read them with
+// delivery.LookupHeader (over a [TableHeader] of the headers), which also
+// finds the names of 0.1 (Dedup-Queue). AMQP table keys are
+// case-sensitive. None of the names starts with "x-", which brokers
+// reserve (RabbitMQ 3.13 and later ignore x- headers set by clients); the
+// copy drops x-delivery-count, which a queue could read as its own. With
+// Options.DropPoison instead, poison is rejected without requeue: the
+// queue's own dead-letter exchange takes it, if it has one, and then the
+// broker's x-death is all the reason there is; a queue without one drops
+// it.
 //
 // # Connections
 //
@@ -133,7 +139,8 @@
 //
 // What the caller passes in stays the caller's: the Consumer never closes
 // the receiver or its store, a Publisher never closes the connection it was
-// given (Close closes only its own channel), and Topology.Declare leaves
+// given (Close(ctx) closes only its own channel, once the publish in flight
+// has its confirm), and Topology.Declare leaves
 // the caller's channel open. The Consumer closes only what it made: the
 // connections its Dialer opened, and their channels.
 //
@@ -169,7 +176,7 @@
 //	Retry tier          Decision Retry, Delay the tier's, settled once the copy was confirmed and
 //	                    the original acknowledged
 //	Dead letter         Decision DeadLetter, settled once the dead letter was confirmed and the
-//	                    original acknowledged (with RejectDeadLetters, once rejected)
+//	                    original acknowledged (with DropPoison, once rejected)
 //
 // SettleDuration is the time spent acknowledging and publishing (not the
 // hold before a return), and SettleErr what kept the Decision from being
@@ -200,9 +207,9 @@
 // returned to the queue after the receiver answered it; not those
 // returned unhandled at Stop),
 // RetriedLater (copies a retry tier took), DeadLettered (dead letters the
-// broker confirmed, or rejects sent with RejectDeadLetters),
+// broker confirmed), PoisonDropped (poison rejected with DropPoison),
 // SettleFailures (failed acknowledgements, dead letters and retry copies
-// not taken), Reconnects and StaleDeliveries; PoisonDropped stays 0. The
+// not taken), Reconnects and StaleDeliveries. The
 // receiver's Stats counts the dead letters settled without error by
 // reason.
 //
@@ -210,7 +217,7 @@
 //
 // A nil *Options means all defaults, except where poison goes, which has
 // none: NewConsumer refuses options that set neither DeadLetterExchange
-// nor RejectDeadLetters (nil among them) with an error naming both.
+// nor DropPoison (nil among them) with an error naming both.
 //
 // Start connects and starts Options.Concurrency workers consuming with a
 // per-channel prefetch of Options.Prefetch. Stop cancels the consumer,

@@ -18,7 +18,7 @@ import (
 
 // TestEnvelope: what a handler sees of a delivery: the MessageId as ID,
 // the queue as Source, the headers wrapped (values as text), the delivery
-// itself through DeliveryOf; and the shared id strategies of idstrategy
+// itself through Native; and the shared id strategies of idstrategy
 // work on it: MessageID, MessageHeader (an integer header as its text),
 // DataHash and BodyField.
 func TestEnvelope(t *testing.T) {
@@ -87,13 +87,13 @@ func TestEnvelope(t *testing.T) {
 	require.False(t, ok, "names match exactly, case included")
 	require.Equal(t, want, maps.Collect(m.Header.All()))
 
-	d, ok := dedupamqp.DeliveryOf(m)
+	d, ok := dedupamqp.Native(m)
 	require.True(t, ok)
 	require.Equal(t, "shop", d.AppId)
 	require.Equal(t, top.Queue, d.RoutingKey)
-	_, ok = dedupamqp.DeliveryOf[Order](nil)
+	_, ok = dedupamqp.Native[Order](nil)
 	require.False(t, ok)
-	_, ok = dedupamqp.DeliveryOf(&dedup.Message[Order]{})
+	_, ok = dedupamqp.Native(&dedup.Message[Order]{})
 	require.False(t, ok)
 
 	require.Equal(t, "m-1", k["message id"])

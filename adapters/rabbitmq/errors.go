@@ -43,6 +43,9 @@ var (
 	// it came on is gone (a connection loss). The broker requeued it when
 	// the channel closed; its redelivery is answered by the store.
 	ErrStaleDelivery = errors.New("dedupamqp: delivery of a closed channel not settled")
+	// ErrPublisherClosed: Publish was called on an OutboxPublisher or a
+	// Publisher after its Close.
+	ErrPublisherClosed = errors.New("dedupamqp: publisher closed")
 )
 
 // horizonError matches both ErrHorizon and dedup.ErrInvalidConfig.

@@ -20,7 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/internal/testenv"
@@ -255,7 +257,7 @@ func TestExactlyOnce(t *testing.T) {
 		dead := getAll(t, conn, top.DeadLetterQueue, len(poison))
 		queues := []string{top.Queue}
 		for _, d := range tiers {
-			queues = append(queues, dedupamqp.RetryQueueName(top.Queue, d))
+			queues = append(queues, adapter.RetryName(top.Queue, d))
 		}
 		eventually(t, "the queue and its tiers drained", func() bool {
 			for _, q := range queues {
@@ -301,8 +303,8 @@ func TestExactlyOnce(t *testing.T) {
 
 		reasons := map[string]int{}
 		for _, d := range dead {
-			reasons[fmt.Sprint(d.Headers[dedupamqp.HeaderReason])]++
-			require.NotEmpty(t, d.Headers[dedupamqp.HeaderError])
+			reasons[fmt.Sprint(d.Headers[delivery.HeaderReason])]++
+			require.NotEmpty(t, d.Headers[delivery.HeaderError])
 			require.Equal(t, top.Queue, d.Headers[dedupamqp.HeaderOriginalRoutingKey])
 		}
 		require.Equal(t, map[string]int{"undecodable": 3, "no-key": 2}, reasons)

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
@@ -38,7 +39,7 @@ func ExampleNewConsumer() {
 		panic(err)
 	}
 	defer func() {
-		for _, q := range []string{top.Queue, top.Queue + ".dlq", dedupamqp.RetryQueueName(top.Queue, 5*time.Second)} {
+		for _, q := range []string{top.Queue, top.Queue + ".dlq", adapter.RetryName(top.Queue, 5*time.Second)} {
 			_, _ = ch.QueueDelete(q, false, false, false)
 		}
 		_ = ch.ExchangeDelete(top.Queue+".dlx", false, false)
@@ -46,7 +47,7 @@ func ExampleNewConsumer() {
 
 	// Producers publish with a MessageId and confirms.
 	pub, _ := dedupamqp.NewPublisher(conn, nil)
-	defer pub.Close()
+	defer pub.Close(ctx)
 	for _, body := range []string{`{"id":"o-1","cents":500}`, `{"id":"o-2","cents":700}`, `{"id":"o-1","cents":500}`, `not json`} {
 		if _, err := pub.Publish(ctx, "", top.Queue, amqp.Publishing{ContentType: "application/json", Body: []byte(body)}); err != nil {
 			panic(err)
@@ -96,7 +97,7 @@ func ExampleNewConsumer() {
 	fmt.Println(charged)
 
 	dead, _, _ := ch.Get(top.Queue+".dlq", true)
-	fmt.Printf("dead letter %q: %s\n", dead.Body, dead.Headers[dedupamqp.HeaderReason])
+	fmt.Printf("dead letter %q: %s\n", dead.Body, dead.Headers[delivery.HeaderReason])
 	// Output:
 	// rabbitmq ack processed billing:o-1 true
 	// rabbitmq ack processed billing:o-2 true

@@ -144,7 +144,7 @@ func TestOwnership(t *testing.T) {
 	require.NoError(t, err)
 	_, err = pub.Publish(t.Context(), "", top.Queue, amqp.Publishing{Body: orderJSON(t, Order{ID: "o-1"})})
 	require.NoError(t, err)
-	require.NoError(t, pub.Close())
+	require.NoError(t, pub.Close(t.Context()))
 	require.False(t, conn.IsClosed(), "Publisher.Close closed the caller's connection")
 	_, err = conn.Channel()
 	require.NoError(t, err, "the caller's connection is still usable")

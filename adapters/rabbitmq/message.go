@@ -22,7 +22,13 @@ const BrokerRabbitMQ = "rabbitmq"
 const headerDeliveryCount = "x-delivery-count"
 
 // TableHeader is an AMQP headers table behind delivery.Header, without a
-// copy. Names match exactly, case included. Values that are not strings on
+// copy: the envelope's Header, and what a program reading dead letters
+// with amqp091 itself passes to delivery.LookupHeader, which also finds
+// the names dedupamqp 0.1 wrote:
+//
+//	queue, ok := delivery.LookupHeader(dedupamqp.TableHeader(d.Headers), delivery.HeaderSource)
+//
+// Names match exactly, case included. Values that are not strings on
 // the wire are given as their text: integers and floats in decimal,
 // booleans as "true"/"false", timestamps in RFC 3339, byte arrays as their
 // bytes, nested tables and arrays in Go's %v form.
@@ -146,12 +152,12 @@ func deliveryCount(d *amqp.Delivery) int {
 	}
 }
 
-// DeliveryOf returns the AMQP delivery m was filled from, and false when m
+// Native returns the AMQP delivery m was filled from, and false when m
 // did not come from a [Consumer]. Read it (its properties, exchange,
 // routing key); do not Ack, Nack or Reject it: the Consumer settles every
 // delivery after its outcome is recorded, on the channel it came from, and
 // a second acknowledgement closes that channel.
-func DeliveryOf[T any](m *dedup.Message[T]) (*amqp.Delivery, bool) {
+func Native[T any](m *dedup.Message[T]) (*amqp.Delivery, bool) {
 	if m == nil {
 		return nil, false
 	}

@@ -228,10 +228,10 @@ func TestPublisherInjectsTraceContext(t *testing.T) {
 	var tr tracer
 	traced, err := dedupamqp.NewPublisher(conn, &dedupamqp.PublisherOptions{Injector: &tr})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = traced.Close() })
+	t.Cleanup(func() { _ = traced.Close(context.Background()) })
 	plain, err := dedupamqp.NewPublisher(conn, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = plain.Close() })
+	t.Cleanup(func() { _ = plain.Close(context.Background()) })
 
 	ctx := adaptertest.WithSpan(t.Context(), "span-producer")
 	headers := amqp.Table{"traceparent": "old", "tenant": "acme"}

@@ -14,13 +14,13 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultConcurrency     = 8
-	DefaultInPlaceRetryMax = time.Second
-	DefaultSettleTimeout   = 10 * time.Second
-	// DefaultConsumerTimeout is RabbitMQ's default consumer_timeout: a
+	defaultConcurrency     = 8
+	defaultInPlaceRetryMax = time.Second
+	defaultSettleTimeout   = 10 * time.Second
+	// defaultConsumerTimeout is RabbitMQ's default consumer_timeout: a
 	// delivery left unacknowledged this long makes the broker close its
 	// channel.
-	DefaultConsumerTimeout = 30 * time.Minute
+	defaultConsumerTimeout = 30 * time.Minute
 )
 
 // Dialer opens a connection to the broker. The Consumer calls it at Start
@@ -47,8 +47,8 @@ func DialURL(url string) Dialer {
 
 // Options configure a Consumer. A nil *Options means all defaults, but
 // where poison messages go has no default: NewConsumer refuses options
-// that set neither DeadLetterExchange nor RejectDeadLetters (nil among
-// them) with an error naming both.
+// that set neither DeadLetterExchange nor DropPoison (nil among them) with
+// an error naming both.
 //
 // There is no callback among them: each delivery is reported once, when
 // settled, to the receiver's dedup.Config.Observer as a delivery.Event whose
@@ -69,21 +69,23 @@ type Options struct {
 	// headers plus the dedup-* headers of the package documentation; the
 	// original is acknowledged only after the broker confirmed the dead
 	// letter was routed. Start checks that the exchange exists. Set it or
-	// RejectDeadLetters. Defaults to "": none.
+	// DropPoison. Defaults to "": none.
 	DeadLetterExchange string
 
 	// DeadLetterRoutingKey is the routing key of dead letters. Defaults to
 	// the queue's name.
 	DeadLetterRoutingKey string
 
-	// RejectDeadLetters dead-letters poison with Reject(requeue=false), to
-	// the dead-letter exchange configured on the queue itself
-	// (x-dead-letter-exchange). The broker then adds x-death, which names
-	// the queue and "rejected" but not dedup's reason: that reason is only
-	// in the Observer's events and the logs. Without a dead-letter exchange
-	// on the queue, the broker drops such messages. AMQP 0.9.1 cannot read a
-	// queue's arguments, so this is not checked. Defaults to false.
-	RejectDeadLetters bool
+	// DropPoison, set instead of DeadLetterExchange, hands poison back to
+	// the broker with Reject(requeue=false): the queue's own
+	// x-dead-letter-exchange, if it has one (Topology declares one), takes
+	// the message, and the broker adds x-death, which names the queue and
+	// "rejected" but not dedup's reason (that reason is only in the
+	// Observer's events and the logs; dedupctl redrive reads x-death). A
+	// queue without an x-dead-letter-exchange drops the message. AMQP 0.9.1
+	// cannot read a queue's arguments, so which of the two happens is not
+	// checked. Defaults to false.
+	DropPoison bool
 
 	// QueueType is the type of the queue consumed, as Topology declares
 	// it (Topology.Options sets it). Start logs which returns a quorum
@@ -94,7 +96,8 @@ type Options struct {
 	QueueType QueueType
 
 	// RetryTiers are the delays of the retry queues declared for the queue
-	// (see [Topology] and [RetryQueueName]): a retry due later than
+	// (see [Topology]; each is a queue named adapter.RetryName(queue,
+	// delay), "orders.retry.5s"): a retry due later than
 	// InPlaceRetryMax is republished, with confirms and mandatory, to the
 	// shortest tier at least as long as its delay (the longest tier when
 	// none is), and the original acknowledged once the broker confirmed it.
@@ -175,11 +178,11 @@ func (o *Options) withDefaults(url string, logger *slog.Logger) Options {
 	if o != nil {
 		out = *o
 	}
-	out.Concurrency = cmp.Or(out.Concurrency, DefaultConcurrency)
+	out.Concurrency = cmp.Or(out.Concurrency, defaultConcurrency)
 	out.Prefetch = cmp.Or(out.Prefetch, out.Concurrency)
-	out.InPlaceRetryMax = cmp.Or(out.InPlaceRetryMax, DefaultInPlaceRetryMax)
-	out.SettleTimeout = cmp.Or(out.SettleTimeout, DefaultSettleTimeout)
-	out.ConsumerTimeout = cmp.Or(out.ConsumerTimeout, DefaultConsumerTimeout)
+	out.InPlaceRetryMax = cmp.Or(out.InPlaceRetryMax, defaultInPlaceRetryMax)
+	out.SettleTimeout = cmp.Or(out.SettleTimeout, defaultSettleTimeout)
+	out.ConsumerTimeout = cmp.Or(out.ConsumerTimeout, defaultConsumerTimeout)
 	if out.Decoder == nil {
 		out.Decoder = dedup.JSONDecoder{}
 	}
@@ -210,10 +213,10 @@ func (o *Options) validate() error {
 		return wrapConfig("ConsumerTimeout is %v; it must be positive", o.ConsumerTimeout)
 	case o.Dial == nil:
 		return wrapConfig("url is empty and Dial is nil: the consumer cannot connect; give a url or set Dial")
-	case o.DeadLetterExchange == "" && !o.RejectDeadLetters:
-		return wrapConfig("DeadLetterExchange is empty and RejectDeadLetters is false (nil options set neither): set DeadLetterExchange (Topology declares one) or RejectDeadLetters (the queue's own x-dead-letter-exchange); poison messages must go somewhere")
-	case o.DeadLetterExchange != "" && o.RejectDeadLetters:
-		return wrapConfig("DeadLetterExchange %q and RejectDeadLetters are both set; choose one", o.DeadLetterExchange)
+	case o.DeadLetterExchange == "" && !o.DropPoison:
+		return wrapConfig("DeadLetterExchange is empty and DropPoison is false (nil options set neither): set DeadLetterExchange (Topology declares one) or DropPoison (rejected to the queue's own x-dead-letter-exchange, dropped without one); poison messages must go somewhere")
+	case o.DeadLetterExchange != "" && o.DropPoison:
+		return wrapConfig("DeadLetterExchange %q and DropPoison are both set; choose one", o.DeadLetterExchange)
 	case len(o.RetryTiers) > 0 && o.RetryTiers[0] <= 0:
 		return wrapConfig("RetryTiers holds %v; every tier must be positive", o.RetryTiers[0])
 	}

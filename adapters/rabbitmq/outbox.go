@@ -34,16 +34,14 @@ var (
 	// publish to it would close the channel, and every message after it in
 	// the batch with it).
 	ErrNoExchange = errors.New("dedupamqp: exchange not found")
-	// ErrPublisherClosed: Publish was called after Close.
-	ErrPublisherClosed = errors.New("dedupamqp: outbox publisher closed")
 )
 
-// DefaultOutboxMaxBodySize is OutboxOptions.MaxBodySize's default:
+// defaultOutboxMaxBodySize is OutboxOptions.MaxBodySize's default:
 // RabbitMQ 4's max_message_size (16 MiB; 3.x allowed 128 MiB).
-const DefaultOutboxMaxBodySize = 16 << 20
+const defaultOutboxMaxBodySize = 16 << 20
 
-// DefaultOutboxMaxChannels is OutboxOptions.MaxChannels's default.
-const DefaultOutboxMaxChannels = 16
+// defaultOutboxMaxChannels is OutboxOptions.MaxChannels's default.
+const defaultOutboxMaxChannels = 16
 
 // outboxCloseTimeout bounds Close when its context has no deadline.
 const outboxCloseTimeout = 10 * time.Second
@@ -60,7 +58,7 @@ type OutboxOptions struct {
 	// alone, with ErrInvalidMessage. Set it to the broker's
 	// max_message_size: a message over that makes the broker close the
 	// channel, which fails every message published after it in the batch,
-	// on every try. Defaults to DefaultOutboxMaxBodySize (16 MiB).
+	// on every try. Defaults to 16 MiB, RabbitMQ 4's max_message_size.
 	MaxBodySize int
 
 	// MaxChannels bounds the channels the publisher has open at once:
@@ -68,15 +66,17 @@ type OutboxOptions struct {
 	// free (at most until its context ends). A pgoutbox relay keeps up to
 	// 256 PublishEach calls in flight; without a bound each would open a
 	// channel of its own. Keep it under the broker's channel_max.
-	// Defaults to DefaultOutboxMaxChannels (16).
+	// Defaults to 16.
 	MaxChannels int
 }
 
 // OutboxPublisher is the outbox.Publisher of RabbitMQ. Each message is
 // published, mandatory and persistent (delivery mode 2), on a channel in
 // confirm mode, to the exchange and routing key its Destination names
-// (see [SplitOutboxDestination]: "exchange/routing-key", or a queue's name
-// alone for the default exchange), with its ID as the AMQP MessageId
+// (see [OutboxDestination]: "exchange/routing-key", the parts before and
+// after the first slash, or a queue's name alone for the default
+// exchange; a queue whose name has a slash is addressed with a leading
+// one, "/billing/eu"), with its ID as the AMQP MessageId
 // property (where the next Consumer's idstrategy.MessageID finds it) and
 // its Header as the headers table, values as strings. Nothing else is
 // added: no x- header, which RabbitMQ 3.13 and later ignore when a client
@@ -156,9 +156,9 @@ func NewOutboxPublisher(url string, opts *OutboxOptions) (*OutboxPublisher, erro
 	}
 	return &OutboxPublisher{
 		dial:    o.Dial,
-		maxBody: cmp.Or(o.MaxBodySize, DefaultOutboxMaxBodySize),
+		maxBody: cmp.Or(o.MaxBodySize, defaultOutboxMaxBodySize),
 		dialing: make(chan struct{}, 1),
-		slots:   make(chan struct{}, cmp.Or(o.MaxChannels, DefaultOutboxMaxChannels)),
+		slots:   make(chan struct{}, cmp.Or(o.MaxChannels, defaultOutboxMaxChannels)),
 	}, nil
 }
 
@@ -173,14 +173,14 @@ func OutboxDestination(exchange, key string) string {
 	return exchange + "/" + key
 }
 
-// SplitOutboxDestination returns the exchange and routing key an outbox
+// splitOutboxDestination returns the exchange and routing key an outbox
 // message's Destination names: the parts before and after its first
 // slash ("orders/order.created": exchange "orders", key
 // "order.created"), or, without a slash, the default exchange and the
 // whole Destination as the key: the queue of that name ("billing"). A
 // queue whose name has a slash is addressed with a leading one
 // ("/billing/eu").
-func SplitOutboxDestination(destination string) (exchange, key string) {
+func splitOutboxDestination(destination string) (exchange, key string) {
 	exchange, key, ok := strings.Cut(destination, "/")
 	if !ok {
 		return "", destination
@@ -388,7 +388,7 @@ func (b *outboxBatch) fail(i int, err error) {
 // prepare checks m and returns its route and publishing, or why it cannot
 // be published.
 func (p *OutboxPublisher) prepare(m outbox.Message) (outboxRoute, amqp.Publishing, error) {
-	ex, key := SplitOutboxDestination(m.Destination)
+	ex, key := splitOutboxDestination(m.Destination)
 	r := outboxRoute{ex, key}
 	bad := func(format string, args ...any) error {
 		return outbox.Permanent(fmt.Errorf("%w: %s", ErrInvalidMessage, fmt.Sprintf(format, args...)))

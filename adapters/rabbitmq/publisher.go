@@ -2,8 +2,6 @@ package dedupamqp
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -14,6 +12,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/delivery"
+	"github.com/dedup-go/dedup/outbox"
 )
 
 // Publisher publishes messages that consumers can deduplicate: each one
@@ -29,8 +28,14 @@ type Publisher struct {
 	messageID dedup.KeyFunc[amqp.Publishing]
 	injector  delivery.Injector
 
-	mu sync.Mutex
-	ch *confirmChannel
+	// turn is held (a value in it) by the one call that publishes, or by
+	// Close: a channel rather than a mutex, so that the wait for it ends
+	// with a context.
+	turn chan struct{}
+
+	mu     sync.Mutex // guards ch and closed, which Close reads out of turn
+	ch     *confirmChannel
+	closed bool
 }
 
 // PublisherOptions configure a Publisher; nil means the defaults.
@@ -39,7 +44,7 @@ type PublisherOptions struct {
 	// a key strategy over amqp.Publishing, such as
 	// idstrategy.ContentHash(func(p amqp.Publishing) ([]byte, error) {
 	// return p.Body, nil }), so that the same body published twice carries
-	// the same id. Defaults to nil: a fresh random id (NewMessageID) per
+	// the same id. Defaults to nil: a fresh random id (outbox.NewMessageID) per
 	// call. A producer retrying a Publish whose outcome it does not know
 	// must keep the id: set MessageId itself, or derive it.
 	MessageID dedup.KeyFunc[amqp.Publishing]
@@ -62,7 +67,7 @@ func NewPublisher(conn *amqp.Connection, opts *PublisherOptions) (*Publisher, er
 	if conn == nil {
 		return nil, wrapConfig("connection is nil")
 	}
-	p := &Publisher{conn: conn}
+	p := &Publisher{conn: conn, turn: make(chan struct{}, 1)}
 	if opts != nil {
 		p.messageID, p.injector = opts.MessageID, opts.Injector
 	}
@@ -75,7 +80,8 @@ func NewPublisher(conn *amqp.Connection, opts *PublisherOptions) (*Publisher, er
 // ctx is written into the message's headers. An error matching ErrReturned means no queue is
 // bound for it; ErrNacked that the broker refused it; any other error
 // leaves it unknown whether the broker stored it: publish it again with
-// the same MessageId, which consumers deduplicate on.
+// the same MessageId, which consumers deduplicate on. After Close, Publish
+// fails with ErrPublisherClosed.
 func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) (string, error) {
 	if msg.MessageId == "" {
 		id, err := p.newID(msg)
@@ -93,19 +99,22 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		p.injector.Inject(ctx, func(k, v string) { h[k] = v })
 		msg.Headers = h
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ch == nil || p.ch.ch.IsClosed() {
-		ch, err := openConfirmChannel(p.conn)
-		if err != nil {
-			return "", fmt.Errorf("dedupamqp: %w", err)
-		}
-		p.ch = ch
+	if !p.take(ctx) {
+		return msg.MessageId, fmt.Errorf("dedupamqp: wait for the publish in flight: %w", ctx.Err())
 	}
-	reusable, err := p.ch.publish(ctx, exchange, key, msg)
+	defer func() { <-p.turn }()
+	ch, err := p.channel()
+	if err != nil {
+		return msg.MessageId, err
+	}
+	reusable, err := ch.publish(ctx, exchange, key, msg)
 	if !reusable {
-		p.ch.close()
-		p.ch = nil
+		p.mu.Lock()
+		if p.ch == ch {
+			p.ch = nil
+		}
+		p.mu.Unlock()
+		ch.close()
 	}
 	if err != nil {
 		return msg.MessageId, fmt.Errorf("dedupamqp: %w", err)
@@ -113,24 +122,73 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	return msg.MessageId, nil
 }
 
-// Close closes the Publisher's channel (not the connection).
-func (p *Publisher) Close() error {
+// take takes the turn, waiting for it until ctx ends; a free turn is
+// taken whatever ctx. It reports whether it took it.
+func (p *Publisher) take(ctx context.Context) bool {
+	select {
+	case p.turn <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case p.turn <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// channel returns the Publisher's channel, opened when it has none (or
+// its last one closed). The caller holds the turn.
+func (p *Publisher) channel() (*confirmChannel, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ch == nil {
-		return nil
+	if p.closed {
+		return nil, ErrPublisherClosed
 	}
-	err := p.ch.ch.Close()
+	if p.ch == nil || p.ch.ch.IsClosed() {
+		ch, err := openConfirmChannel(p.conn)
+		if err != nil {
+			return nil, fmt.Errorf("dedupamqp: %w", err)
+		}
+		p.ch = ch
+	}
+	return p.ch, nil
+}
+
+// Close closes the Publisher's channel (not the connection) once the
+// Publish in flight, if any, has its confirm. When ctx ends first, it
+// closes the channel under that Publish, which then fails with its outcome
+// unknown, and returns ctx's error. Close is idempotent; a Publish after
+// it fails with ErrPublisherClosed.
+func (p *Publisher) Close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	var waitErr error
+	if p.take(ctx) {
+		defer func() { <-p.turn }()
+	} else {
+		waitErr = ctx.Err()
+	}
+	p.mu.Lock()
+	ch := p.ch
 	p.ch = nil
-	if errors.Is(err, amqp.ErrClosed) {
-		return nil
+	p.mu.Unlock()
+	if ch == nil {
+		return waitErr
 	}
-	return err
+	// amqp091's Channel.Close may run beside a publish on the channel: the
+	// publish's confirm then fails.
+	if err := ch.ch.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		return errors.Join(waitErr, fmt.Errorf("dedupamqp: close the publisher's channel: %w", err))
+	}
+	return waitErr
 }
 
 func (p *Publisher) newID(msg amqp.Publishing) (string, error) {
 	if p.messageID == nil {
-		return NewMessageID(), nil
+		return outbox.NewMessageID(), nil
 	}
 	id, err := p.messageID(msg)
 	if err != nil {
@@ -140,13 +198,4 @@ func (p *Publisher) newID(msg amqp.Publishing) (string, error) {
 		return "", fmt.Errorf("dedupamqp: derived MessageId: %w", err)
 	}
 	return id, nil
-}
-
-// NewMessageID returns a fresh random message id: 32 hex digits (128
-// bits). Set it on a message before its first publish, and keep it for
-// every retry of that publish.
-func NewMessageID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return hex.EncodeToString(b[:])
 }

@@ -1,6 +1,7 @@
 package dedupamqp_test
 
 import (
+	"context"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -25,7 +26,7 @@ func TestPublisher(t *testing.T) {
 
 	p, err := dedupamqp.NewPublisher(conn, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	id1, err := p.Publish(ctx, "", top.Queue, amqp.Publishing{Body: []byte(`{"id":"o-1"}`)})
 	require.NoError(t, err)
 	require.Regexp(t, "^[0-9a-f]{32}$", id1)
@@ -46,7 +47,7 @@ func TestPublisher(t *testing.T) {
 		MessageID: idstrategy.ContentHash(func(p amqp.Publishing) ([]byte, error) { return p.Body, nil }),
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = hashed.Close() })
+	t.Cleanup(func() { _ = hashed.Close(context.Background()) })
 	h1, err := hashed.Publish(ctx, "", top.Queue, amqp.Publishing{Body: []byte(`{"id":"o-2"}`)})
 	require.NoError(t, err)
 	h2, err := hashed.Publish(ctx, "", top.Queue, amqp.Publishing{Body: []byte(`{"id":"o-2"}`)})
@@ -62,4 +63,35 @@ func TestPublisher(t *testing.T) {
 	}
 	require.Equal(t, []string{id1, id2, "mine", h1, h2}, ids)
 	require.Zero(t, depth(t, conn, top.Queue), "the returned and failed publishes stored nothing")
+}
+
+// TestPublisherClose: Close closes the Publisher's channel once, leaves
+// the caller's connection open, and a Publish after it fails with
+// ErrPublisherClosed; a Close whose context already ended still closes.
+func TestPublisherClose(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ.Addr(t)
+	top := declare(t, url, dedupamqp.Topology{})
+	conn := dial(t, url)
+
+	p, err := dedupamqp.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	_, err = p.Publish(t.Context(), "", top.Queue, amqp.Publishing{Body: []byte(`{"id":"o-1"}`)})
+	require.NoError(t, err)
+	require.NoError(t, p.Close(t.Context()))
+	require.NoError(t, p.Close(t.Context()), "idempotent")
+	_, err = p.Publish(t.Context(), "", top.Queue, amqp.Publishing{Body: []byte(`{"id":"o-2"}`)})
+	require.ErrorIs(t, err, dedupamqp.ErrPublisherClosed)
+	require.False(t, conn.IsClosed(), "the caller's connection")
+
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	q, err := dedupamqp.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	_, err = q.Publish(t.Context(), "", top.Queue, amqp.Publishing{Body: []byte(`{"id":"o-3"}`)})
+	require.NoError(t, err)
+	require.NoError(t, q.Close(ended), "nothing in flight: the turn is free")
+	_, err = q.Publish(t.Context(), "", top.Queue, amqp.Publishing{Body: []byte(`{"id":"o-4"}`)})
+	require.ErrorIs(t, err, dedupamqp.ErrPublisherClosed)
+	require.Equal(t, 2, depth(t, conn, top.Queue))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
@@ -103,17 +104,17 @@ func TestRetryTier(t *testing.T) {
 		require.Equal(t, "handler-error", reason)
 		rk, _ := second.HeaderValue(dedupamqp.HeaderOriginalRoutingKey)
 		require.Equal(t, top.Queue, rk)
-		sd, _ := dedupamqp.DeliveryOf(&second)
+		sd, _ := dedupamqp.Native(&second)
 		require.EqualValues(t, 1, sd.Headers["Dedup-Retries"], "the canonical spelling, counted from none")
 		require.Equal(t, "handler-error", sd.Headers["Dedup-Retry-Reason"])
 		require.Equal(t, top.Queue, sd.Headers["Dedup-Original-Routing-Key"])
 		require.Equal(t, "", sd.Headers["Dedup-Original-Exchange"])
 		death, ok := second.HeaderValue("x-death")
 		require.True(t, ok, "the broker dead-letters the expired copy back")
-		require.Contains(t, death, dedupamqp.RetryQueueName(top.Queue, tier), "not the tier at least as long as the delay")
+		require.Contains(t, death, adapter.RetryName(top.Queue, tier), "not the tier at least as long as the delay")
 		tenant, _ := second.HeaderValue("tenant")
 		require.Equal(t, "acme", tenant)
-		d, ok := dedupamqp.DeliveryOf(&second)
+		d, ok := dedupamqp.Native(&second)
 		require.True(t, ok)
 		require.Equal(t, "order.created", d.Type)
 		if n, ok := second.HeaderValue("x-delivery-count"); ok {
@@ -128,7 +129,7 @@ func TestRetryTier(t *testing.T) {
 		st := c.Stats()
 		require.EqualValues(t, 1, st.RetriedLater)
 		require.Zero(t, st.RetriedInPlace)
-		require.Zero(t, depth(t, conn, dedupamqp.RetryQueueName(top.Queue, tier)))
+		require.Zero(t, depth(t, conn, adapter.RetryName(top.Queue, tier)))
 	})
 }
 
@@ -169,13 +170,13 @@ func TestMaxAttemptsDeadLetter(t *testing.T) {
 
 		dead := getAll(t, conn, top.DeadLetterQueue, 1)[0]
 		require.Len(t, log.all(), 3, "the handler must run MaxAttempts times")
-		require.Equal(t, "attempts-exhausted", dead.Headers[dedupamqp.HeaderReason])
-		require.EqualValues(t, 3, dead.Headers[dedupamqp.HeaderAttempt])
-		require.Equal(t, "attempts:m-1", dead.Headers[dedupamqp.HeaderKey])
+		require.Equal(t, "attempts-exhausted", dead.Headers[delivery.HeaderReason])
+		require.EqualValues(t, 3, dead.Headers[delivery.HeaderAttempt])
+		require.Equal(t, "attempts:m-1", dead.Headers[delivery.HeaderKey])
 		require.EqualValues(t, 3, dead.Headers["Dedup-Attempt"])
 		require.Equal(t, "attempts:m-1", dead.Headers["Dedup-Key"])
-		require.Contains(t, dead.Headers[dedupamqp.HeaderError], "card declined (run 3)")
-		at, err := time.Parse(dedupamqp.DeadLetteredAtLayout, fmt.Sprint(dead.Headers[dedupamqp.HeaderDeadLetteredAt]))
+		require.Contains(t, dead.Headers[delivery.HeaderError], "card declined (run 3)")
+		at, err := time.Parse("2006-01-02T15:04:05.000Z07:00", fmt.Sprint(dead.Headers[delivery.HeaderDeadLetteredAt]))
 		require.NoError(t, err, "the dead letter says when it was made")
 		require.False(t, at.Before(published) || at.After(time.Now()), "dead-lettered at %v: not between the publish (%v) and now", at, published)
 		require.Equal(t, "m-1", dead.MessageId)
@@ -189,23 +190,23 @@ func TestMaxAttemptsDeadLetter(t *testing.T) {
 		}
 		if typ == dedupamqp.Quorum {
 			require.Equal(t, []int{1, 2, 3}, counts)
-			require.EqualValues(t, 3, dead.Headers[dedupamqp.HeaderDeliveryCount])
+			require.EqualValues(t, 3, dead.Headers[delivery.HeaderDeliveryCount])
 		} else {
 			require.Equal(t, []int{1, 0, 0}, counts, "a classic queue does not count: 0 once redelivered")
 		}
 		require.True(t, log.all()[2].env.Redelivered)
 		tapped := getAll(t, conn, tap, 1)[0]
 		require.NotContains(t, tapped.Headers, "x-delivery-count", "the work queue's x-delivery-count was copied into the dead letter")
-		require.Equal(t, "attempts-exhausted", tapped.Headers[dedupamqp.HeaderReason])
+		require.Equal(t, "attempts-exhausted", tapped.Headers[delivery.HeaderReason])
 		require.EqualValues(t, 2, c.Stats().RetriedInPlace)
 		require.Zero(t, depth(t, conn, top.Queue))
 	})
 }
 
-// TestRejectDeadLetters: with RejectDeadLetters, poison is rejected
-// without requeue and the queue's own dead-letter exchange takes it, with
-// the broker's x-death (and no dedup reason).
-func TestRejectDeadLetters(t *testing.T) {
+// TestDropPoison: with DropPoison, poison is rejected without requeue and
+// the queue's own dead-letter exchange takes it, with the broker's x-death
+// (and no dedup reason).
+func TestDropPoison(t *testing.T) {
 	t.Parallel()
 	url := testenv.RabbitMQ.Addr(t)
 	top := declare(t, url, dedupamqp.Topology{})
@@ -218,7 +219,7 @@ func TestRejectDeadLetters(t *testing.T) {
 	rcv, err := dedup.NewReceiver(store, idstrategy.MessageID[Order](),
 		func(context.Context, *dedup.Message[Order]) (struct{}, error) { return struct{}{}, nil }, cfg)
 	require.NoError(t, err)
-	c, err := dedupamqp.NewConsumer(url, top.Queue, rcv, &dedupamqp.Options{RejectDeadLetters: true})
+	c, err := dedupamqp.NewConsumer(url, top.Queue, rcv, &dedupamqp.Options{DropPoison: true})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))
 	stopAtCleanup(t, c)
@@ -226,10 +227,53 @@ func TestRejectDeadLetters(t *testing.T) {
 	dead := getAll(t, conn, top.DeadLetterQueue, 1)[0]
 	require.Equal(t, []byte("not json"), dead.Body)
 	require.Contains(t, dead.Headers, "x-death")
-	require.NotContains(t, dead.Headers, dedupamqp.HeaderReason)
+	require.NotContains(t, dead.Headers, delivery.HeaderReason)
 	eventually(t, "the delivery settled", func() bool { return ev.count() == 1 })
 	require.Equal(t, delivery.ReasonUndecodable, ev.snapshot()[0].Decision.Reason)
-	require.EqualValues(t, 1, c.Stats().DeadLettered)
+	require.EqualValues(t, 1, c.Stats().PoisonDropped, "rejected: the broker, not the consumer, dead-letters it")
+	require.Zero(t, c.Stats().DeadLettered)
+}
+
+// TestDropPoisonWithoutDeadLetterExchange: with DropPoison on a queue
+// without an x-dead-letter-exchange, the broker drops the rejected poison.
+func TestDropPoisonWithoutDeadLetterExchange(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ.Addr(t)
+	conn := dial(t, url)
+	queue := "dedupt." + suffix() + ".plain"
+	_, err := channel(t, conn).QueueDeclare(queue, false, false, false, false, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(url)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(queue, false, false, false)
+		}
+	})
+	store, err := memstore.New(nil)
+	require.NoError(t, err)
+	var ev events
+	cfg := fastConfig("drop")
+	cfg.Observer = &ev
+	rcv, err := dedup.NewReceiver(store, idstrategy.MessageID[Order](),
+		func(context.Context, *dedup.Message[Order]) (struct{}, error) { return struct{}{}, nil }, cfg)
+	require.NoError(t, err)
+	c, err := dedupamqp.NewConsumer(url, queue, rcv, &dedupamqp.Options{DropPoison: true})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(t.Context()))
+	stopAtCleanup(t, c)
+	publishAll(t, conn, queue, []amqp.Publishing{{MessageId: "m-1", Body: []byte("not json")}})
+	eventually(t, "the delivery settled", func() bool { return ev.count() == 1 })
+	require.Equal(t, delivery.DeadLetter, ev.snapshot()[0].Decision.Action)
+	require.NoError(t, ev.snapshot()[0].SettleErr)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	defer cancel()
+	require.NoError(t, c.Stop(ctx))
+	require.Zero(t, depth(t, conn, queue), "dropped, not requeued")
+	require.EqualValues(t, 1, c.Stats().PoisonDropped)
 }
 
 // TestDeadLetterUnroutable: a dead letter the broker returns (no queue
@@ -271,7 +315,7 @@ func TestDeadLetterUnroutable(t *testing.T) {
 
 	require.NoError(t, admin.QueueBind(top.DeadLetterQueue, top.Queue, top.DeadLetterExchange, false, nil))
 	dead := getAll(t, conn, top.DeadLetterQueue, 1)[0]
-	require.Equal(t, "undecodable", dead.Headers[dedupamqp.HeaderReason])
+	require.Equal(t, "undecodable", dead.Headers[delivery.HeaderReason])
 	eventually(t, "the original acknowledged", func() bool { return c.Stats().DeadLettered == 1 })
 	require.Zero(t, depth(t, conn, top.Queue))
 	require.Zero(t, depth(t, conn, top.DeadLetterQueue), "one dead letter, not one per attempt")

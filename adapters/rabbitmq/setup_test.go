@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/testenv"
@@ -116,7 +117,7 @@ func declare(t testing.TB, url string, top dedupamqp.Topology) dedupamqp.Topolog
 		}
 		names := []string{top.Queue, top.DeadLetterQueue}
 		for _, d := range top.RetryTiers {
-			names = append(names, dedupamqp.RetryQueueName(top.Queue, d))
+			names = append(names, adapter.RetryName(top.Queue, d))
 		}
 		for _, q := range names {
 			if _, err := ch.QueueDelete(q, false, false, false); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
@@ -38,18 +39,18 @@ func TestOptionsValidation(t *testing.T) {
 		opts       *dedupamqp.Options
 		want       string
 	}{
-		"nil options":        {url, "q", nil, "DeadLetterExchange is empty and RejectDeadLetters is false"},
+		"nil options":        {url, "q", nil, "DeadLetterExchange is empty and DropPoison is false"},
 		"nil, no queue":      {url, "", nil, "queue is empty"},
 		"nil, no url":        {"", "q", nil, "url is empty and Dial is nil"},
-		"no dead letters":    {url, "q", &dedupamqp.Options{}, "DeadLetterExchange is empty and RejectDeadLetters is false"},
-		"both dead letters":  {url, "q", &dedupamqp.Options{DeadLetterExchange: "x", RejectDeadLetters: true}, "choose one"},
-		"empty queue":        {url, "", &dedupamqp.Options{RejectDeadLetters: true}, "queue is empty"},
-		"no url, no Dial":    {"", "q", &dedupamqp.Options{RejectDeadLetters: true}, "url is empty and Dial is nil"},
-		"negative workers":   {url, "q", &dedupamqp.Options{RejectDeadLetters: true, Concurrency: -1}, "Concurrency"},
-		"prefetch too large": {url, "q", &dedupamqp.Options{RejectDeadLetters: true, Prefetch: 70000}, "Prefetch"},
-		"negative tier":      {url, "q", &dedupamqp.Options{RejectDeadLetters: true, RetryTiers: []time.Duration{-time.Second}}, "RetryTiers"},
-		"sub-ms tier":        {url, "q", &dedupamqp.Options{RejectDeadLetters: true, RetryTiers: []time.Duration{1500 * time.Microsecond}}, "milliseconds"},
-		"negative hold":      {url, "q", &dedupamqp.Options{RejectDeadLetters: true, InPlaceRetryMax: -1}, "InPlaceRetryMax"},
+		"no dead letters":    {url, "q", &dedupamqp.Options{}, "DeadLetterExchange is empty and DropPoison is false"},
+		"both dead letters":  {url, "q", &dedupamqp.Options{DeadLetterExchange: "x", DropPoison: true}, "choose one"},
+		"empty queue":        {url, "", &dedupamqp.Options{DropPoison: true}, "queue is empty"},
+		"no url, no Dial":    {"", "q", &dedupamqp.Options{DropPoison: true}, "url is empty and Dial is nil"},
+		"negative workers":   {url, "q", &dedupamqp.Options{DropPoison: true, Concurrency: -1}, "Concurrency"},
+		"prefetch too large": {url, "q", &dedupamqp.Options{DropPoison: true, Prefetch: 70000}, "Prefetch"},
+		"negative tier":      {url, "q", &dedupamqp.Options{DropPoison: true, RetryTiers: []time.Duration{-time.Second}}, "RetryTiers"},
+		"sub-ms tier":        {url, "q", &dedupamqp.Options{DropPoison: true, RetryTiers: []time.Duration{1500 * time.Microsecond}}, "milliseconds"},
+		"negative hold":      {url, "q", &dedupamqp.Options{DropPoison: true, InPlaceRetryMax: -1}, "InPlaceRetryMax"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := dedupamqp.NewConsumer(tc.url, tc.queue, rcv, tc.opts)
@@ -57,7 +58,7 @@ func TestOptionsValidation(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	_, err := dedupamqp.NewConsumer[Order, struct{}](url, "q", nil, &dedupamqp.Options{RejectDeadLetters: true})
+	_, err := dedupamqp.NewConsumer[Order, struct{}](url, "q", nil, &dedupamqp.Options{DropPoison: true})
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
 
 	err = dedupamqp.Topology{Queue: "q", DeliveryLimit: 3}.Declare(t.Context(), nil)
@@ -96,7 +97,7 @@ func TestStartChecks(t *testing.T) {
 		opts := top.Options()
 		opts.RetryTiers = append(opts.RetryTiers, 3*time.Second)
 		err := start(t, top.Queue, nil, opts)
-		require.ErrorContains(t, err, dedupamqp.RetryQueueName(top.Queue, 3*time.Second))
+		require.ErrorContains(t, err, adapter.RetryName(top.Queue, 3*time.Second))
 	})
 	t.Run("missing queue", func(t *testing.T) {
 		err := start(t, top.Queue+".nope", nil, top.Options())

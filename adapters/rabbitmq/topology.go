@@ -3,10 +3,11 @@ package dedupamqp
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dedup-go/dedup/adapter"
 )
 
 // QueueType is the kind of queue Topology declares.
@@ -40,10 +41,16 @@ type Topology struct {
 	// binding key. Defaults to Queue + ".dlq".
 	DeadLetterQueue string
 	// RetryTiers are the delays of the retry queues: for each, a queue
-	// named RetryQueueName(Queue, delay) with that x-message-ttl whose
-	// dead-letter exchange is the default exchange and routing key Queue,
-	// so that an expired message goes back to the work queue. Each must be
-	// a whole number of milliseconds. Defaults to none.
+	// named adapter.RetryName(Queue, delay) ("orders.retry.5s",
+	// "orders.retry.1m30s") with that x-message-ttl whose dead-letter
+	// exchange is the default exchange and routing key Queue, so that an
+	// expired message goes back to the work queue. Each must be a whole
+	// number of milliseconds. Defaults to none.
+	//
+	// dedupamqp 0.1 named the tiers by milliseconds ("orders.retry.5000ms";
+	// the same name below a second). Such a queue, left in place, still
+	// sends what it holds to the work queue as its TTL expires, so the
+	// upgrade loses nothing; delete it once it is empty.
 	RetryTiers []time.Duration
 	// DeliveryLimit is a quorum queue's x-delivery-limit: after this many
 	// returns (Reject with requeue, and, before RabbitMQ 4, Nack with
@@ -54,12 +61,6 @@ type Topology struct {
 	// Arguments are further arguments of the work queue (x-max-length,
 	// ...); the ones above take precedence. Defaults to none.
 	Arguments amqp.Table
-}
-
-// RetryQueueName is the name of queue's retry tier of delay:
-// "orders.retry.5000ms" for 5s.
-func RetryQueueName(queue string, delay time.Duration) string {
-	return queue + ".retry." + strconv.FormatInt(delay.Milliseconds(), 10) + "ms"
 }
 
 // Options returns Consumer options that match the topology: its dead-letter
@@ -146,7 +147,7 @@ func (t Topology) Declare(ctx context.Context, ch *amqp.Channel) error {
 		}},
 	}
 	for _, d := range t.RetryTiers {
-		name := RetryQueueName(t.Queue, d)
+		name := adapter.RetryName(t.Queue, d)
 		steps = append(steps, struct {
 			what string
 			do   func() error

@@ -175,7 +175,7 @@ func (w *worker[T, R]) retry(ctx context.Context, s *session, d *amqp.Delivery, 
 	}
 	var tierErr error
 	if tier, ok := c.tierFor(dec.Delay); ok {
-		name := RetryQueueName(c.queue, tier)
+		name := adapter.RetryName(c.queue, tier)
 		msg := retryPublishing(d, dec)
 		w.inject(ctx, msg.Headers)
 		tierErr = w.publish(ctx, s, "", name, msg)
@@ -265,16 +265,17 @@ func (w *worker[T, R]) hold(s *session, d time.Duration) bool {
 
 // deadLetter publishes the dead letter and acknowledges the original once
 // the broker confirmed it; if the dead letter cannot be published, the
-// original is requeued (after a pause), never dropped. With
-// RejectDeadLetters, the broker dead-letters it (Reject, requeue=false).
+// original is requeued (after a pause), never dropped. With DropPoison,
+// it is rejected (requeue=false) to the queue's own dead-letter exchange,
+// or dropped by the broker when the queue has none.
 func (w *worker[T, R]) deadLetter(ctx context.Context, s *session, it *delivered[T], dl *adapter.Delivery[R]) error {
 	c := w.c
 	d, dec := &it.d, dl.Decision
-	if c.opts.RejectDeadLetters {
+	if c.opts.DropPoison {
 		if err := w.reject(ctx, s, d, false); err != nil {
 			return err
 		}
-		c.stats.deadLettered.Add(1)
+		c.stats.poisonDropped.Add(1)
 		return nil
 	}
 	msg := deadLetterPublishing(d, c.queue, it.env.DeliveryCount, dl.Result, dec)

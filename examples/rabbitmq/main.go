@@ -28,6 +28,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
@@ -74,7 +75,7 @@ func run(ctx context.Context, url string, w io.Writer) error {
 		return err
 	}
 	defer func() {
-		for _, q := range []string{top.Queue, top.Queue + ".dlq", dedupamqp.RetryQueueName(top.Queue, tier)} {
+		for _, q := range []string{top.Queue, top.Queue + ".dlq", adapter.RetryName(top.Queue, tier)} {
 			_, _ = ch.QueueDelete(q, false, false, false)
 		}
 		_ = ch.ExchangeDelete(top.Queue+".dlx", false, false)
@@ -87,7 +88,7 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer pub.Close()
+	defer pub.Close(ctx)
 	for i := range 5 {
 		data, _ := json.Marshal(Order{ID: fmt.Sprintf("order-%d", i), Cents: 100 * (i + 1)})
 		for range 2 {
@@ -187,6 +188,6 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	if err != nil || !ok {
 		return fmt.Errorf("no dead letter (%v)", err)
 	}
-	fmt.Fprintf(w, "dead letter %q: reason %s\n", dead.Body, dead.Headers[dedupamqp.HeaderReason])
+	fmt.Fprintf(w, "dead letter %q: reason %s\n", dead.Body, dead.Headers[delivery.HeaderReason])
 	return nil
 }

@@ -397,7 +397,7 @@ func traceRabbitMQ(ctx context.Context, url string, log *slog.Logger) (*Capture,
 	if err != nil {
 		return nil, err
 	}
-	defer pub.Close()
+	defer pub.Close(ctx)
 	producer, err := tr.produce(ctx, dedupamqp.BrokerRabbitMQ, top.Queue, func(ctx context.Context) error {
 		for _, data := range messages() {
 			if _, err := pub.Publish(ctx, "", top.Queue, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: data}); err != nil {

@@ -133,7 +133,7 @@ func (b *amqpE2E) startDownstream(t *testing.T, rcv *dedup.Receiver[*dedup.Messa
 
 func (b *amqpE2E) startDown(t *testing.T) {
 	var err error
-	b.down, err = dedupamqp.NewConsumer(b.addr, b.n.downQueue, b.rcv, &dedupamqp.Options{RejectDeadLetters: true, Logger: quiet})
+	b.down, err = dedupamqp.NewConsumer(b.addr, b.n.downQueue, b.rcv, &dedupamqp.Options{DropPoison: true, Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, b.down.Start(context.WithoutCancel(t.Context())))
 }

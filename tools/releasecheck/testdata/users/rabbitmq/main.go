@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -29,7 +30,7 @@ func main() {
 		}
 		return
 	}
-	fmt.Println(dedupamqp.RetryQueueName("orders", 5*time.Second), dedupamqp.Classic)
+	fmt.Println(adapter.RetryName("orders", 5*time.Second), dedupamqp.Classic)
 }
 
 func run(ctx context.Context, url string) error {
@@ -51,7 +52,7 @@ func run(ctx context.Context, url string) error {
 	if err != nil {
 		return err
 	}
-	defer pub.Close()
+	defer pub.Close(ctx)
 	if _, err := pub.Publish(ctx, "", top.Queue, amqp.Publishing{ContentType: "application/json", Body: []byte(`{"id":"o-1"}`)}); err != nil {
 		return err
 	}
