@@ -115,13 +115,13 @@ func (ro *redriveOptions) rabbitMQCmd(o *options) *cobra.Command {
 		Use:   "rabbitmq --queue DLQ",
 		Short: "Redrive the dead letters of a RabbitMQ queue",
 		Long: `Redrive the dead letters of a RabbitMQ queue: each goes back to the queue named
-by its Dedup-Queue header, through the default exchange (an exchange the
-producer used might hand a copy to every queue bound to it, and only this one
-dead-lettered it), published mandatory with publisher confirms; the letter is
-then acknowledged.
+by its Dedup-Source header (Dedup-Queue on a letter of dedup 0.1), through
+the default exchange (an exchange the producer used might hand a copy to every
+queue bound to it, and only this one dead-lettered it), published mandatory
+with publisher confirms; the letter is then acknowledged.
 
 Dead letters of the broker's own dead-lettering (the adapter's
-RejectDeadLetters, a queue's x-dead-letter-exchange) carry only x-death: they
+DropPoison, a queue's x-dead-letter-exchange) carry only x-death: they
 go to the queue it names, with Dedup-Original-Exchange and
 Dedup-Original-Routing-Key set from it. They carry no key: give --key-from
 (and --namespace) so that their records are read and forgotten like the

@@ -13,7 +13,7 @@ const (
 	// and the headers naming its origin.
 	ByAdapter
 	// ByBroker: a dead letter of RabbitMQ's own dead-lettering (a queue's
-	// x-dead-letter-exchange, as the adapter's RejectDeadLetters uses):
+	// x-dead-letter-exchange, where the adapter's DropPoison rejects to):
 	// only x-death says where it came from; no key, no dedup reason.
 	ByBroker
 )

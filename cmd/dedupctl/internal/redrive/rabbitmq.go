@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // RabbitMQConfig says where a RabbitMQ source reads.
@@ -30,8 +31,9 @@ type RabbitMQConfig struct {
 // channel (or its connection dies with the process). A pass reads at most
 // the letters the queue held when it began.
 //
-// A copy goes to the queue the letter names (Dedup-Queue; x-death's queue
-// for the broker's own dead letters) through the default exchange, not to
+// A copy goes to the queue the letter names (Dedup-Source, or Dedup-Queue
+// on a letter of dedupamqp 0.1; x-death's queue for the broker's own dead
+// letters) through the default exchange, not to
 // the exchange the producer used: a fanout or topic exchange would hand a
 // copy to every queue bound to it, and only one of them dead-lettered the
 // message. It is published mandatory, on a channel in confirm mode, and
@@ -120,6 +122,9 @@ func (r *RabbitMQ) Next(context.Context) (*Letter, error) {
 
 func rabbitLetterOf(d amqp.Delivery) *Letter {
 	h := d.Headers
+	// The adapter's headers, read by their names now or before 1.0: a
+	// letter of 0.1 says Dedup-Queue where one of now says Dedup-Source.
+	dh := dedupamqp.TableHeader(h)
 	l := &Letter{
 		ID:        strconv.FormatUint(d.DeliveryTag, 10),
 		MessageID: d.MessageId,
@@ -127,13 +132,13 @@ func rabbitLetterOf(d amqp.Delivery) *Letter {
 		Body:      d.Body,
 	}
 	rl := rabbitLetter{d: d}
-	if reason, ok := tableString(h, dedupamqp.HeaderReason); ok {
+	if reason, ok := delivery.LookupHeader(dh, delivery.HeaderReason); ok {
 		l.Marking, l.Reason = ByAdapter, reason
-		l.Key, _ = tableString(h, dedupamqp.HeaderKey)
-		l.Error, _ = tableString(h, dedupamqp.HeaderError)
-		rl.queue, _ = tableString(h, dedupamqp.HeaderQueue)
-		if at, ok := tableString(h, dedupamqp.HeaderDeadLetteredAt); ok {
-			l.Time, _ = time.Parse(dedupamqp.DeadLetteredAtLayout, at)
+		l.Key, _ = delivery.LookupHeader(dh, delivery.HeaderKey)
+		l.Error, _ = delivery.LookupHeader(dh, delivery.HeaderError)
+		rl.queue, _ = delivery.LookupHeader(dh, delivery.HeaderSource)
+		if at, ok := delivery.LookupHeader(dh, delivery.HeaderDeadLetteredAt); ok {
+			l.Time, _ = time.Parse(time.RFC3339, at) // milliseconds are read too
 		}
 	} else if death, ok := lastDeath(h); ok {
 		l.Marking = ByBroker

@@ -122,14 +122,14 @@ func (e *rabbitEnv) depth(t testing.TB, queue string) int {
 
 // consume runs rcv over the orders queue with the adapter until the
 // returned stop is called (or the test ends). reject dead-letters with
-// the broker's own dead-lettering (RejectDeadLetters) instead of the
-// adapter's publish.
+// the broker's own dead-lettering (DropPoison, to the queue's
+// x-dead-letter-exchange) instead of the adapter's publish.
 func (e *rabbitEnv) consume(t testing.TB, rcv *dedup.Receiver[*dedup.Message[Order], string], reject, fingerprint bool) (stop func()) {
 	t.Helper()
 	opts := e.top.Options()
 	if reject {
 		opts.DeadLetterExchange = ""
-		opts.RejectDeadLetters = true
+		opts.DropPoison = true
 	}
 	opts.Concurrency, opts.Prefetch, opts.Fingerprint = 16, 64, fingerprint
 	c, err := dedupamqp.NewConsumer(e.url, e.top.Queue, rcv, opts)

@@ -9,6 +9,7 @@ import (
 
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/cmd/dedupctl/internal/redrive"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // TestRabbitMQCrashHalfway: 1,000 orders dead-lettered by the adapter; the
@@ -199,7 +200,7 @@ func TestRabbitMQCopyRefused(t *testing.T) {
 }
 
 // TestRabbitMQBrokerLetters: letters of the broker's own dead-lettering
-// (RejectDeadLetters: x-death only) go back to the queue x-death names;
+// (DropPoison: x-death only) go back to the queue x-death names;
 // with --key-from their records are forgotten, so the copies (their
 // records at MaxAttempts) run once each; without, a dry run says their
 // records are not read.
@@ -246,6 +247,48 @@ func publishings(ds []amqp.Delivery) []amqp.Publishing {
 		out[i] = amqp.Publishing{Headers: d.Headers, Body: d.Body, MessageId: d.MessageId, ContentType: d.ContentType, DeliveryMode: d.DeliveryMode}
 	}
 	return out
+}
+
+// TestRabbitMQFormerHeaders: letters as dedupamqp 0.1 wrote them, naming
+// their queue in Dedup-Queue (now Dedup-Source), are redriven to that
+// queue, --since reading their Dedup-Dead-Lettered-At, and processed once.
+func TestRabbitMQFormerHeaders(t *testing.T) {
+	t.Parallel()
+	e := newRabbitEnv(t)
+	ids := []string{"a", "b"}
+	e.deadLetter(t, orders(ids...), false)
+	// The same letters, their records as the adapter left them, under the
+	// names of 0.1.
+	letters := e.getAll(t, e.top.DeadLetterQueue)
+	require.Len(t, letters, len(ids))
+	for i, d := range letters {
+		h := amqp.Table{}
+		for k, v := range d.Headers {
+			if k != delivery.HeaderSource {
+				h[k] = v
+			}
+		}
+		require.Equal(t, e.top.Queue, d.Headers[delivery.HeaderSource])
+		h["Dedup-Queue"] = e.top.Queue
+		letters[i].Headers = h
+	}
+	e.publish(t, e.top.DeadLetterQueue, publishings(letters))
+
+	res := runTool(t, nil, e.args("--since", "1h")...)
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	require.Len(t, res.rows, len(ids), "rows: %+v", res.rows)
+	for _, r := range res.rows {
+		require.Equal(t, "republished", r.Action, "row %+v", r)
+		require.Equal(t, "queue "+e.top.Queue, r.To)
+		require.Equal(t, "attempts-exhausted", r.Reason)
+		require.False(t, r.Time.IsZero(), "Dedup-Dead-Lettered-At")
+	}
+	require.Equal(t, "orders:a", res.byKey()["orders:a"].Key)
+	require.Zero(t, e.depth(t, e.top.DeadLetterQueue))
+	eff := newEffects()
+	fixed := e.consumer(t, fixedReceiver(t, e.st, e.ns, eff), false, false)
+	e.drained(t, fixed(), fixed)
+	requireExactlyOnce(t, eff, ids)
 }
 
 // TestRabbitMQSince: --since reads the time the adapter wrote on its
