@@ -143,9 +143,13 @@ func TestStoreOutageDeadLettersNothing(t *testing.T) {
 
 			eventually(t, "every order charged", func() bool { return len(r.charged()) == orders })
 			eventually(t, "the queue drained", func() bool { return depth(t, r.conn, r.top.Queue) == 0 })
-			eventually(t, "every delivery settled", func() bool {
-				return r.ev.reasons()[delivery.ReasonProcessed] >= orders
-			})
+			settledBy := time.Now().Add(testenv.WaitTimeout)
+			for r.ev.reasons()[delivery.ReasonProcessed] < orders {
+				if time.Now().After(settledBy) {
+					t.Fatalf("timed out after %v waiting for every delivery settled: settled by reason %v, charged %v", testenv.WaitTimeout, r.ev.reasons(), r.charged())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 			stopCtx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
 			defer cancel()
 			require.NoError(t, r.c.Stop(stopCtx))
