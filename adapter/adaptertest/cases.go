@@ -79,7 +79,12 @@ func testLifecycle(t *testing.T, f *fixture) {
 	settled, _ = f.obs.events()
 	require.Equal(t, 1, count(settled, acked(key("lifecycle"))),
 		"the delivery whose handler ran when Stop was called must be acked and settled before Stop returns; settled:\n%s", describe(settled))
-	require.Equal(t, "released", <-outcome, "Stop cancelled the handler's context: Stop must let running handlers finish")
+	select {
+	case how := <-outcome:
+		require.Equal(t, "released", how, "Stop cancelled the handler's context: Stop must let running handlers finish")
+	default:
+		t.Fatal("Stop returned before the running handler did")
+	}
 
 	f.recv(t, c.Stopped(), "Stopped to close after Stop returned")
 	require.NoError(t, c.Err(), "Err after Stop")
