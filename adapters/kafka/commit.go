@@ -90,7 +90,7 @@ func (cm *committer) add(p *partition) {
 func (cm *committer) start() {
 	every := cm.opts.CommitInterval
 	if every == CommitEveryOutcome {
-		every = DefaultCommitInterval
+		every = defaultCommitInterval
 	}
 	go func() {
 		defer close(cm.done)

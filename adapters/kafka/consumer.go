@@ -37,7 +37,7 @@ type counters struct {
 //
 // The envelope's Source and Stream are the topic, Partition and Offset the
 // message's, Header its record headers ([Header]), Timestamp its time.
-// [KafkaMessage] returns the kafka.Message behind it.
+// [Native] returns the kafka.Message behind it.
 type Consumer[T, R any] struct {
 	reader *kafka.Reader
 	rcv    *adapter.Receiver[*dedup.Message[T], R]
@@ -64,6 +64,8 @@ type Consumer[T, R any] struct {
 	committer   *committer
 }
 
+var _ dedup.Consumer = (*Consumer[struct{}, struct{}])(nil)
+
 type partitionID struct {
 	topic     string
 	partition int
@@ -73,10 +75,10 @@ type partitionID struct {
 // must have a GroupID and a CommitInterval of 0 (synchronous commits), which
 // Start checks.
 //
-// A nil opts means all defaults, but the choice between
-// Options.DeadLetterTopic and Options.DropPoison has no default: NewConsumer
-// refuses options that make neither (nil among them) with an error matching
-// dedup.ErrInvalidConfig that names both.
+// A nil opts is the zero Options: every field takes its default, but
+// where poison goes has none, so a nil opts is refused, as are Options
+// that set neither Options.DeadLetterTopic nor Options.DropPoison, with an
+// error matching dedup.ErrInvalidConfig that names both (see Options).
 //
 // r stays the caller's: the Consumer never closes it. Close it after Stop
 // returns (or after Stopped is closed): closing it leaves the consumer

@@ -11,18 +11,21 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// Headers of a dead letter, added to the original message's headers.
+// HeaderFirstFailure is the header of a dead letter and of a retry copy
+// that says when this consumer first saw the message fail (RFC 3339, UTC):
+// a retry copy carries it to its next attempt and to its dead letter.
+// Kafka alone has it; the other headers of dead letters and retry copies
+// are the delivery.Header* names every adapter shares (see the package
+// documentation).
+const HeaderFirstFailure = "Dedup-First-Failure"
+
+// The names of 0.1 of the headers a retry copy carries that now have a
+// delivery.Header* name (delivery.LookupHeader reads them too): a copy
+// made of a message that carries them (a retry copy written by 0.1) drops
+// them, so that the copy says one thing under one name.
 const (
-	HeaderReason       = "Dedup-Reason"        // the delivery.Reason, e.g. "undecodable"
-	HeaderError        = "Dedup-Error"         // the error's text, on one line
-	HeaderTopic        = "Dedup-Topic"         // the original's topic
-	HeaderPartition    = "Dedup-Partition"     // the original's partition
-	HeaderOffset       = "Dedup-Offset"        // the original's offset
-	HeaderGroup        = "Dedup-Group"         // the consumer group
-	HeaderKey          = "Dedup-Key"           // the record's key in the store, when it had one
-	HeaderAttempt      = "Dedup-Attempt"       // the attempt that ended it (0 when no claim was made)
-	HeaderFirstFailure = "Dedup-First-Failure" // RFC 3339 time of the first failure seen by this consumer
-	HeaderOriginalID   = "Dedup-Message-Id"    // the original's HeaderMessageID, when it had one
+	formerHeaderTopic = "Dedup-Topic" // delivery.HeaderSource and HeaderStream
+	formerHeaderGroup = "Dedup-Group" // delivery.HeaderConsumerGroup
 )
 
 // deadLetter is what a dead letter says.
@@ -57,25 +60,22 @@ func (dl deadLetter) message(topic string) kafka.Message {
 		}
 		if kv.Key == HeaderMessageID {
 			// The dead letter has an id of its own; the original's is kept.
-			h = append(h, kafka.Header{Key: HeaderOriginalID, Value: kv.Value})
+			h = append(h, kafka.Header{Key: delivery.HeaderOriginalMessageID, Value: kv.Value})
 			continue
 		}
 		h = append(h, kv)
 	}
 	add := func(k, v string) { h = append(h, kafka.Header{Key: k, Value: []byte(v)}) }
 	add(HeaderMessageID, deadLetterID(dl.from))
-	add(HeaderReason, string(dl.reason))
+	add(delivery.HeaderReason, string(dl.reason))
 	if dl.err != nil {
-		add(HeaderError, oneLine(dl.err.Error()))
+		add(delivery.HeaderError, oneLine(dl.err.Error()))
 	}
-	add(HeaderTopic, dl.from.topic)
-	add(HeaderPartition, strconv.Itoa(dl.from.partition))
-	add(HeaderOffset, strconv.FormatInt(dl.from.offset, 10))
-	add(HeaderGroup, dl.group)
+	addOrigin(add, dl.msg.Topic, dl.from, dl.group)
 	if dl.key != "" {
-		add(HeaderKey, dl.key)
+		add(delivery.HeaderKey, dl.key)
 	}
-	add(HeaderAttempt, strconv.Itoa(dl.attempt))
+	add(delivery.HeaderAttempt, strconv.Itoa(dl.attempt))
 	if !dl.firstFail.IsZero() {
 		add(HeaderFirstFailure, dl.firstFail.UTC().Format(time.RFC3339Nano))
 	}
@@ -83,6 +83,19 @@ func (dl deadLetter) message(topic string) kafka.Message {
 		dl.trace(func(k, v string) { h = setHeader(h, k, v) })
 	}
 	return kafka.Message{Topic: topic, Key: dl.msg.Key, Value: dl.msg.Value, Headers: h}
+}
+
+// addOrigin adds the headers that say where a message was consumed from
+// (delivery.HeaderSource: source, the topic it was read from, a retry
+// topic for a retry copy) and where it is in its log (HeaderStream,
+// HeaderPartition, HeaderOffset: where it was first read), and by which
+// consumer group (HeaderConsumerGroup).
+func addOrigin(add func(k, v string), source string, from origin, group string) {
+	add(delivery.HeaderSource, source)
+	add(delivery.HeaderStream, from.topic)
+	add(delivery.HeaderPartition, strconv.Itoa(from.partition))
+	add(delivery.HeaderOffset, strconv.FormatInt(from.offset, 10))
+	add(delivery.HeaderConsumerGroup, group)
 }
 
 // writeDeadLetter writes dl to the dead-letter topic and returns once all

@@ -116,7 +116,7 @@ func testDeadLetterBeforeCommit(t *testing.T, batch int) {
 	require.Equal(t, map[delivery.Reason]uint64{delivery.ReasonUndecodable: 1}, rcv.Stats().DeadLetters)
 	letters := readAll(t, brokers, dlq, 1)
 	require.Equal(t, "not json", string(letters[0].Value))
-	reason, _ := dedupkafka.Header(letters[0].Headers).Get(dedupkafka.HeaderReason)
+	reason, _ := dedupkafka.Header(letters[0].Headers).Get(delivery.HeaderReason)
 	require.Equal(t, string(delivery.ReasonUndecodable), reason)
 }
 

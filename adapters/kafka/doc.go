@@ -23,10 +23,11 @@
 //	defer cancel()
 //	err = c.Stop(stopCtx) // stops fetching, finishes what is in flight, commits
 //
-// Options may be nil for all defaults, except that where poison goes has
-// none: NewConsumer refuses options (nil among them) that set neither
-// Options.DeadLetterTopic nor Options.DropPoison, with an error naming
-// both.
+// A nil *Options is the zero Options: every field takes its default. One
+// field has none: where poison goes (Options.DeadLetterTopic, or
+// Options.DropPoison to drop it on purpose). So NewConsumer refuses
+// Options that set neither, nil included, with an error matching
+// dedup.ErrInvalidConfig that names both.
 //
 // Consumer-side deduplication is not optional with kafka-go: it has no
 // idempotent producer (a write retried after a timeout is stored twice, at
@@ -50,8 +51,7 @@
 //	                   (a message of a retry topic: DeliveryCount the attempt it is on, Stream,
 //	                   Partition and Offset where it was first read)
 //
-// [KafkaMessage] returns the kafka.Message behind an envelope (its Key,
-// say). Do not commit it: the Consumer does, once the outcome is recorded.
+// [Native] returns the kafka.Message behind an envelope (its Key, say). Do not commit it: the Consumer does, once the outcome is recorded.
 // A value that does not decode never reaches the receiver: it is poison,
 // dead-lettered with reason "undecodable".
 //
@@ -61,7 +61,8 @@
 // puts in every copy of a message:
 //
 //	idstrategy.MessageHeader[T](dedupkafka.HeaderMessageID)   a Message-Id header, stamped by [Writer] or [StampMessageID]
-//	dedupkafka.MessageKey[T]()                                the record key, when it names one message (not an entity)
+//	dedupkafka.MessageKey[T]()                                the record key, when it names one message (not an entity);
+//	                                                          here, not in idstrategy: only the kafka.Message has it
 //	idstrategy.BodyField                                      a field of the decoded value (an order id)
 //	idstrategy.DataHash, DataCanonicalJSON                    a hash of the value, for producers that send no id
 //	idstrategy.TopicPartitionOffset                           the record's position: catches re-reads after a
@@ -69,7 +70,8 @@
 //
 // idstrategy.FirstOf combines them (a header, else the key, else a hash).
 // [Writer] wraps a kafka.Writer so that every message it writes carries a
-// Message-Id, kept when the same messages are written again.
+// Message-Id (outbox.NewMessageID), kept when the same messages are
+// written again.
 //
 // # Decisions
 //
@@ -112,16 +114,22 @@
 //
 // # Dead letters
 //
-// A dead letter keeps the original key, value and headers, and adds
-// Dedup-Reason, Dedup-Error, Dedup-Topic, Dedup-Partition, Dedup-Offset,
-// Dedup-Group, Dedup-Key (the record's key in the store, when it had one),
-// Dedup-Attempt and Dedup-First-Failure (for a message of a retry topic,
-// the topic, partition and offset are where it was first read). Its
-// Message-Id is "dedup-dlq:<topic>:<partition>:<offset>", the same whoever
-// writes it, so
+// A dead letter keeps the original key, value and headers, and adds the
+// headers every adapter names alike (delivery.Header*): Dedup-Reason,
+// Dedup-Error, Dedup-Source (the topic the message was read from: a retry
+// topic for a message of one), Dedup-Stream, Dedup-Partition and
+// Dedup-Offset (where it was first read: for a message of a retry topic,
+// the original's topic, partition and offset), Dedup-Consumer-Group,
+// Dedup-Key (the record's key in the store, when it had one) and
+// Dedup-Attempt, and Kafka's own [HeaderFirstFailure]. Its Message-Id is
+// "dedup-dlq:<topic>:<partition>:<offset>", the same whoever writes it, so
 // that a dead letter written twice (its original's commit was lost) is
 // recognisable downstream; the original's Message-Id moves to
-// Dedup-Message-Id. It is written with RequiredAcks all, and the original
+// Dedup-Original-Message-Id. Dead letters written by 0.1 name some of
+// them otherwise (Dedup-Topic, Dedup-Group, Dedup-Message-Id):
+// delivery.LookupHeader reads either name, over [Header]
+// (delivery.LookupHeader(dedupkafka.Header(m.Headers),
+// delivery.HeaderStream)). It is written with RequiredAcks all, and the original
 // is committed only after the write is acknowledged; a write that fails is
 // retried in place after the receiver's StoreRetryDelay. The Consumer
 // creates no topic: Start fails with [ErrDeadLetterTopic], naming it, when
@@ -134,14 +142,16 @@
 // A retry in place holds its partition back for the decision's delay.
 // With Options.RetryTopics (tiers such as 30s and 5m; none by default), a
 // handler error whose delay is at least the smallest tier is written
-// instead to [RetryTopic](topic, tier), "<topic>.retry.<tier>", for the
-// smallest tier at least the delay, or the largest (the delay is rounded up
-// to a tier and capped at the largest). The retry message keeps the key,
-// value and headers (its Message-Id too, so that the store counts the
-// attempts of one message), with Dedup-Topic, Dedup-Partition and
-// Dedup-Offset saying where it was first read, Dedup-Attempt the attempt
-// that failed, Dedup-First-Failure, Dedup-Reason, Dedup-Error, Dedup-Group,
-// and [HeaderNotBefore]: the write's time plus the tier. It is written with
+// instead to the retry topic adapter.RetryName(topic, tier),
+// "<topic>.retry.<tier>", for the smallest tier at least the delay, or the
+// largest (the delay is rounded up to a tier and capped at the largest).
+// The retry message keeps the key, value and headers (its Message-Id too,
+// so that the store counts the attempts of one message), with
+// Dedup-Source the topic the failed delivery was read from, Dedup-Stream,
+// Dedup-Partition and Dedup-Offset saying where it was first read,
+// Dedup-Attempt the attempt that failed, [HeaderFirstFailure],
+// Dedup-Reason, Dedup-Error, Dedup-Consumer-Group, and [HeaderNotBefore]:
+// the write's time plus the tier. It is written with
 // RequiredAcks all, and the original is committed only once the write is
 // acknowledged, as for a dead letter. Only handler errors go there: a
 // message in flight elsewhere, a store that is down and a shutdown are
@@ -156,6 +166,12 @@
 // attempt it is on. Another failure goes to a retry topic again, and
 // MaxAttempts ends in the dead-letter topic, whose letter names the
 // original topic, partition and offset.
+//
+// The retry topics keep the names 0.1 gave them (adapter.RetryName names
+// them alike), and the copies 0.1 left in them, whose headers name the
+// original's topic Dedup-Topic and the group Dedup-Group, are read after
+// the upgrade as the copies of the original they name: the Consumer reads
+// every header of a retry copy with delivery.LookupHeader.
 //
 // What is given up is order: a retried message takes effect after the
 // messages behind it in its partition. Use retry topics where a message's
@@ -243,17 +259,21 @@
 // # Horizon check
 //
 // At Start, the Consumer reads each topic's retention.ms and compares the
-// reader's redelivery horizon ([Horizon]) with the receiver's retention: a
-// reader that starts at the first offset (kafka-go's default) re-reads the
-// whole retained topic when its group loses its committed offsets, and a
-// duplicate read after the receiver's retention runs again. It logs a
-// warning; with Options.StrictHorizon, Start fails with [ErrHorizon].
+// reader's redelivery horizon with the receiver's retention: a reader that
+// starts at the first offset (kafka-go's default) re-reads the whole
+// retained topic when its group loses its committed offsets, so its
+// horizon is the topic's retention.ms (unbounded for -1), and a duplicate
+// read after the receiver's retention runs again; a reader that starts at
+// kafka.LastOffset skips to the end instead, and re-reads go back only as
+// far as the last commit (its horizon is taken as 0). It logs a warning
+// when the retention is shorter; with Options.StrictHorizon, Start fails
+// with [ErrHorizon].
 //
 // # Observing
 //
 // The adapter has no callback of its own. Each handing of a message to the
-// receiver is one delivery (dedup.Receiver.Deliver, DeliverBatch for a
-// batch, Refused for a value that does not decode), and the receiver's
+// receiver is one delivery (adapter.Receiver's Deliver, DeliverBatch for
+// a batch, Refused for a value that does not decode), and the receiver's
 // dedup.Config.Observer hears of it once, when the adapter settled it, as
 // one delivery.Event: Broker "kafka" ([BrokerKafka]), Source and Stream the
 // topic, Partition and Offset the message's (for a message of a retry
@@ -317,6 +337,11 @@
 // returns: kafka-go's Close leaves the consumer group, so its partitions go
 // to the other members at once (until then the member keeps them, fetching
 // nothing for the Consumer).
+//
+// The publishers, [Writer] and [OutboxPublisher], close as every publisher
+// of dedup does: Close(ctx) closes the kafka.Writer they write with, once
+// what is in flight is written, bounded by ctx; a second Close returns the
+// same.
 //
 // Stopped is closed once everything is gone. A stop nobody asked for (the
 // context given to Start ended without Stop, the reader was closed under

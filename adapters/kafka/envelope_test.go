@@ -72,7 +72,7 @@ func TestEnvelope(t *testing.T) {
 		all = append(all, k+"="+v)
 	}
 	require.Equal(t, []string{"Trace=a", "trace=b", "Trace=c"}, all)
-	km, ok := dedupkafka.KafkaMessage(m)
+	km, ok := dedupkafka.Native(m)
 	require.True(t, ok)
 	require.Equal(t, "k-1", string(km.Key))
 	id, err := dedupkafka.MessageKey[[]byte]()(m)
@@ -105,7 +105,7 @@ func TestMessageKey(t *testing.T) {
 		require.NoError(t, err, name)
 		require.Equal(t, "order-7", id)
 	}
-	_, ok := dedupkafka.KafkaMessage[string](nil)
+	_, ok := dedupkafka.Native[string](nil)
 	require.False(t, ok)
 }
 
@@ -177,7 +177,7 @@ func TestWriterStampsIDs(t *testing.T) {
 	require.Equal(t, map[delivery.Reason]int{delivery.ReasonProcessed: 3, delivery.ReasonDuplicate: 3, delivery.ReasonKeyReused: 1}, reasons)
 	mu.Unlock()
 	letters := readAll(t, brokers, dlq, 1)
-	orig, _ := dedupkafka.Header(letters[0].Headers).Get(dedupkafka.HeaderOriginalID)
+	orig, _ := dedupkafka.Header(letters[0].Headers).Get(delivery.HeaderOriginalMessageID)
 	first, _ := dedupkafka.Header(msgs[0].Headers).Get(dedupkafka.HeaderMessageID)
 	require.Equal(t, first, orig, "the dead letter keeps the original's id")
 }

@@ -1,5 +1,7 @@
 package dedupkafka
 
+import "time"
+
 // Marked returns how many of c's partitions have a watermark that is not
 // committed yet.
 func Marked[T, R any](c *Consumer[T, R]) int {
@@ -18,4 +20,9 @@ func Marked[T, R any](c *Consumer[T, R]) int {
 		p.mu.Unlock()
 	}
 	return n
+}
+
+// Horizon is horizon, for the tests.
+func Horizon(startOffset int64, retention time.Duration) (time.Duration, bool) {
+	return horizon(startOffset, retention)
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// Horizon returns how long after it was written a message may still be
+// horizon returns how long after it was written a message may still be
 // read again by a consumer group, for a reader starting at startOffset
 // (ReaderConfig.StartOffset) on a topic whose retention.ms is retention (-1
 // for unlimited). It reports false when the horizon is unbounded.
@@ -26,7 +26,7 @@ import (
 //
 // A duplicate of a completed message read after the receiver's retention
 // runs the handler again, so the retention must be at least this.
-func Horizon(startOffset int64, retention time.Duration) (time.Duration, bool) {
+func horizon(startOffset int64, retention time.Duration) (time.Duration, bool) {
 	if startOffset == kafka.LastOffset {
 		return 0, true
 	}
@@ -75,7 +75,7 @@ func topicRetentions(ctx context.Context, client *kafka.Client, topics []string)
 // It returns a description of the problem, or "".
 func checkHorizon(startOffset int64, retentions map[string]time.Duration, retention time.Duration) string {
 	for topic, r := range retentions {
-		h, ok := Horizon(startOffset, r)
+		h, ok := horizon(startOffset, r)
 		switch {
 		case !ok:
 			return fmt.Sprintf("topic %q keeps messages forever (retention.ms -1) and the reader starts at the first offset, so a group that loses its committed offsets re-reads messages older than the receiver's retention %v and runs them again; start at kafka.LastOffset or bound the topic's retention", topic, retention)

@@ -20,7 +20,7 @@ import (
 // with dedup.ErrNoKey.
 func MessageKey[T any]() dedup.KeyFunc[*dedup.Message[T]] {
 	return func(m *dedup.Message[T]) (string, error) {
-		km, ok := KafkaMessage(m)
+		km, ok := Native(m)
 		if !ok {
 			return "", fmt.Errorf("%w: record key: the message did not come from a Kafka consumer", dedup.ErrNoKey)
 		}

@@ -13,12 +13,12 @@ import (
 // for messages of this package.
 const BrokerKafka = "kafka"
 
-// KafkaMessage returns the kafka-go message m was filled from, and false
-// when m did not come from a [Consumer]. Read it (its Key, its
-// HighWaterMark); do not commit it: the Consumer commits every partition up
-// to the last message whose outcome is recorded, and a commit of yours
-// could skip messages still being handled.
-func KafkaMessage[T any](m *dedup.Message[T]) (kafka.Message, bool) {
+// Native returns the kafka-go message m was filled from, and false when m
+// did not come from a [Consumer]. Read it (its Key, its HighWaterMark); do
+// not commit it: the Consumer commits every partition up to the last
+// message whose outcome is recorded, and a commit of yours could skip
+// messages still being handled.
+func Native[T any](m *dedup.Message[T]) (kafka.Message, bool) {
 	if m == nil {
 		return kafka.Message{}, false
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
 	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
@@ -136,7 +137,7 @@ func testOneEventPerDelivery(t *testing.T, batch int) {
 
 	letters := readAll(t, brokers, dlq, 2)
 	for _, l := range letters {
-		off, err := strconv.ParseInt(header(t, l, dedupkafka.HeaderOffset), 10, 64)
+		off, err := strconv.ParseInt(header(t, l, delivery.HeaderOffset), 10, 64)
 		require.NoError(t, err)
 		require.Equal(t, []string{spanOf[off]}, traceparents(l), "the dead letter of offset %d carries its delivery's trace context, once", off)
 	}
@@ -149,7 +150,7 @@ func TestRetryCopyCarriesTraceContext(t *testing.T) {
 	t.Parallel()
 	const topic, group = "orders", "billing"
 	tiers := []time.Duration{300 * time.Millisecond}
-	retry1 := dedupkafka.RetryTopic(topic, tiers[0])
+	retry1 := adapter.RetryName(topic, tiers[0])
 	brokers := startKafka(t, 1, topic, retry1)
 	produceIDs(t, brokers, topic, orderID(0))
 

@@ -14,12 +14,12 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultConcurrency     = 8
-	DefaultBatchSize       = 1
-	DefaultPartitionBuffer = 256
-	DefaultCommitInterval  = time.Second
-	DefaultMinRetryDelay   = 100 * time.Millisecond
-	DefaultSettleTimeout   = 10 * time.Second
+	defaultConcurrency     = 8
+	defaultBatchSize       = 1
+	defaultPartitionBuffer = 256
+	defaultCommitInterval  = time.Second
+	defaultMinRetryDelay   = 100 * time.Millisecond
+	defaultSettleTimeout   = 10 * time.Second
 )
 
 // CommitEveryOutcome is the value of Options.CommitInterval that commits a
@@ -27,10 +27,13 @@ const (
 // to its next message (or batch).
 const CommitEveryOutcome time.Duration = -1
 
-// Options configure a Consumer. A nil *Options means all defaults; but
-// where poison goes has no default (DeadLetterTopic, or DropPoison to drop
-// it on purpose), so NewConsumer refuses a nil *Options, as it refuses
-// options that choose neither, with an error naming both.
+// Options configure a Consumer. A nil *Options is the zero Options: every
+// field takes its default. One field has none: where poison goes
+// (DeadLetterTopic, or DropPoison to drop it on purpose) is the caller's
+// choice, so NewConsumer refuses Options that set neither, nil included,
+// with an error matching dedup.ErrInvalidConfig that names both
+// ("dedupkafka: dedup: invalid config: neither Options.DeadLetterTopic nor
+// Options.DropPoison is set ...").
 //
 // There is no callback among them: each delivery is reported once, when
 // settled, to the receiver's dedup.Config.Observer (see Observing in the
@@ -149,7 +152,8 @@ type Options struct {
 
 	// StrictHorizon makes Start fail with ErrHorizon when the receiver's
 	// retention is shorter than the reader's redelivery horizon (see
-	// [Horizon]). Defaults to false: a warning is logged.
+	// Horizon check in the package documentation). Defaults to false: a
+	// warning is logged.
 	StrictHorizon bool
 
 	// Client answers Start's DescribeConfigs: the horizon check, the retry
@@ -179,12 +183,12 @@ func (o *Options) withDefaults(logger *slog.Logger) Options {
 	if o != nil {
 		out = *o
 	}
-	out.Concurrency = cmp.Or(out.Concurrency, DefaultConcurrency)
-	out.BatchSize = cmp.Or(out.BatchSize, DefaultBatchSize)
-	out.PartitionBuffer = cmp.Or(out.PartitionBuffer, DefaultPartitionBuffer)
-	out.CommitInterval = cmp.Or(out.CommitInterval, DefaultCommitInterval)
-	out.MinRetryDelay = cmp.Or(out.MinRetryDelay, DefaultMinRetryDelay)
-	out.SettleTimeout = cmp.Or(out.SettleTimeout, DefaultSettleTimeout)
+	out.Concurrency = cmp.Or(out.Concurrency, defaultConcurrency)
+	out.BatchSize = cmp.Or(out.BatchSize, defaultBatchSize)
+	out.PartitionBuffer = cmp.Or(out.PartitionBuffer, defaultPartitionBuffer)
+	out.CommitInterval = cmp.Or(out.CommitInterval, defaultCommitInterval)
+	out.MinRetryDelay = cmp.Or(out.MinRetryDelay, defaultMinRetryDelay)
+	out.SettleTimeout = cmp.Or(out.SettleTimeout, defaultSettleTimeout)
 	if out.Decoder == nil {
 		out.Decoder = dedup.JSONDecoder{}
 	}

@@ -235,23 +235,24 @@ func testOrders(t *testing.T, s store.Store, opts *dedupkafka.Options, strictOrd
 			require.True(t, ok, "dead letter of %s has no %s", id, name)
 			return v
 		}
-		require.Equal(t, topic, get(dedupkafka.HeaderTopic))
-		require.Equal(t, strconv.Itoa(i%partitions), get(dedupkafka.HeaderPartition))
-		offset := get(dedupkafka.HeaderOffset)
+		require.Equal(t, topic, get(delivery.HeaderSource))
+		require.Equal(t, topic, get(delivery.HeaderStream))
+		require.Equal(t, strconv.Itoa(i%partitions), get(delivery.HeaderPartition))
+		offset := get(delivery.HeaderOffset)
 		require.Equal(t, "dedup-dlq:"+topic+":"+strconv.Itoa(i%partitions)+":"+offset, get(dedupkafka.HeaderMessageID))
-		require.NotEmpty(t, get(dedupkafka.HeaderOriginalID))
-		require.Equal(t, group, get(dedupkafka.HeaderGroup))
-		require.NotEmpty(t, get(dedupkafka.HeaderError))
+		require.NotEmpty(t, get(delivery.HeaderOriginalMessageID))
+		require.Equal(t, group, get(delivery.HeaderConsumerGroup))
+		require.NotEmpty(t, get(delivery.HeaderError))
 		_, err = time.Parse(time.RFC3339Nano, get(dedupkafka.HeaderFirstFailure))
 		require.NoError(t, err)
 		switch {
 		case isUndecodable(i):
-			require.Equal(t, string(delivery.ReasonUndecodable), get(dedupkafka.HeaderReason))
-			require.Equal(t, "0", get(dedupkafka.HeaderAttempt), "no claim was made")
+			require.Equal(t, string(delivery.ReasonUndecodable), get(delivery.HeaderReason))
+			require.Equal(t, "0", get(delivery.HeaderAttempt), "no claim was made")
 		case isPermanent(i):
-			require.Equal(t, string(delivery.ReasonPermanent), get(dedupkafka.HeaderReason))
-			require.Equal(t, "1", get(dedupkafka.HeaderAttempt))
-			require.Equal(t, "billing:"+id, get(dedupkafka.HeaderKey))
+			require.Equal(t, string(delivery.ReasonPermanent), get(delivery.HeaderReason))
+			require.Equal(t, "1", get(delivery.HeaderAttempt))
+			require.Equal(t, "billing:"+id, get(delivery.HeaderKey))
 		default:
 			t.Fatalf("order %s was dead-lettered", id)
 		}

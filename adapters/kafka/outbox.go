@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"sync"
@@ -77,16 +78,27 @@ var ErrInvalidMessage = errors.New("dedupkafka: outbox message cannot be written
 // copied, as the writer may keep them past the call. The messages of a
 // Publish are written at once and then awaited, on either writer; the
 // asynchronous writer's batches are written as they fill or time out.
+//
+// Close the publisher (Close, after the relay stopped) rather than its
+// writer: it closes the writer, after what is in flight.
 type OutboxPublisher struct {
 	w     *kafka.Writer
 	async bool // w is asynchronous: its Completion reports to calls
+
+	mu        sync.Mutex
+	closing   bool           // Close was called: no call hands w anything more
+	writing   sync.WaitGroup // the calls handing messages to w
+	closeOnce sync.Once
+	closed    chan struct{} // closed once w.Close returned
+	closeErr  error
 }
 
 var _ outbox.AckPublisher = (*OutboxPublisher)(nil)
 
 // NewOutboxPublisher returns an OutboxPublisher writing with w, a
 // synchronous writer (see NewAsyncOutboxPublisher for an asynchronous
-// one, which a relay keeps busier), which stays the caller's (close it after the relay stopped). w must have no
+// one, which a relay keeps busier), which becomes the publisher's: Close
+// closes it (close the publisher after the relay stopped). w must have no
 // Topic (each message's Destination is its topic), RequiredAcks
 // RequireAll, not be Async, and have a Balancer that hashes the key
 // (&kafka.Hash{}, kafka.Murmur2Balancer{} for the Java client's
@@ -129,6 +141,57 @@ func checkOutboxWriter(w *kafka.Writer) error {
 	return nil
 }
 
+// Close closes the publisher's writer, once the messages in flight are
+// written: it waits for the calls still handing their messages to the
+// writer, then kafka-go's Close writes the batches the writer still holds
+// (the asynchronous writer's) and waits for those being written, whose
+// calls then have their reports. Calls after Close fail with an error
+// matching io.ErrClosedPipe. When ctx ends first, Close returns ctx's
+// error (the close goes on in the background, and a later Close waits for
+// it again). Close may be called more than once: every call reports the
+// one close. Stop the relay first: a relay whose publisher is closed fails
+// every message.
+func (p *OutboxPublisher) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closing = true
+		p.mu.Unlock()
+		done := make(chan struct{})
+		p.closed = done
+		go func() {
+			defer close(done)
+			// The calls still handing messages to the writer go first:
+			// their messages are in flight too.
+			p.writing.Wait()
+			p.closeErr = p.w.Close()
+		}()
+	})
+	select {
+	case <-p.closed:
+		return p.closeErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// beginWrite reports whether a call may hand messages to the writer (the
+// publisher is not closed), and counts it in writing until it calls
+// endWrite.
+func (p *OutboxPublisher) beginWrite() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return false
+	}
+	p.writing.Add(1)
+	return true
+}
+
+func (p *OutboxPublisher) endWrite() { p.writing.Done() }
+
+// errClosed is the error of a call after Close.
+var errClosed = fmt.Errorf("dedupkafka: the outbox publisher is closed: %w", io.ErrClosedPipe)
+
 // Publish writes msgs and waits for their acknowledgements (see
 // outbox.Publisher and OutboxPublisher).
 func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) error {
@@ -141,6 +204,10 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if !p.beginWrite() {
+		return errClosed
+	}
+	defer p.endWrite()
 	errs := make([]error, len(msgs))
 	records := make([]kafka.Message, len(msgs))
 	byTopic := map[string][]int{}

@@ -28,10 +28,10 @@ import (
 // RequireAll and a Balancer that hashes the key, as for
 // NewOutboxPublisher, which says why; NewAsyncOutboxPublisher refuses any
 // other writer with an error matching dedup.ErrInvalidConfig, and leaves
-// it untouched. w stays the caller's: close it after the relay stopped
-// (Close waits for the batches being written). Set its BatchTimeout to a
-// few milliseconds and its BatchSize to a few hundred, as for
-// NewOutboxPublisher, which says why.
+// it untouched. w becomes the publisher's: its Close closes it, after the
+// batches being written (close the publisher after the relay stopped).
+// Set its BatchTimeout to a few milliseconds and its BatchSize to a few
+// hundred, as for NewOutboxPublisher, which says why.
 //
 // Order per key: kafka-go writes a partition's batches one after the
 // other, retries included, and a relay has at most one message of a key
@@ -93,6 +93,9 @@ func (p *OutboxPublisher) PublishEach(ctx context.Context, msgs []outbox.Message
 		}
 		return err
 	}
+	if !p.beginWrite() {
+		return errClosed
+	}
 	c := &asyncCall{ack: ack, left: len(msgs), reported: make([]bool, len(msgs)), all: make(chan struct{})}
 	records := make([]kafka.Message, len(msgs))
 	handles := make([]recordHandle, len(msgs))
@@ -110,6 +113,7 @@ func (p *OutboxPublisher) PublishEach(ctx context.Context, msgs []outbox.Message
 	for topic, idx := range byTopic {
 		p.writeAsync(ctx, c, topic, idx, records)
 	}
+	p.endWrite() // handed over: Close's w.Close waits for the rest
 	return c.wait(ctx)
 }
 

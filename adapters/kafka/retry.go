@@ -8,43 +8,28 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dedup-go/dedup/delivery"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/dedup-go/dedup/adapter"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // HeaderNotBefore is the header of a message in a retry topic that says
 // when it may be handled again (RFC 3339, UTC). A Consumer waits until then
-// before handing a message that carries it to the receiver. A retry message
-// also carries HeaderTopic, HeaderPartition and HeaderOffset (where the
-// message was first read), HeaderAttempt (the attempt that failed),
-// HeaderFirstFailure, HeaderReason, HeaderError and HeaderGroup, beside the
-// original key, value and headers (its Message-Id included).
+// before handing a message that carries it to the receiver. A retry copy
+// also carries delivery.HeaderSource (the topic the failed delivery was
+// read from), delivery.HeaderStream, HeaderPartition and HeaderOffset
+// (where the message was first read), HeaderAttempt (the attempt that
+// failed), [HeaderFirstFailure], HeaderReason, HeaderError and
+// HeaderConsumerGroup, beside the original key, value and headers (its
+// Message-Id included). Retry topics are named by adapter.RetryName.
 const HeaderNotBefore = "Dedup-Not-Before"
-
-// RetryTopic returns the name of topic's retry topic for tier:
-// "<topic>.retry.<tier>", the tier written as time.Duration writes it
-// without its zero units: "orders.retry.30s", "orders.retry.5m",
-// "orders.retry.1h30m", "orders.retry.500ms".
-func RetryTopic(topic string, tier time.Duration) string {
-	return topic + ".retry." + tierName(tier)
-}
-
-func tierName(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
 
 // retryBase returns the topic whose retry topic topic is (for one of
 // tiers), or topic itself when it is none.
 func retryBase(topic string, tiers []time.Duration) string {
 	for _, t := range tiers {
-		if base, ok := strings.CutSuffix(topic, ".retry."+tierName(t)); ok && base != "" {
+		if base, ok := strings.CutSuffix(topic, adapter.RetryName("", t)); ok && base != "" {
 			return base
 		}
 	}
@@ -66,11 +51,17 @@ type origin struct {
 
 // originOf reads m's origin. A message without a valid HeaderNotBefore is
 // not a retry message (a dead letter replayed into its topic, say, carries
-// HeaderTopic but no HeaderNotBefore), and is its own origin.
+// delivery.HeaderStream but no HeaderNotBefore), and is its own origin.
+//
+// The headers are read with delivery.LookupHeader, which also finds the
+// names of 0.1: a retry copy written by 0.1 (Dedup-Topic for the original
+// topic) waiting in its retry topic is read as one written now. The
+// original topic is HeaderStream, or, on a copy of 0.1, HeaderSource
+// (Dedup-Topic named the original topic).
 func originOf(m kafka.Message) origin {
 	own := origin{topic: m.Topic, partition: m.Partition, offset: m.Offset}
 	h := Header(m.Headers)
-	nb, ok := h.Get(HeaderNotBefore)
+	nb, ok := delivery.LookupHeader(h, HeaderNotBefore)
 	if !ok {
 		return own
 	}
@@ -82,17 +73,20 @@ func originOf(m kafka.Message) origin {
 		// where it came from if they can.
 		o.notBefore = time.Time{}
 	}
-	topic, okT := h.Get(HeaderTopic)
-	part, errP := atoiHeader(h, HeaderPartition)
-	off, errO := strconv.ParseInt(headerOr(h, HeaderOffset), 10, 64)
+	topic, okT := delivery.LookupHeader(h, delivery.HeaderStream)
+	if !okT {
+		topic, okT = delivery.LookupHeader(h, delivery.HeaderSource)
+	}
+	part, errP := atoiHeader(h, delivery.HeaderPartition)
+	off, errO := strconv.ParseInt(headerOr(h, delivery.HeaderOffset), 10, 64)
 	if !okT || topic == "" || errP != nil || errO != nil || part < 0 || off < 0 {
 		return o
 	}
 	o.topic, o.partition, o.offset = topic, part, off
-	if a, err := atoiHeader(h, HeaderAttempt); err == nil && a > 0 {
+	if a, err := atoiHeader(h, delivery.HeaderAttempt); err == nil && a > 0 {
 		o.attempt = a
 	}
-	if ff, ok := h.Get(HeaderFirstFailure); ok {
+	if ff, ok := delivery.LookupHeader(h, HeaderFirstFailure); ok {
 		if t, err := time.Parse(time.RFC3339Nano, ff); err == nil {
 			o.firstFail = t
 		}
@@ -100,8 +94,9 @@ func originOf(m kafka.Message) origin {
 	return o
 }
 
+// headerOr returns the named header of h (delivery.LookupHeader), or "".
 func headerOr(h Header, name string) string {
-	v, _ := h.Get(name)
+	v, _ := delivery.LookupHeader(h, name)
 	return v
 }
 
@@ -129,12 +124,14 @@ func tierFor(tiers []time.Duration, d delivery.Decision) (time.Duration, bool) {
 }
 
 // managed are the headers this package sets on dead letters and retry
-// messages. A copy of a message that already has them (a retry message
-// dead-lettered or retried again) drops the old values first, so that
-// Header.Get finds the new ones.
+// messages, and the names of 0.1 of some of them. A copy of a message that
+// already has them (a retry message dead-lettered or retried again) drops
+// the old values first, so that Header.Get finds the new ones.
 var managed = []string{
-	HeaderReason, HeaderError, HeaderTopic, HeaderPartition, HeaderOffset, HeaderGroup,
-	HeaderKey, HeaderAttempt, HeaderFirstFailure, HeaderNotBefore,
+	delivery.HeaderReason, delivery.HeaderError, delivery.HeaderSource, delivery.HeaderStream,
+	delivery.HeaderPartition, delivery.HeaderOffset, delivery.HeaderConsumerGroup,
+	delivery.HeaderKey, delivery.HeaderAttempt, HeaderFirstFailure, HeaderNotBefore,
+	formerHeaderTopic, formerHeaderGroup,
 }
 
 // retryLetter is what a retry message says.
@@ -161,15 +158,12 @@ func (rl retryLetter) message(topic string) kafka.Message {
 		}
 	}
 	add := func(k, v string) { h = append(h, kafka.Header{Key: k, Value: []byte(v)}) }
-	add(HeaderReason, string(rl.reason))
+	add(delivery.HeaderReason, string(rl.reason))
 	if rl.err != nil {
-		add(HeaderError, oneLine(rl.err.Error()))
+		add(delivery.HeaderError, oneLine(rl.err.Error()))
 	}
-	add(HeaderTopic, rl.from.topic)
-	add(HeaderPartition, strconv.Itoa(rl.from.partition))
-	add(HeaderOffset, strconv.FormatInt(rl.from.offset, 10))
-	add(HeaderGroup, rl.group)
-	add(HeaderAttempt, strconv.Itoa(rl.attempt))
+	addOrigin(add, rl.msg.Topic, rl.from, rl.group)
+	add(delivery.HeaderAttempt, strconv.Itoa(rl.attempt))
 	if !rl.firstFail.IsZero() {
 		add(HeaderFirstFailure, rl.firstFail.UTC().Format(time.RFC3339Nano))
 	}
@@ -203,7 +197,7 @@ func checkRetryTopics(ctx context.Context, client *kafka.Client, topics []string
 	for _, t := range topics {
 		base := retryBase(t, tiers)
 		for _, tier := range tiers {
-			name := RetryTopic(base, tier)
+			name := adapter.RetryName(base, tier)
 			if _, ok := tierOf[name]; !ok {
 				names = append(names, name)
 				tierOf[name] = tier

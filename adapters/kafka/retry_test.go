@@ -3,7 +3,6 @@ package dedupkafka_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
 	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/idstrategy"
@@ -125,7 +125,7 @@ func TestRetryTopicTransient(t *testing.T) {
 	t.Parallel()
 	const topic, group, retryGroup = "orders", "billing", "billing-retry"
 	tiers := []time.Duration{time.Second, time.Minute}
-	retry1, retry2 := dedupkafka.RetryTopic(topic, tiers[0]), dedupkafka.RetryTopic(topic, tiers[1])
+	retry1, retry2 := adapter.RetryName(topic, tiers[0]), adapter.RetryName(topic, tiers[1])
 	brokers := startKafka(t, 1, topic, retry1, retry2)
 	var ids []string
 	for i := range 10 {
@@ -160,11 +160,12 @@ func TestRetryTopicTransient(t *testing.T) {
 
 	letters := readAll(t, brokers, retry1, 1)
 	require.Equal(t, orderID(3), header(t, letters[0], dedupkafka.HeaderMessageID), "the Message-Id is kept, so the store counts the attempts")
-	require.Equal(t, topic, header(t, letters[0], dedupkafka.HeaderTopic))
-	require.Equal(t, "0", header(t, letters[0], dedupkafka.HeaderPartition))
-	require.Equal(t, "3", header(t, letters[0], dedupkafka.HeaderOffset))
-	require.Equal(t, "1", header(t, letters[0], dedupkafka.HeaderAttempt))
-	require.Equal(t, string(delivery.ReasonHandlerError), header(t, letters[0], dedupkafka.HeaderReason))
+	require.Equal(t, topic, header(t, letters[0], delivery.HeaderSource), "read from the topic")
+	require.Equal(t, topic, header(t, letters[0], delivery.HeaderStream))
+	require.Equal(t, "0", header(t, letters[0], delivery.HeaderPartition))
+	require.Equal(t, "3", header(t, letters[0], delivery.HeaderOffset))
+	require.Equal(t, "1", header(t, letters[0], delivery.HeaderAttempt))
+	require.Equal(t, string(delivery.ReasonHandlerError), header(t, letters[0], delivery.HeaderReason))
 	notBefore, err := time.Parse(time.RFC3339Nano, header(t, letters[0], dedupkafka.HeaderNotBefore))
 	require.NoError(t, err)
 	firstFail, err := time.Parse(time.RFC3339Nano, header(t, letters[0], dedupkafka.HeaderFirstFailure))
@@ -186,7 +187,7 @@ func TestRetryTopicAttemptsExhausted(t *testing.T) {
 	t.Parallel()
 	const topic, dlq, group, retryGroup = "orders", "orders.dlq", "billing", "billing-retry"
 	tiers := []time.Duration{250 * time.Millisecond, 300 * time.Millisecond}
-	retry0, retry1 := dedupkafka.RetryTopic(topic, tiers[0]), dedupkafka.RetryTopic(topic, tiers[1])
+	retry0, retry1 := adapter.RetryName(topic, tiers[0]), adapter.RetryName(topic, tiers[1])
 	brokers := startKafka(t, 1, topic, retry0, retry1, dlq)
 	ids := []string{orderID(0), orderID(1), orderID(2)}
 	produceIDs(t, brokers, topic, ids...)
@@ -209,15 +210,17 @@ func TestRetryTopicAttemptsExhausted(t *testing.T) {
 	}
 
 	dl := letters[0]
-	require.Equal(t, string(delivery.ReasonAttemptsExhausted), header(t, dl, dedupkafka.HeaderReason))
-	require.Equal(t, "3", header(t, dl, dedupkafka.HeaderAttempt))
-	require.Equal(t, topic, header(t, dl, dedupkafka.HeaderTopic), "the dead letter names the original topic, not the retry topic")
-	require.Equal(t, "1", header(t, dl, dedupkafka.HeaderOffset))
+	require.Equal(t, string(delivery.ReasonAttemptsExhausted), header(t, dl, delivery.HeaderReason))
+	require.Equal(t, "3", header(t, dl, delivery.HeaderAttempt))
+	require.Equal(t, topic, header(t, dl, delivery.HeaderStream), "the dead letter names the original topic as its stream")
+	require.Equal(t, retry1, header(t, dl, delivery.HeaderSource), "and the retry topic its last attempt was read from as its source")
+	require.Equal(t, retryGroup, header(t, dl, delivery.HeaderConsumerGroup))
+	require.Equal(t, "1", header(t, dl, delivery.HeaderOffset))
 	require.Equal(t, "dedup-dlq:orders:0:1", header(t, dl, dedupkafka.HeaderMessageID))
-	require.Equal(t, orderID(1), header(t, dl, dedupkafka.HeaderOriginalID))
+	require.Equal(t, orderID(1), header(t, dl, delivery.HeaderOriginalMessageID))
 	_, ok := dedupkafka.Header(dl.Headers).Get(dedupkafka.HeaderNotBefore)
 	require.False(t, ok, "a dead letter has no not-before")
-	for _, name := range []string{dedupkafka.HeaderTopic, dedupkafka.HeaderAttempt, dedupkafka.HeaderFirstFailure} {
+	for _, name := range []string{delivery.HeaderSource, delivery.HeaderStream, delivery.HeaderAttempt, delivery.HeaderConsumerGroup, dedupkafka.HeaderFirstFailure} {
 		n := 0
 		for _, h := range dl.Headers {
 			if h.Key == name {
@@ -229,11 +232,14 @@ func TestRetryTopicAttemptsExhausted(t *testing.T) {
 
 	readAll(t, brokers, retry0, 0)
 	retried := readAll(t, brokers, retry1, 2)
-	require.Equal(t, "1", header(t, retried[0], dedupkafka.HeaderAttempt))
-	require.Equal(t, "2", header(t, retried[1], dedupkafka.HeaderAttempt))
+	require.Equal(t, "1", header(t, retried[0], delivery.HeaderAttempt))
+	require.Equal(t, "2", header(t, retried[1], delivery.HeaderAttempt))
 	for _, m := range retried {
-		require.Equal(t, "1", header(t, m, dedupkafka.HeaderOffset), "a retry of a retry still names the original")
+		require.Equal(t, "1", header(t, m, delivery.HeaderOffset), "a retry of a retry still names the original")
+		require.Equal(t, topic, header(t, m, delivery.HeaderStream), "a retry of a retry still names the original")
 	}
+	require.Equal(t, topic, header(t, retried[0], delivery.HeaderSource), "the first attempt was read from the topic")
+	require.Equal(t, retry1, header(t, retried[1], delivery.HeaderSource), "the second from the retry topic")
 	first := header(t, retried[0], dedupkafka.HeaderFirstFailure)
 	require.Equal(t, first, header(t, retried[1], dedupkafka.HeaderFirstFailure))
 	require.Equal(t, first, header(t, dl, dedupkafka.HeaderFirstFailure), "the first failure is carried to the dead letter")
@@ -250,15 +256,15 @@ func TestRetryTopicStopWhileWaiting(t *testing.T) {
 	t.Parallel()
 	const topic, retryGroup = "orders", "billing-retry"
 	tier := time.Minute
-	retry1 := dedupkafka.RetryTopic(topic, tier)
+	retry1 := adapter.RetryName(topic, tier)
 	brokers := startKafka(t, 1, topic, retry1)
 	retryMsg := func(id string, offset int, notBefore time.Time) kafka.Message {
 		return kafka.Message{Value: orderJSON(t, Order{ID: id}), Headers: []kafka.Header{
 			{Key: dedupkafka.HeaderMessageID, Value: []byte(id)},
-			{Key: dedupkafka.HeaderTopic, Value: []byte(topic)},
-			{Key: dedupkafka.HeaderPartition, Value: []byte("0")},
-			{Key: dedupkafka.HeaderOffset, Value: []byte(strconv.Itoa(offset))},
-			{Key: dedupkafka.HeaderAttempt, Value: []byte("1")},
+			{Key: delivery.HeaderStream, Value: []byte(topic)},
+			{Key: delivery.HeaderPartition, Value: []byte("0")},
+			{Key: delivery.HeaderOffset, Value: []byte(strconv.Itoa(offset))},
+			{Key: delivery.HeaderAttempt, Value: []byte("1")},
 			{Key: dedupkafka.HeaderNotBefore, Value: []byte(notBefore.UTC().Format(time.RFC3339Nano))},
 		}}
 	}
@@ -292,9 +298,9 @@ func TestRetryTopicStopWhileWaiting(t *testing.T) {
 func TestRetryTopicsChecked(t *testing.T) {
 	t.Parallel()
 	const topic = "orders"
-	brokers := startKafka(t, 1, topic, dedupkafka.RetryTopic(topic, time.Second))
+	brokers := startKafka(t, 1, topic, adapter.RetryName(topic, time.Second))
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: closedAtCleanup(t)}
-	short := dedupkafka.RetryTopic(topic, time.Hour)
+	short := adapter.RetryName(topic, time.Hour)
 	resp, err := client.CreateTopics(t.Context(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 		Topic: short, NumPartitions: 1, ReplicationFactor: 1,
 		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "retention.ms", ConfigValue: "60000"}},
@@ -322,8 +328,8 @@ func TestRetryTopicsChecked(t *testing.T) {
 	require.ErrorContains(t, err, "orders.retry.1m")
 	require.ErrorIs(t, start(topic, day, time.Second, time.Hour), dedupkafka.ErrRetryTopics, "orders.retry.1h keeps messages a minute")
 	require.ErrorIs(t, start(topic, 500*time.Millisecond, time.Second), dedupkafka.ErrRetryTopics, "records kept for less than the longest tier")
-	require.NoError(t, start(dedupkafka.RetryTopic(topic, time.Second), day, time.Second), "a reader of orders.retry.1s retries to orders.retry.1s")
-	require.ErrorIs(t, start(dedupkafka.RetryTopic(topic, time.Second), day, time.Second, time.Minute), dedupkafka.ErrRetryTopics, "its sibling orders.retry.1m is missing")
+	require.NoError(t, start(adapter.RetryName(topic, time.Second), day, time.Second), "a reader of orders.retry.1s retries to orders.retry.1s")
+	require.ErrorIs(t, start(adapter.RetryName(topic, time.Second), day, time.Second, time.Minute), dedupkafka.ErrRetryTopics, "its sibling orders.retry.1m is missing")
 	require.NoError(t, start(topic, day, time.Second))
 
 	r := kafka.NewReader(readerConfig([]string{"127.0.0.1:1"}, "g", "t"))
@@ -344,6 +350,10 @@ func TestRetryTopicsChecked(t *testing.T) {
 	}
 }
 
+// TestRetryTopicNames: adapter.RetryName names the retry topics as 0.1's
+// dedupkafka.RetryTopic did (these are its names), so the retry topics an
+// application created for 0.1, and the copies waiting in them, are those
+// a Consumer of 1.x reads and writes.
 func TestRetryTopicNames(t *testing.T) {
 	t.Parallel()
 	for tier, want := range map[time.Duration]string{
@@ -355,7 +365,7 @@ func TestRetryTopicNames(t *testing.T) {
 		time.Hour + 30*time.Minute: "orders.retry.1h30m",
 		time.Hour + 30*time.Second: "orders.retry.1h0m30s",
 	} {
-		require.Equal(t, want, dedupkafka.RetryTopic("orders", tier))
+		require.Equal(t, want, adapter.RetryName("orders", tier), "the name of 0.1")
 	}
 }
 
@@ -368,7 +378,7 @@ func TestRetryTopicWriteBeforeCommit(t *testing.T) {
 	t.Parallel()
 	const topic, group, retryGroup = "orders", "billing", "billing-retry"
 	tiers := []time.Duration{300 * time.Millisecond}
-	retry1 := dedupkafka.RetryTopic(topic, tiers[0])
+	retry1 := adapter.RetryName(topic, tiers[0])
 	brokers := startKafka(t, 1, topic, retry1)
 	ids := []string{orderID(0), orderID(1), orderID(2)}
 
@@ -411,14 +421,4 @@ func TestRetryTopicWriteBeforeCommit(t *testing.T) {
 	require.GreaterOrEqual(t, st.SettleFailures, uint64(1), "the failed retry-topic writes")
 	st.SettleFailures = 0
 	require.Equal(t, dedup.ConsumerStats{Delivered: 3, Acked: 2, RetriedLater: 1}, st, "a failed write is no retry in place")
-}
-
-func ExampleRetryTopic() {
-	for _, tier := range []time.Duration{30 * time.Second, 5 * time.Minute, time.Hour} {
-		fmt.Println(dedupkafka.RetryTopic("orders", tier))
-	}
-	// Output:
-	// orders.retry.30s
-	// orders.retry.5m
-	// orders.retry.1h
 }

@@ -386,7 +386,7 @@ func (c *Consumer[T, R]) deadLetter(ctx context.Context, it *item[T, R], d deliv
 // the delivery's: the copy carries its trace context.
 func (c *Consumer[T, R]) retryLater(ctx context.Context, it *item[T, R], d delivery.Decision) func() error {
 	return func() error {
-		topic := RetryTopic(retryBase(it.from.topic, c.opts.RetryTopics), it.tier)
+		topic := adapter.RetryName(retryBase(it.from.topic, c.opts.RetryTopics), it.tier)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
 		defer cancel()
 		err := writeRetry(sctx, c.rtw, topic, retryLetter{

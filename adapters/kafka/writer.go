@@ -2,13 +2,14 @@ package dedupkafka
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"slices"
+	"sync"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/dedup-go/dedup/delivery"
-	"github.com/segmentio/kafka-go"
+	"github.com/dedup-go/dedup/outbox"
 )
 
 // HeaderMessageID is the header [Writer] and [StampMessageID] put the
@@ -16,19 +17,14 @@ import (
 // idstrategy.MessageHeader[T](dedupkafka.HeaderMessageID).
 const HeaderMessageID = "Message-Id"
 
-// NewMessageID returns a random id: 32 hex digits (128 bits).
-func NewMessageID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms.
-	return hex.EncodeToString(b[:])
-}
-
 // StampMessageID sets the HeaderMessageID header of every message that has
-// none, to newID() (NewMessageID when newID is nil), in place. Messages that
-// have one keep it, so stamping again before a retry changes nothing.
+// none, to newID() (outbox.NewMessageID when newID is nil), in place.
+// Messages that have one keep it, so stamping again before a retry changes
+// nothing. [Writer] stamps with it; call it yourself for messages you
+// write otherwise.
 func StampMessageID(msgs []kafka.Message, newID func() string) {
 	if newID == nil {
-		newID = NewMessageID
+		newID = outbox.NewMessageID
 	}
 	for i := range msgs {
 		if _, ok := Header(msgs[i].Headers).Get(HeaderMessageID); ok {
@@ -48,10 +44,13 @@ func StampMessageID(msgs []kafka.Message, newID func() string) {
 // or the caller's with the same messages) stores a second copy at another
 // offset. Both copies carry the same id, so a receiver keyed on the header
 // runs its handler once.
+//
+// Close closes W: close the Writer, not W, when you are done with it.
 type Writer struct {
-	// W writes the messages. Required.
+	// W writes the messages. Required. Writer.Close closes it.
 	W *kafka.Writer
-	// NewID makes the id of a message without one. Defaults to NewMessageID.
+	// NewID makes the id of a message without one. Defaults to
+	// outbox.NewMessageID.
 	NewID func() string
 	// Injector, when set, writes the trace context of the ctx given to
 	// WriteMessages into each message's headers (a header of the same name
@@ -59,6 +58,10 @@ type Writer struct {
 	// delivery is linked to the producer's trace: the dedupotel Observer is
 	// one (W3C traceparent and tracestate). Defaults to none.
 	Injector delivery.Injector
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed once W.Close returned
+	closeErr  error
 }
 
 // WriteMessages stamps the messages that have no HeaderMessageID (in
@@ -80,4 +83,30 @@ func (w *Writer) WriteMessages(ctx context.Context, msgs ...kafka.Message) error
 		}
 	}
 	return w.W.WriteMessages(ctx, msgs...)
+}
+
+// Close closes W: kafka-go's Close writes the batches W still holds (an
+// Async writer's) and waits for those being written, after which
+// WriteMessages fails with io.ErrClosedPipe. It returns W.Close's error,
+// or ctx's error when ctx ends first (the close goes on in the
+// background, and a later Close waits for it again). Close may be called
+// more than once: every call reports the one close.
+func (w *Writer) Close(ctx context.Context) error {
+	if w == nil || w.W == nil {
+		return nil
+	}
+	w.closeOnce.Do(func() {
+		done := make(chan struct{})
+		w.closed = done
+		go func() {
+			defer close(done)
+			w.closeErr = w.W.Close()
+		}()
+	})
+	select {
+	case <-w.closed:
+		return w.closeErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -71,7 +71,7 @@ func run(ctx context.Context, brokers []string, w io.Writer) error {
 	out := &dedupkafka.Writer{W: &kafka.Writer{
 		Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, Transport: tr,
 	}}
-	defer out.W.Close()
+	defer out.Close(context.WithoutCancel(ctx)) // writes what it holds, then closes the kafka.Writer
 	var orders []kafka.Message
 	for i := range 6 {
 		data, _ := json.Marshal(Order{ID: fmt.Sprintf("o-%d", i+1), Cents: 100 * (i + 1)})

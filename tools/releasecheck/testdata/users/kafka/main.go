@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/adapter"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -30,7 +31,7 @@ func main() {
 		}
 		return
 	}
-	fmt.Println(dedupkafka.HeaderMessageID, dedupkafka.RetryTopic("orders", time.Minute))
+	fmt.Println(dedupkafka.HeaderMessageID, adapter.RetryName("orders", time.Minute))
 }
 
 func run(ctx context.Context, brokers []string) error {
