@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // KafkaConfig says where a Kafka source reads.
@@ -37,9 +38,12 @@ type KafkaConfig struct {
 // their copy was not handled yet, republishes it again: a copy the
 // receiver's record answers).
 //
-// A copy goes to the topic and partition the letter names (Dedup-Topic,
-// Dedup-Partition), with the original key and its Message-Id back, written
-// with acks from all in-sync replicas.
+// A copy goes to the topic and partition the letter names (Dedup-Stream,
+// the topic the original was first read from, and Dedup-Partition), with
+// the original key and its Message-Id back (Dedup-Original-Message-Id),
+// written with acks from all in-sync replicas. The headers are read with
+// delivery.LookupHeader, so the letters of 0.1 (Dedup-Topic,
+// Dedup-Message-Id) are redriven alike.
 type Kafka struct {
 	client    *kafka.Client
 	transport *kafka.Transport
@@ -204,20 +208,29 @@ func (k *Kafka) closeReader() {
 
 func kafkaLetterOf(m kafka.Message, p *kafkaPart) *Letter {
 	h := dedupkafka.Header(m.Headers)
+	get := func(name string) (string, bool) { return delivery.LookupHeader(h, name) }
 	l := &Letter{
 		ID:     strconv.Itoa(m.Partition) + "/" + strconv.FormatInt(m.Offset, 10),
 		Time:   m.Time,
 		Header: h.Get,
 		Body:   m.Value,
 	}
-	l.MessageID, _ = h.Get(dedupkafka.HeaderOriginalID)
+	l.MessageID, _ = get(delivery.HeaderOriginalMessageID)
 	kl := kafkaLetter{m: m, part: p, partition: -1}
-	if reason, ok := h.Get(dedupkafka.HeaderReason); ok {
+	if reason, ok := get(delivery.HeaderReason); ok {
 		l.Marking, l.Reason = ByAdapter, reason
-		l.Key, _ = h.Get(dedupkafka.HeaderKey)
-		l.Error, _ = h.Get(dedupkafka.HeaderError)
-		kl.topic, _ = h.Get(dedupkafka.HeaderTopic)
-		if s, ok := h.Get(dedupkafka.HeaderPartition); ok {
+		l.Key, _ = get(delivery.HeaderKey)
+		l.Error, _ = get(delivery.HeaderError)
+		// The original's topic: Dedup-Stream; a letter of 0.1 names it
+		// Dedup-Topic, which LookupHeader finds as the source (a letter
+		// of now has a source too, the retry topic its last attempt was
+		// read from, when it came from one: the stream goes first).
+		topic, ok := get(delivery.HeaderStream)
+		if !ok {
+			topic, _ = get(delivery.HeaderSource)
+		}
+		kl.topic = topic
+		if s, ok := get(delivery.HeaderPartition); ok {
 			if n, err := strconv.Atoi(s); err == nil && n >= 0 {
 				kl.partition = n
 			}
@@ -267,12 +280,13 @@ func (k *Kafka) Republish(ctx context.Context, l *Letter) error {
 
 // restoredKafkaHeaders are the original's headers: the letter's without
 // the Dedup-* headers and its own Message-Id, with the original's
-// Message-Id (Dedup-Message-Id) back.
+// Message-Id (Dedup-Original-Message-Id, or Dedup-Message-Id in a letter
+// of 0.1) back.
 func restoredKafkaHeaders(h []kafka.Header) []kafka.Header {
 	out := make([]kafka.Header, 0, len(h))
 	for _, kv := range h {
 		switch {
-		case kv.Key == dedupkafka.HeaderOriginalID:
+		case isOriginalID(kv):
 			out = append(out, kafka.Header{Key: dedupkafka.HeaderMessageID, Value: kv.Value})
 		case kv.Key == dedupkafka.HeaderMessageID, hasPrefixFold(kv.Key, "Dedup-"):
 		default:
@@ -280,6 +294,13 @@ func restoredKafkaHeaders(h []kafka.Header) []kafka.Header {
 		}
 	}
 	return out
+}
+
+// isOriginalID reports whether kv carries the original's Message-Id, by
+// any name delivery.LookupHeader reads it by.
+func isOriginalID(kv kafka.Header) bool {
+	_, ok := delivery.LookupHeader(dedupkafka.Header{kv}, delivery.HeaderOriginalMessageID)
+	return ok
 }
 
 // Remove commits the group's offset past the letter, unless a letter

@@ -8,8 +8,10 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup"
 	dedupkafka "github.com/dedup-go/dedup/adapters/kafka"
 	"github.com/dedup-go/dedup/cmd/dedupctl/internal/redrive"
+	"github.com/dedup-go/dedup/delivery"
 )
 
 // TestKafkaCrashHalfway: 1,000 orders dead-lettered by the adapter; the
@@ -163,10 +165,11 @@ func TestKafkaCopyRefused(t *testing.T) {
 	t.Parallel()
 	e := newKafkaEnv(t, 2)
 	e.produceMessages(t, []kafka.Message{{Topic: e.dlq, Value: orderJSON(t, Order{ID: "a"}), Headers: []kafka.Header{
-		{Key: dedupkafka.HeaderReason, Value: []byte("permanent-error")},
-		{Key: dedupkafka.HeaderTopic, Value: []byte("no-such-topic")},
-		{Key: dedupkafka.HeaderPartition, Value: []byte("0")},
-		{Key: dedupkafka.HeaderKey, Value: []byte("orders:a")},
+		{Key: delivery.HeaderReason, Value: []byte("permanent-error")},
+		{Key: delivery.HeaderSource, Value: []byte("no-such-topic")},
+		{Key: delivery.HeaderStream, Value: []byte("no-such-topic")},
+		{Key: delivery.HeaderPartition, Value: []byte("0")},
+		{Key: delivery.HeaderKey, Value: []byte("orders:a")},
 	}}})
 
 	res := runTool(t, nil, e.args()...)
@@ -175,4 +178,67 @@ func TestKafkaCopyRefused(t *testing.T) {
 	require.Equal(t, "failed", res.rows[0].Action)
 	require.Contains(t, res.rows[0].Detail, "no-such-topic")
 	require.EqualValues(t, 1, e.letters(t))
+}
+
+// TestKafkaLettersOf01: dead letters a Consumer of 0.1 wrote, with the
+// header names of 0.1 (Dedup-Topic for the original's topic, Dedup-Group,
+// Dedup-Message-Id for the original's Message-Id), each written twice (its
+// original's commit was lost), are redriven by this version: each copy
+// goes to the topic and partition the letter names, with the original's
+// Message-Id back and no Dedup-* header, and each order is processed once.
+func TestKafkaLettersOf01(t *testing.T) {
+	t.Parallel()
+	e := newKafkaEnv(t, 2)
+	ids := []string{"a", "b"}
+	// The failed records 0.1's consumer left (one attempt: attempts
+	// exhausted).
+	broken := brokenReceiver(t, e.st, e.ns)
+	for _, id := range ids {
+		_, err := broken.Handle(t.Context(), &dedup.Message[Order]{Body: Order{ID: id, Cents: 100}})
+		require.ErrorIs(t, err, errBug)
+	}
+	var letters []kafka.Message
+	for i, id := range ids {
+		partition, offset := strconv.Itoa(i+1), strconv.Itoa(10+i)
+		letter := kafka.Message{Topic: e.dlq, Key: []byte(id), Value: orderJSON(t, Order{ID: id, Cents: 100}), Headers: []kafka.Header{
+			{Key: "Dedup-Message-Id", Value: []byte("m-" + id)},
+			{Key: "Tenant", Value: []byte("acme")},
+			{Key: "Message-Id", Value: []byte("dedup-dlq:orders:" + partition + ":" + offset)},
+			{Key: "Dedup-Reason", Value: []byte("attempts-exhausted")},
+			{Key: "Dedup-Error", Value: []byte(errBug.Error())},
+			{Key: "Dedup-Topic", Value: []byte(e.topic)},
+			{Key: "Dedup-Partition", Value: []byte(partition)},
+			{Key: "Dedup-Offset", Value: []byte(offset)},
+			{Key: "Dedup-Group", Value: []byte(e.group)},
+			{Key: "Dedup-Key", Value: []byte("orders:" + id)},
+			{Key: "Dedup-Attempt", Value: []byte("1")},
+			{Key: "Dedup-First-Failure", Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
+		}}
+		letters = append(letters, letter, letter)
+	}
+	e.produceMessages(t, letters)
+
+	res := runTool(t, nil, e.args()...)
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	require.Len(t, res.rows, 4, "stdout: %s\nstderr: %s", res.stdout, res.stderr)
+	for _, r := range res.rows {
+		require.Equal(t, "m-"+r.Key[len("orders:"):], r.MessageID, "the original's Message-Id, from Dedup-Message-Id")
+		require.Equal(t, "attempts-exhausted", r.Reason)
+	}
+	require.Equal(t, "republished", res.byKey()["orders:a"].Action)
+	require.Equal(t, "topic orders partition 1", res.rows[0].To)
+	require.Zero(t, e.letters(t), "the group passed every letter")
+
+	eff := newEffects()
+	e.drained(t, e.consume(t, fixedReceiver(t, e.st, e.ns, eff), false))
+	requireExactlyOnce(t, eff, ids)
+
+	copies := e.readAll(t, e.topic, 3)
+	require.NotEmpty(t, copies)
+	for _, c := range copies {
+		id := string(c.Key)
+		require.Equal(t, map[string]int{"a": 1, "b": 2}[id], c.Partition, "the partition Dedup-Partition names")
+		require.Equal(t, []kafka.Header{{Key: dedupkafka.HeaderMessageID, Value: []byte("m-" + id)}, {Key: "Tenant", Value: []byte("acme")}}, c.Headers,
+			"the original's headers: its Message-Id back, no Dedup-*")
+	}
 }
