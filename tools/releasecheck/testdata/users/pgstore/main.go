@@ -57,6 +57,6 @@ func run(ctx context.Context, dsn string) error {
 		return err
 	}
 	res, err := rcv.Handle(ctx, order{ID: "o-1", Amount: 42})
-	fmt.Println(res.Status, res.Value, rcv.Decide(res, err).Action)
+	fmt.Println(res.Status, res.Value, err)
 	return nil
 }
