@@ -51,8 +51,10 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
 )
 
-// The tool is developed against the modules of this repository; the
-// replaces are ignored by go install, which gets the versions required.
+// The tool is developed against the modules of this repository through
+// these replaces. go install PATH@VERSION refuses a go.mod that has any, so
+// a release tags this module on a commit of its own whose go.mod is this
+// one without them (scripts/release.sh; docs/architecture.md, Layout).
 replace (
 	github.com/dedup-go/dedup => ../..
 	github.com/dedup-go/dedup/adapters/kafka => ../../adapters/kafka
