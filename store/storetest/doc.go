@@ -90,7 +90,11 @@
 // them, which a sleep that runs long cannot break. A check that a lease or
 // record still holds is the one a slow machine can spoil: when it fails
 // and Now shows that the store's clock has passed the deadline in
-// question, the subtest skips as inconclusive rather than fails. Without
+// question, the attempt is inconclusive rather than failed: the subtest
+// runs again on a fresh harness with a Tick four times longer, at most
+// three times in all, and then skips, or fails when DEDUP_TEST_REQUIRE=1
+// is set (what dedup's CI sets), so a conformance check never goes unrun
+// quietly there. Without
 // Now the suite checks only the order of times and cannot tell, so a
 // harness on real time should set it.
 //
