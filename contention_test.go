@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -100,6 +101,10 @@ func TestExactlyOnceUnderContention(t *testing.T) {
 // shared flight the waiting deliveries would find the key in flight.
 func TestConcurrentDuplicatesShareOneClaim(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, func(t *testing.T) { testConcurrentDuplicatesShareOneClaim(t) })
+}
+
+func testConcurrentDuplicatesShareOneClaim(t *testing.T) {
 	const n = 50
 	st := &faultyStore{Store: newMemstore(t, clock.Real())}
 	release := make(chan struct{})
@@ -123,7 +128,8 @@ func TestConcurrentDuplicatesShareOneClaim(t *testing.T) {
 		})
 	}
 	started.Wait()
-	time.Sleep(50 * time.Millisecond) // let the deliveries pile up behind the first
+	synctest.Wait() // every delivery is blocked: the first in its handler, the others behind it
+	require.Equal(t, n-1, dedup.Waiting(rcv, "default:o-1"), "the duplicates wait on the first delivery")
 	releaseOnce()
 	testenv.Wait(t, &wg, "the deliveries to return")
 
@@ -146,6 +152,10 @@ func TestConcurrentDuplicatesShareOneClaim(t *testing.T) {
 // have answered.
 func TestConcurrentDuplicateWithOtherPayload(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, func(t *testing.T) { testConcurrentDuplicateWithOtherPayload(t) })
+}
+
+func testConcurrentDuplicateWithOtherPayload(t *testing.T) {
 	st := &faultyStore{Store: newMemstore(t, clock.Real())}
 	entered := make(chan struct{})
 	release := make(chan struct{})
@@ -165,7 +175,8 @@ func TestConcurrentDuplicateWithOtherPayload(t *testing.T) {
 	testenv.Recv(t, entered, "the handler to start")
 	var otherErr error
 	wg.Go(func() { _, otherErr = rcv.Handle(context.Background(), signedOrder{ID: "o-1", Amount: 99}) })
-	time.Sleep(20 * time.Millisecond)
+	synctest.Wait() // the second delivery is blocked behind the first, in flight
+	require.Equal(t, 1, dedup.Waiting(rcv, "default:o-1"), "the other payload waits on the first delivery")
 	releaseOnce()
 	testenv.Wait(t, &wg, "the deliveries to return")
 	require.NoError(t, firstErr)
