@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -81,6 +82,10 @@ func TestShutdownDuringCompleteStillRecords(t *testing.T) {
 // answered with the record's result (the newer one), not the stale value.
 func TestWaiterOfLostLeaseGetsStoredResult(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testWaiterOfLostLeaseGetsStoredResult)
+}
+
+func testWaiterOfLostLeaseGetsStoredResult(t *testing.T) {
 	storeClock := clock.NewFake(epoch)
 	st := newMemstore(t, storeClock)
 	entered := make(chan struct{})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -31,37 +32,34 @@ func handleAsync(ctx context.Context, rcv *dedup.Receiver[order, string], o orde
 	return ch
 }
 
-// waitFor polls cond until it holds, failing the test after 10 seconds of
-// wall time: a regression fails fast instead of hanging.
+// waitFor waits until every other goroutine of the test's bubble
+// (testing/synctest) is durably blocked, and requires cond then.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	synctest.Wait()
+	require.Truef(t, cond(), "every goroutine is blocked, and still not: %s", what)
 }
 
-// advanceUntil advances clk by step until ch yields, failing after 10
-// seconds of wall time.
+// advanceUntil advances clk by step, each time once every other goroutine
+// of the test's bubble is durably blocked, until ch yields; it fails after
+// maxAdvances steps.
 func advanceUntil(t *testing.T, clk *clock.Fake, step time.Duration, ch <-chan outcome) outcome {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	for range maxAdvances {
+		synctest.Wait()
 		select {
 		case o := <-ch:
 			return o
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for Handle to return")
-		}
 		clk.Advance(step)
-		time.Sleep(time.Millisecond)
 	}
+	t.Fatalf("Handle did not return within %d advances of %v", maxAdvances, step)
+	panic("unreachable")
 }
+
+// maxAdvances bounds advanceUntil: far more steps than any test needs.
+const maxAdvances = 10_000
 
 // TestCompletionRetriedWhileLeaseHolds: the store goes down between the
 // handler's success and its completion. The receiver keeps retrying the
@@ -70,6 +68,10 @@ func advanceUntil(t *testing.T, clk *clock.Fake, step time.Duration, ch <-chan o
 // process never runs the handler a second time.
 func TestCompletionRetriedWhileLeaseHolds(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testCompletionRetriedWhileLeaseHolds)
+}
+
+func testCompletionRetriedWhileLeaseHolds(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	st := &faultyStore{Store: newMemstore(t, clk)}
 	var effects atomic.Int64
@@ -113,6 +115,10 @@ func TestCompletionRetriedWhileLeaseHolds(t *testing.T) {
 // still records the success once it is back.
 func TestCompletionRetriedUnderNoWait(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testCompletionRetriedUnderNoWait)
+}
+
+func testCompletionRetriedUnderNoWait(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	st := &faultyStore{Store: newMemstore(t, clk)}
 	var effects atomic.Int64
@@ -141,6 +147,10 @@ func TestCompletionRetriedUnderNoWait(t *testing.T) {
 // effect happened) and reports the result as not stored.
 func TestCompletionGivesUpWhenLeaseEnds(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testCompletionGivesUpWhenLeaseEnds)
+}
+
+func testCompletionGivesUpWhenLeaseEnds(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	st := &faultyStore{Store: newMemstore(t, clk)}
 	var gaveUpAt time.Time
@@ -166,6 +176,10 @@ func TestCompletionGivesUpWhenLeaseEnds(t *testing.T) {
 // take the key over, and the broker stops hearing that it is in progress.
 func TestUnconfirmedLeaseEndsLocally(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testUnconfirmedLeaseEndsLocally)
+}
+
+func testUnconfirmedLeaseEndsLocally(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	st := &faultyStore{Store: newMemstore(t, clk)}
 	var beats atomic.Int64
@@ -184,17 +198,16 @@ func TestUnconfirmedLeaseEndsLocally(t *testing.T) {
 		_, err := rcv.Handle(context.Background(), beatingOrder{ID: "o-1", beats: &beats})
 		done <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
 	var herr error
-	for herr == nil {
+	for i := 0; herr == nil; i++ {
+		synctest.Wait()
 		select {
 		case herr = <-done:
 			continue
 		default:
 		}
-		require.True(t, time.Now().Before(deadline), "the handler was never cancelled")
+		require.Less(t, i, maxAdvances, "the handler was never cancelled")
 		clk.Advance(time.Second)
-		time.Sleep(time.Millisecond)
 	}
 	require.ErrorIs(t, herr, dedup.ErrLeaseLost)
 	require.Less(t, time.Duration(cancelledAt.Load()), testLease, "cancelled before the store's lease could end")

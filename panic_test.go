@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/require"
 
@@ -221,6 +222,10 @@ func (s *panickingStore) Acquire(ctx context.Context, req store.AcquireRequest) 
 // and the key is free for the next delivery.
 func TestPanickingStoreFreesWaiters(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testPanickingStoreFreesWaiters)
+}
+
+func testPanickingStoreFreesWaiters(t *testing.T) {
 	st := &panickingStore{Store: newMemstore(t, clock.NewFake(epoch)), entered: make(chan struct{}), release: make(chan struct{})}
 	rcv := newReceiver(t, st, func(ctx context.Context, o order) (struct{}, error) { return struct{}{}, nil }, nil)
 
