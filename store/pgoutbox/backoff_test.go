@@ -11,6 +11,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // TestRelayBackoffAcrossRenewal: the backoff doubles with each failure in
@@ -20,42 +21,42 @@ import (
 // fetch waits (a lock on the outbox) until the renewal is overdue.
 func TestRelayBackoffAcrossRenewal(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1})
-	writeKeyed(t, writer{db: db, ob: ob}, keysN(4), 5, func(string, int) string { return "orders.events" })
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 1})
+	relaytest.WriteKeyed(t, relaytest.Writer{DB: db, OB: ob}, relaytest.KeysN(4), 5, func(string, int) string { return "orders.events" })
 	down := publisherFunc(func(ctx context.Context, _ []outbox.Message) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		return errors.New("the broker is down")
 	})
-	ev := &events{}
+	ev := &relaytest.Events{}
 	const lease, maxBackoff = 3 * time.Second, 160 * time.Millisecond
-	r := newRelay(t, ob, down, &pgoutbox.RelayOptions{Lease: lease, PollInterval: 50 * time.Millisecond,
+	r := relaytest.NewRelay(t, ob, down, &pgoutbox.RelayOptions{Lease: lease, PollInterval: 50 * time.Millisecond,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: maxBackoff, Observer: ev})
-	start(t, r)
-	failures := func() []outbox.Event { return ev.of(outbox.EventFailed, "publish") }
-	waitFor(t, testenv.WaitTimeout, "three failed rounds", func() bool { return len(failures()) >= 3 })
+	relaytest.Start(t, r)
+	failures := func() []outbox.Event { return ev.Of(outbox.EventFailed, "publish") }
+	relaytest.WaitFor(t, testenv.WaitTimeout, "three failed rounds", func() bool { return len(failures()) >= 3 })
 
 	// A round's fetch waits for the lock; it is released once the
 	// renewal the round stops at is overdue (a third of the lease since
 	// the last, and half a second more for the round to see it).
-	table := db.table("dedup_outbox")
-	tx, err := db.pool.Begin(t.Context())
+	table := db.Table("dedup_outbox")
+	tx, err := db.Pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	_, err = tx.Exec(t.Context(), "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
-	waitFor(t, testenv.WaitTimeout, "a round's fetch to wait for the lock", func() bool {
-		return db.count(t, "SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND NOT granted", table) > 0
+	relaytest.WaitFor(t, testenv.WaitTimeout, "a round's fetch to wait for the lock", func() bool {
+		return db.Count(t, "SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND NOT granted", table) > 0
 	})
-	waitFor(t, testenv.WaitTimeout, "the renewal to be overdue", func() bool {
-		return db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_leases")+
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the renewal to be overdue", func() bool {
+		return db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_leases")+
 			" WHERE clock_timestamp() > lease_until - $1::bigint * interval '1 microsecond'", (lease*2/3-500*time.Millisecond).Microseconds()) == 1
 	})
 	held := len(failures())
 	require.NoError(t, tx.Rollback(t.Context()))
-	waitFor(t, testenv.WaitTimeout, "three failed rounds after the lock", func() bool { return len(failures()) >= held+3 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "three failed rounds after the lock", func() bool { return len(failures()) >= held+3 })
 
 	// Each wait at most the cap, and at least four fifths of twice the
 	// one before (the jitter takes up to a fifth), up to four fifths of

@@ -13,6 +13,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // ackFunc is an outbox.AckPublisher of a function; its Publish is never
@@ -34,15 +35,15 @@ func (f ackFunc) PublishEach(ctx context.Context, msgs []outbox.Message, ack fun
 // relay sends only after a-1's report.
 func TestRelayEachFreesKeyAtOnce(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1})
-	w := writer{db: db, ob: ob}
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 1})
+	w := relaytest.Writer{DB: db, OB: ob}
 	for _, m := range []pgoutbox.Message{
 		{Name: "a-1", Destination: "orders.events", OrderingKey: "a", Body: []byte("a-1")},
 		{Name: "b-1", Destination: "orders.events", OrderingKey: "b", Body: []byte("b-1")},
 		{Name: "a-2", Destination: "orders.events", OrderingKey: "a", Body: []byte("a-2")},
 	} {
-		_, err := w.write(t.Context(), "order:"+m.Name, m)
+		_, err := w.Write(t.Context(), "order:"+m.Name, m)
 		require.NoError(t, err)
 	}
 	sawA2 := make(chan struct{})
@@ -69,11 +70,11 @@ func TestRelayEachFreesKeyAtOnce(t *testing.T) {
 		}
 		return ctx.Err()
 	})
-	ev := &events{}
-	r := newRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: 3 * testenv.WaitTimeout, PublishTimeout: testenv.WaitTimeout, Observer: ev})
-	start(t, r)
-	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
-	require.Empty(t, ev.of(outbox.EventFailed, ""), "a-2 went out while b-1's call waited")
+	ev := &relaytest.Events{}
+	r := relaytest.NewRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: 3 * testenv.WaitTimeout, PublishTimeout: testenv.WaitTimeout, Observer: ev})
+	relaytest.Start(t, r)
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.Unsent(t) == 0 })
+	require.Empty(t, ev.Of(outbox.EventFailed, ""), "a-2 went out while b-1's call waited")
 	require.GreaterOrEqual(t, calls.Load(), int32(2))
 }
 
@@ -84,14 +85,14 @@ func TestRelayEachFreesKeyAtOnce(t *testing.T) {
 // more, and its messages are published again later.
 func TestRelayEachSilentBroker(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1})
-	w := writer{db: db, ob: ob}
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 1})
+	w := relaytest.Writer{DB: db, OB: ob}
 	var msgs []pgoutbox.Message
 	for i := range 1100 {
 		msgs = append(msgs, pgoutbox.Message{Name: fmt.Sprint(i), Destination: "orders.events", OrderingKey: fmt.Sprint("key-", i), Body: []byte("x")})
 	}
-	_, err := w.write(t.Context(), "order:many", msgs...)
+	_, err := w.Write(t.Context(), "order:many", msgs...)
 	require.NoError(t, err)
 	var calls atomic.Int32
 	pub := ackFunc(func(ctx context.Context, msgs []outbox.Message, ack func(int, error)) error {
@@ -99,12 +100,12 @@ func TestRelayEachSilentBroker(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	ev := &events{}
-	r := newRelay(t, ob, pub, &pgoutbox.RelayOptions{BatchSize: 2048, Lease: 5 * time.Second, PublishTimeout: 300 * time.Millisecond,
+	ev := &relaytest.Events{}
+	r := relaytest.NewRelay(t, ob, pub, &pgoutbox.RelayOptions{BatchSize: 2048, Lease: 5 * time.Second, PublishTimeout: 300 * time.Millisecond,
 		MinBackoff: time.Second, MaxBackoff: time.Second, Observer: ev})
-	start(t, r)
-	waitFor(t, testenv.WaitTimeout, "a failed pump", func() bool { return len(ev.of(outbox.EventFailed, "publish")) > 0 })
+	relaytest.Start(t, r)
+	relaytest.WaitFor(t, testenv.WaitTimeout, "a failed pump", func() bool { return len(ev.Of(outbox.EventFailed, "publish")) > 0 })
 	require.LessOrEqual(t, calls.Load(), int32(16), "calls after the first came back with nothing acknowledged")
-	require.Equal(t, 1100, ev.of(outbox.EventFailed, "publish")[0].Messages, "every message read counts as failed")
-	require.Equal(t, 1100, db.unsent(t))
+	require.Equal(t, 1100, ev.Of(outbox.EventFailed, "publish")[0].Messages, "every message read counts as failed")
+	require.Equal(t, 1100, db.Unsent(t))
 }

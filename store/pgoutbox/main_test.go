@@ -1,17 +1,12 @@
 package pgoutbox_test
 
 import (
-	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	if role := os.Getenv(childRoleEnv); role != "" {
-		// A process of TestEndToEnd, killed with SIGKILL: it never
-		// returns normally, so no leak check.
-		os.Exit(childMain(role))
-	}
-	goleak.VerifyTestMain(m)
-}
+// The tests of the relay on real brokers (JetStream, RabbitMQ, Kafka),
+// end to end included, are in the test-only module of e2e/, so that this
+// module requires no broker client.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -15,6 +15,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // tagged is a relay's view of a checkingPublisher shared by several: it
@@ -53,29 +54,29 @@ func (p *tagged) published() []string {
 // are those of the first batch.
 func TestRelayMarkFails(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 2})
-	table := db.table("dedup_outbox")
-	db.exec(t, `CREATE SEQUENCE `+db.table("marks")+`;
-CREATE FUNCTION `+db.table("refuse_first_mark")+`() RETURNS trigger LANGUAGE plpgsql AS $$
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 2})
+	table := db.Table("dedup_outbox")
+	db.Exec(t, `CREATE SEQUENCE `+db.Table("marks")+`;
+CREATE FUNCTION `+db.Table("refuse_first_mark")+`() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE ids text;
 BEGIN
 	SELECT string_agg(id, ',' ORDER BY seq) INTO ids FROM gone;
-	IF ids IS NOT NULL AND nextval('`+db.table("marks")+`') = 1 THEN
+	IF ids IS NOT NULL AND nextval('`+db.Table("marks")+`') = 1 THEN
 		RAISE EXCEPTION 'the first mark is refused: [%]', ids;
 	END IF;
 	RETURN NULL;
 END $$;
 CREATE TRIGGER refuse_first_mark AFTER DELETE ON `+table+` REFERENCING OLD TABLE AS gone
-FOR EACH STATEMENT EXECUTE FUNCTION `+db.table("refuse_first_mark")+`()`)
-	order := writeKeyed(t, writer{db: db, ob: ob}, keysN(4), 10, func(string, int) string { return "orders.events" })
+FOR EACH STATEMENT EXECUTE FUNCTION `+db.Table("refuse_first_mark")+`()`)
+	order := relaytest.WriteKeyed(t, relaytest.Writer{DB: db, OB: ob}, relaytest.KeysN(4), 10, func(string, int) string { return "orders.events" })
 	pub := &tagged{checkingPublisher: newCheckingPublisher(order, 0, nil)}
-	ev := &events{}
-	r := newRelay(t, ob, pub, &pgoutbox.RelayOptions{BatchSize: 8, Lease: 5 * time.Second, MinBackoff: 10 * time.Millisecond, Observer: ev})
-	start(t, r)
-	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
+	ev := &relaytest.Events{}
+	r := relaytest.NewRelay(t, ob, pub, &pgoutbox.RelayOptions{BatchSize: 8, Lease: 5 * time.Second, MinBackoff: 10 * time.Millisecond, Observer: ev})
+	relaytest.Start(t, r)
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.Unsent(t) == 0 })
 	pub.check(t)
-	marks := ev.of(outbox.EventFailed, "mark")
+	marks := ev.Of(outbox.EventFailed, "mark")
 	require.Len(t, marks, 1)
 	require.Positive(t, marks[0].Messages)
 	require.Positive(t, marks[0].Backoff)
@@ -105,7 +106,7 @@ FOR EACH STATEMENT EXECUTE FUNCTION `+db.table("refuse_first_mark")+`()`)
 		}
 		last[k] = position[id]
 	}
-	waitFor(t, testenv.WaitTimeout, "every mark counted", func() bool { return r.Stats().Published == 40 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every mark counted", func() bool { return r.Stats().Published == 40 })
 }
 
 // TestRelayMarkHeldPastLease: a relay's mark is held up (another
@@ -119,43 +120,43 @@ FOR EACH STATEMENT EXECUTE FUNCTION `+db.table("refuse_first_mark")+`()`)
 // their first.
 func TestRelayMarkHeldPastLease(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1, Timeout: 20 * time.Second})
-	order := writeKeyed(t, writer{db: db, ob: ob}, keysN(1), 100, func(string, int) string { return "orders.events" })
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 1, Timeout: 20 * time.Second})
+	order := relaytest.WriteKeyed(t, relaytest.Writer{DB: db, OB: ob}, relaytest.KeysN(1), 100, func(string, int) string { return "orders.events" })
 	ids := order["key-00"]
 	check := newCheckingPublisher(order, 0, nil)
 	pubA, pubB := &tagged{checkingPublisher: check}, &tagged{checkingPublisher: check}
-	opts := func(ev *events) *pgoutbox.RelayOptions {
+	opts := func(ev *relaytest.Events) *pgoutbox.RelayOptions {
 		return &pgoutbox.RelayOptions{BatchSize: 10, Lease: 600 * time.Millisecond, PollInterval: 50 * time.Millisecond, Observer: ev}
 	}
 
 	// Lock the rows: the relays' marks wait.
-	tx, err := db.pool.Begin(t.Context())
+	tx, err := db.Pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(t.Context(), "SELECT FROM "+db.table("dedup_outbox")+" FOR UPDATE")
+	_, err = tx.Exec(t.Context(), "SELECT FROM "+db.Table("dedup_outbox")+" FOR UPDATE")
 	require.NoError(t, err)
 
-	evA, evB := &events{}, &events{}
-	a := newRelay(t, ob, pubA, opts(evA))
-	start(t, a)
-	waitFor(t, testenv.WaitTimeout, "the first relay to publish", func() bool { return len(pubA.published()) >= 10 })
-	b := newRelay(t, ob, pubB, opts(evB))
-	start(t, b)
+	evA, evB := &relaytest.Events{}, &relaytest.Events{}
+	a := relaytest.NewRelay(t, ob, pubA, opts(evA))
+	relaytest.Start(t, a)
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the first relay to publish", func() bool { return len(pubA.published()) >= 10 })
+	b := relaytest.NewRelay(t, ob, pubB, opts(evB))
+	relaytest.Start(t, b)
 	// The first relay published what it had read before its mark
 	// blocked; the second takes the bucket once the first's lease ran
 	// out, and publishes again from the key's first message, until its
 	// own mark blocks.
-	waitFor(t, testenv.WaitTimeout, "the second relay to publish", func() bool { return len(pubB.published()) >= 10 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the second relay to publish", func() bool { return len(pubB.published()) >= 10 })
 	byA := pubA.published()
 	require.Less(t, len(byA), len(ids), "the first relay had messages left to read")
 	require.Equal(t, ids[:len(byA)], byA, "the first relay, in order")
 	require.Equal(t, ids[:10], pubB.published()[:10], "the second, from the key's first unsent message")
 	require.NoError(t, tx.Rollback(t.Context()))
 
-	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
-	waitFor(t, testenv.WaitTimeout, "the first relay to find its lease lost", func() bool {
-		for _, e := range evA.of(outbox.EventLeases, "") {
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.Unsent(t) == 0 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the first relay to find its lease lost", func() bool {
+		for _, e := range evA.Of(outbox.EventLeases, "") {
 			if slices.Equal(e.Lost, []int{0}) {
 				return true
 			}
@@ -175,18 +176,18 @@ func TestRelayMarkHeldPastLease(t *testing.T) {
 // message once.
 func TestRelayRenewsWhileBusy(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1})
-	w := writer{db: db, ob: ob}
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 1})
+	w := relaytest.Writer{DB: db, OB: ob}
 	order := map[string][]string{}
 	for n := range 100 {
 		var msgs []pgoutbox.Message
-		for _, k := range keysN(5) {
+		for _, k := range relaytest.KeysN(5) {
 			msgs = append(msgs, pgoutbox.Message{Name: k, Destination: "orders.events", OrderingKey: k, Body: []byte(k)})
 		}
-		ids, err := w.write(t.Context(), fmt.Sprintf("order:%d", n), msgs...)
+		ids, err := w.Write(t.Context(), fmt.Sprintf("order:%d", n), msgs...)
 		require.NoError(t, err)
-		for i, k := range keysN(5) {
+		for i, k := range relaytest.KeysN(5) {
 			order[k] = append(order[k], ids[i])
 		}
 	}
@@ -197,21 +198,21 @@ func TestRelayRenewsWhileBusy(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 		return pub.Publish(ctx, msgs)
 	})
-	ev := &events{}
-	r := newRelay(t, ob, slow, &pgoutbox.RelayOptions{BatchSize: 32, Lease: 600 * time.Millisecond, Observer: ev})
-	start(t, r)
-	leases := db.table("dedup_outbox_leases")
+	ev := &relaytest.Events{}
+	r := relaytest.NewRelay(t, ob, slow, &pgoutbox.RelayOptions{BatchSize: 32, Lease: 600 * time.Millisecond, Observer: ev})
+	relaytest.Start(t, r)
+	leases := db.Table("dedup_outbox_leases")
 	lapsed := 0
-	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool {
-		if db.count(t, "SELECT count(*) FROM "+leases+" WHERE owner IS NOT NULL AND lease_until < clock_timestamp()") > 0 {
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every message sent", func() bool {
+		if db.Count(t, "SELECT count(*) FROM "+leases+" WHERE owner IS NOT NULL AND lease_until < clock_timestamp()") > 0 {
 			lapsed++
 		}
-		return db.unsent(t) == 0
+		return db.Unsent(t) == 0
 	})
 	pub.check(t)
 	require.Zero(t, lapsed, "polls that found the busy relay's lease run out")
 	require.Empty(t, pub.copies())
-	for _, e := range ev.of(outbox.EventLeases, "") {
+	for _, e := range ev.Of(outbox.EventLeases, "") {
 		require.Empty(t, e.Lost)
 	}
 }

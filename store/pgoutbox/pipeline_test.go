@@ -14,6 +14,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // checkingPublisher acknowledges what a relay hands it, after a pause of
@@ -163,30 +164,6 @@ func (p *checkingPublisher) check(t testing.TB) {
 	require.Empty(t, p.violations)
 }
 
-// writeKeyed writes perKey messages for each of keys, interleaved, one
-// transaction per message, and returns each key's ids in writing order.
-func writeKeyed(t testing.TB, w writer, keys []string, perKey int, dest func(key string, n int) string) map[string][]string {
-	t.Helper()
-	order := map[string][]string{}
-	for n := range perKey {
-		for _, k := range keys {
-			ids, err := w.write(t.Context(), fmt.Sprintf("order:%s-%d", k, n),
-				pgoutbox.Message{Destination: dest(k, n), OrderingKey: k, Body: fmt.Appendf(nil, "%s/%d", k, n)})
-			require.NoError(t, err)
-			order[k] = append(order[k], ids...)
-		}
-	}
-	return order
-}
-
-func keysN(n int) []string {
-	var out []string
-	for i := range n {
-		out = append(out, fmt.Sprintf("key-%02d", i))
-	}
-	return out
-}
-
 // TestRelayPipelineOrder: three relays on a backlog of 24 keys, with a
 // publisher that answers after random pauses, fails some messages for a
 // while and refuses some for good. A message is handed over only once
@@ -208,9 +185,9 @@ func TestRelayPipelineOrder(t *testing.T) {
 // reports each message's acknowledgement on its own, out of order (each),
 // or one that answers call by call.
 func testPipelineOrder(t *testing.T, each bool) {
-	db := newDB(t, 16)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 6})
-	order := writeKeyed(t, writer{db: db, ob: ob}, keysN(24), 25, func(string, int) string { return "orders.events" })
+	db := relaytest.NewDB(t, 16)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 6})
+	order := relaytest.WriteKeyed(t, relaytest.Writer{DB: db, OB: ob}, relaytest.KeysN(24), 25, func(string, int) string { return "orders.events" })
 	refused := map[string]bool{}
 	flaky := map[string]bool{}
 	for _, ids := range order {
@@ -239,9 +216,9 @@ func testPipelineOrder(t *testing.T, each bool) {
 		through = eachPublisher{pub}
 	}
 	for range 3 {
-		start(t, newRelay(t, ob, through, opts))
+		relaytest.Start(t, relaytest.NewRelay(t, ob, through, opts))
 	}
-	waitFor(t, testenv.WaitTimeout, "every message acknowledged or dead", func() bool { return db.unsent(t) == 0 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every message acknowledged or dead", func() bool { return db.Unsent(t) == 0 })
 	pub.check(t)
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
@@ -250,7 +227,7 @@ func testPipelineOrder(t *testing.T, each bool) {
 			require.True(t, pub.acked[id] != refused[id], "message %s: acknowledged %v, refused for good %v", id, pub.acked[id], refused[id])
 		}
 	}
-	require.Equal(t, len(refused), db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_dead")))
+	require.Equal(t, len(refused), db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_dead")))
 	t.Logf("%d calls, %d refused for good, %d failing twice", pub.calls, len(refused), len(flaky))
 }
 
@@ -269,18 +246,18 @@ func TestRelayNoCopies(t *testing.T) {
 }
 
 func testNoCopies(t *testing.T, each bool) {
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 4})
-	order := writeKeyed(t, writer{db: db, ob: ob}, keysN(30), 20, func(string, int) string { return "orders.events" })
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 4})
+	order := relaytest.WriteKeyed(t, relaytest.Writer{DB: db, OB: ob}, relaytest.KeysN(30), 20, func(string, int) string { return "orders.events" })
 	pub := newCheckingPublisher(order, time.Millisecond, nil)
 	var through outbox.Publisher = pub
 	if each {
 		through = eachPublisher{pub}
 	}
-	r := newRelay(t, ob, through, &pgoutbox.RelayOptions{BatchSize: 32, Lease: 5 * time.Second})
-	start(t, r)
-	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
+	r := relaytest.NewRelay(t, ob, through, &pgoutbox.RelayOptions{BatchSize: 32, Lease: 5 * time.Second})
+	relaytest.Start(t, r)
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.Unsent(t) == 0 })
 	pub.check(t)
 	require.Empty(t, pub.copies(), "published twice")
-	waitFor(t, testenv.WaitTimeout, "every mark counted", func() bool { return r.Stats().Published == 600 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every mark counted", func() bool { return r.Stats().Published == 600 })
 }

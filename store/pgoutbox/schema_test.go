@@ -14,6 +14,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // TestFetchPlan: on a table filled since it was last analyzed (never,
@@ -23,14 +24,14 @@ import (
 // one: no sort of every unsent row.
 func TestFetchPlan(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 2)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 64})
-	table := db.table("dedup_outbox")
-	db.exec(t, "ALTER TABLE "+table+" SET (autovacuum_enabled = false)")
-	db.exec(t, `INSERT INTO `+table+` (id, claim_key, name, destination, ordering_key, key_hash, body)
+	db := relaytest.NewDB(t, 2)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 64})
+	table := db.Table("dedup_outbox")
+	db.Exec(t, "ALTER TABLE "+table+" SET (autovacuum_enabled = false)")
+	db.Exec(t, `INSERT INTO `+table+` (id, claim_key, name, destination, ordering_key, key_hash, body)
 SELECT md5(i::text), 'plan:' || i, '1', 'orders.events', 'c-' || (i % 1000), abs(hashtext('c-' || (i % 1000))), '\x00'::bytea
 FROM generate_series(1, 20000) i`)
-	conn, err := db.pool.Acquire(t.Context())
+	conn, err := db.Pool.Acquire(t.Context())
 	require.NoError(t, err)
 	defer conn.Release()
 	_, err = conn.Exec(t.Context(), "PREPARE fetch_plan(int[], int, uuid) AS "+pgoutbox.FetchSQL(ob))
@@ -92,9 +93,9 @@ CREATE TABLE {t}_relays (
 // their ids.
 func TestMigrateFromV1(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	table := db.table("dedup_outbox")
-	db.exec(t, strings.ReplaceAll(outboxV1, "{t}", table))
+	db := relaytest.NewDB(t, 8)
+	table := db.Table("dedup_outbox")
+	db.Exec(t, strings.ReplaceAll(outboxV1, "{t}", table))
 	var ids []string
 	for n := range 6 {
 		claim := fmt.Sprintf("shop:o-%d", n)
@@ -109,22 +110,22 @@ func TestMigrateFromV1(t *testing.T) {
 		default:
 			createdAt = time.Now()
 		}
-		db.exec(t, `INSERT INTO `+table+` (id, claim_key, name, destination, ordering_key, key_hash, body, created_at, sent_at)
-VALUES ($1, $2, 'created', 'orders.created', 'c-1', $3, $4, $5, $6)`, id, claim, int32(fnv32a("c-1")), fmt.Appendf(nil, "%d", n), createdAt, sentAt)
+		db.Exec(t, `INSERT INTO `+table+` (id, claim_key, name, destination, ordering_key, key_hash, body, created_at, sent_at)
+VALUES ($1, $2, 'created', 'orders.created', 'c-1', $3, $4, $5, $6)`, id, claim, int32(relaytest.FNV32a("c-1")), fmt.Appendf(nil, "%d", n), createdAt, sentAt)
 	}
 
-	ob := db.outbox(t, nil)
+	ob := db.Outbox(t, nil)
 	require.Equal(t, 4, ob.Buckets(), "the table's bucket count")
-	db.outbox(t, nil) // a second migration finds it done
-	require.Equal(t, 6, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")), "every message's id, sent or not")
-	require.Zero(t, db.count(t, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'dedup_outbox_pending_idx'", db.schema),
+	db.Outbox(t, nil) // a second migration finds it done
+	require.Equal(t, 6, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_ids")), "every message's id, sent or not")
+	require.Zero(t, db.Count(t, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'dedup_outbox_pending_idx'", db.Schema),
 		"version 1's index by bucket, which nothing uses now, is gone")
-	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'dedup_outbox_unsent_idx'", db.schema))
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'dedup_outbox_unsent_idx'", db.Schema))
 
 	pub := newCheckingPublisher(map[string][]string{"c-1": ids[3:]}, 0, nil)
-	r := newRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: 5 * time.Second, Retention: time.Hour, CleanupInterval: 100 * time.Millisecond})
-	start(t, r)
-	waitFor(t, testenv.WaitTimeout, "the unsent messages sent", func() bool { return db.unsent(t) == 0 })
+	r := relaytest.NewRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: 5 * time.Second, Retention: time.Hour, CleanupInterval: 100 * time.Millisecond})
+	relaytest.Start(t, r)
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the unsent messages sent", func() bool { return db.Unsent(t) == 0 })
 	pub.check(t)
 	pub.mu.Lock()
 	require.Equal(t, map[string]int{ids[3]: 1, ids[4]: 1, ids[5]: 1}, pub.published, "the unsent messages, once each; none version 1 sent")
@@ -132,7 +133,7 @@ VALUES ($1, $2, 'created', 'orders.created', 'c-1', $3, $4, $5, $6)`, id, claim,
 
 	// The handler of a message version 1 sent runs again (its record
 	// forgotten): the message is not written again.
-	s := db.store(t)
+	s := db.Store(t)
 	rcv := txReceiver(t, s, "shop", func(ctx context.Context, tx pgx.Tx, o order) (string, error) {
 		w, err := ob.Writer(ctx, tx)
 		if err != nil {
@@ -144,19 +145,19 @@ VALUES ($1, $2, 'created', 'orders.created', 'c-1', $3, $4, $5, $6)`, id, claim,
 	require.NoError(t, err)
 	require.Equal(t, delivery.StatusProcessed, res.Status)
 	require.Equal(t, ids[2], res.Value, "the same id")
-	require.Zero(t, db.unsent(t), "a message sent under version 1, written again")
+	require.Zero(t, db.Unsent(t), "a message sent under version 1, written again")
 
 	// Past the retention: the rows of the messages sent long ago, then
 	// their ids; the one sent lately stays. The relay counts what a
 	// cleanup deleted once its statements returned, after their commit:
 	// the count is waited for too, not read the moment the table shows
 	// the deletion.
-	waitFor(t, testenv.WaitTimeout, "the cleanup", func() bool {
-		return db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")) <= 4 && r.Stats().Cleaned >= 2
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the cleanup", func() bool {
+		return db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_ids")) <= 4 && r.Stats().Cleaned >= 2
 	})
-	require.Equal(t, 4, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")), "the ids of the messages sent lately or unsent stay")
+	require.Equal(t, 4, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_ids")), "the ids of the messages sent lately or unsent stay")
 	var left []string
-	rows, err := db.pool.Query(t.Context(), "SELECT id FROM "+table+" ORDER BY seq")
+	rows, err := db.Pool.Query(t.Context(), "SELECT id FROM "+table+" ORDER BY seq")
 	require.NoError(t, err)
 	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
@@ -169,9 +170,9 @@ VALUES ($1, $2, 'created', 'orders.created', 'c-1', $3, $4, $5, $6)`, id, claim,
 // nothing: the id is kept past the sending.
 func TestWriterSentID(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 2})
-	s := db.store(t)
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 2})
+	s := db.Store(t)
 	var ids []string
 	rcv := txReceiver(t, s, "shop", func(ctx context.Context, tx pgx.Tx, o order) (string, error) {
 		w, err := ob.Writer(ctx, tx)
@@ -185,8 +186,8 @@ func TestWriterSentID(t *testing.T) {
 	_, err := rcv.Handle(t.Context(), order{ID: "o-4"})
 	require.NoError(t, err)
 	pub := newCheckingPublisher(map[string][]string{"o-4": ids}, 0, nil)
-	start(t, newRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: 5 * time.Second}))
-	waitFor(t, testenv.WaitTimeout, "the message sent", func() bool { return db.unsent(t) == 0 })
+	relaytest.Start(t, relaytest.NewRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: 5 * time.Second}))
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the message sent", func() bool { return db.Unsent(t) == 0 })
 
 	require.NoError(t, rcv.Forget(t.Context(), "o-4"))
 	res, err := rcv.Handle(t.Context(), order{ID: "o-4"})
@@ -194,8 +195,8 @@ func TestWriterSentID(t *testing.T) {
 	require.Equal(t, delivery.StatusProcessed, res.Status, "the record was forgotten: the handler ran again")
 	require.Len(t, ids, 2)
 	require.Equal(t, ids[0], ids[1])
-	require.Zero(t, db.unsent(t), "written again")
-	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")))
+	require.Zero(t, db.Unsent(t), "written again")
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_ids")))
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
 	require.Equal(t, 1, pub.published[ids[0]])
@@ -207,14 +208,14 @@ func TestWriterSentID(t *testing.T) {
 // another relay may be publishing them.
 func TestFetchNeedsLiveLease(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 2)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1})
-	_, err := writer{db: db, ob: ob}.write(t.Context(), "order:1", pgoutbox.Message{Destination: "orders.events", OrderingKey: "k", Body: []byte("x")})
+	db := relaytest.NewDB(t, 2)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 1})
+	_, err := relaytest.Writer{DB: db, OB: ob}.Write(t.Context(), "order:1", pgoutbox.Message{Destination: "orders.events", OrderingKey: "k", Body: []byte("x")})
 	require.NoError(t, err)
 	const relay, other = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
-	leases := db.table("dedup_outbox_leases")
+	leases := db.Table("dedup_outbox_leases")
 	read := func() int {
-		rows, err := db.pool.Query(t.Context(), pgoutbox.FetchSQL(ob), []int32{0}, 10, relay)
+		rows, err := db.Pool.Query(t.Context(), pgoutbox.FetchSQL(ob), []int32{0}, 10, relay)
 		require.NoError(t, err)
 		n := 0
 		for rows.Next() {
@@ -223,10 +224,10 @@ func TestFetchNeedsLiveLease(t *testing.T) {
 		require.NoError(t, rows.Err())
 		return n
 	}
-	db.exec(t, "UPDATE "+leases+" SET owner = $1, lease_until = clock_timestamp() + interval '1 hour'", relay)
+	db.Exec(t, "UPDATE "+leases+" SET owner = $1, lease_until = clock_timestamp() + interval '1 hour'", relay)
 	require.Equal(t, 1, read(), "a live lease")
-	db.exec(t, "UPDATE "+leases+" SET lease_until = clock_timestamp() - interval '1 second'")
+	db.Exec(t, "UPDATE "+leases+" SET lease_until = clock_timestamp() - interval '1 second'")
 	require.Zero(t, read(), "a lease that ran out")
-	db.exec(t, "UPDATE "+leases+" SET owner = $1, lease_until = clock_timestamp() + interval '1 hour'", other)
+	db.Exec(t, "UPDATE "+leases+" SET owner = $1, lease_until = clock_timestamp() + interval '1 hour'", other)
 	require.Zero(t, read(), "a lease another relay took")
 }

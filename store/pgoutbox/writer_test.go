@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // TestWriterCommits: a handler's business row and its two messages (one
@@ -28,13 +28,13 @@ import (
 // ordering key.
 func TestWriterCommits(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 4)
-	ob := db.outbox(t, nil)
-	s := db.store(t)
-	db.exec(t, "CREATE TABLE "+db.table("orders")+" (id text NOT NULL)")
+	db := relaytest.NewDB(t, 4)
+	ob := db.Outbox(t, nil)
+	s := db.Store(t)
+	db.Exec(t, "CREATE TABLE "+db.Table("orders")+" (id text NOT NULL)")
 	var ids []string
 	rcv := txReceiver(t, s, "shop", func(ctx context.Context, tx pgx.Tx, o order) (string, error) {
-		if _, err := tx.Exec(ctx, "INSERT INTO "+db.table("orders")+" (id) VALUES ($1)", o.ID); err != nil {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+db.Table("orders")+" (id) VALUES ($1)", o.ID); err != nil {
 			return "", err
 		}
 		w, err := ob.Writer(ctx, tx)
@@ -55,7 +55,7 @@ func TestWriterCommits(t *testing.T) {
 	require.Equal(t, delivery.StatusProcessed, res.Status)
 
 	require.Equal(t, []string{outbox.MessageID("shop:o-1", "created"), outbox.MessageID("shop:o-1", "2")}, ids)
-	rows := db.rows(t, db.table("dedup_outbox"))
+	rows := outboxRows(t, db, db.Table("dedup_outbox"))
 	require.Len(t, rows, 2)
 	require.Equal(t, ids[0], rows[0].ID)
 	require.Equal(t, "shop:o-1", rows[0].ClaimKey)
@@ -64,19 +64,13 @@ func TestWriterCommits(t *testing.T) {
 	require.Equal(t, "c-7", rows[0].OrderingKey)
 	require.Equal(t, `{"id":"o-1"}`, string(rows[0].Body))
 	require.Equal(t, map[string]string{"Event-Type": "order.created"}, rows[0].Header)
-	require.Equal(t, int(fnv32a("c-7")%uint32(pgoutbox.DefaultBuckets)), rows[0].Bucket, "the bucket of the ordering key")
+	require.Equal(t, int(relaytest.FNV32a("c-7")%uint32(pgoutbox.DefaultBuckets)), rows[0].Bucket, "the bucket of the ordering key")
 	require.Equal(t, ids[1], rows[1].ID)
 	require.Equal(t, "2", rows[1].Name)
 	require.Nil(t, rows[1].Header)
-	require.Equal(t, int(fnv32a(ids[1])%uint32(pgoutbox.DefaultBuckets)), rows[1].Bucket, "no ordering key: the bucket of the id")
+	require.Equal(t, int(relaytest.FNV32a(ids[1])%uint32(pgoutbox.DefaultBuckets)), rows[1].Bucket, "no ordering key: the bucket of the id")
 	require.False(t, rows[0].Sent)
-	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("orders")))
-}
-
-func fnv32a(s string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(s))
-	return h.Sum32() & 0x7fffffff
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM "+db.Table("orders")))
 }
 
 // TestWriterRollbackThenRerun: a handler that fails after adding its
@@ -84,9 +78,9 @@ func fnv32a(s string) uint32 {
 // writes the same ids, once.
 func TestWriterRollbackThenRerun(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 4)
-	ob := db.outbox(t, nil)
-	s := db.store(t)
+	db := relaytest.NewDB(t, 4)
+	ob := db.Outbox(t, nil)
+	s := db.Store(t)
 	var runs [][]string
 	rcv := txReceiver(t, s, "shop", func(ctx context.Context, tx pgx.Tx, o order) (string, error) {
 		held, _ := store.ClaimFromContext(ctx)
@@ -110,7 +104,7 @@ func TestWriterRollbackThenRerun(t *testing.T) {
 	})
 	_, err := rcv.Handle(t.Context(), order{ID: "o-2"})
 	require.Error(t, err)
-	require.Zero(t, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")), "a rolled-back handler's messages")
+	require.Zero(t, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox")), "a rolled-back handler's messages")
 	res, err := rcv.Handle(t.Context(), order{ID: "o-2"})
 	require.NoError(t, err)
 	require.Equal(t, delivery.StatusProcessed, res.Status)
@@ -119,7 +113,7 @@ func TestWriterRollbackThenRerun(t *testing.T) {
 	require.Equal(t, runs[0], runs[1], "the run after the rollback wrote other ids")
 	require.Equal(t, []string{outbox.MessageID("shop:o-2", "1"), outbox.MessageID("shop:o-2", "shipped"), outbox.MessageID("shop:o-2", "3")}, runs[1])
 	var got []string
-	for _, r := range db.rows(t, db.table("dedup_outbox")) {
+	for _, r := range outboxRows(t, db, db.Table("dedup_outbox")) {
 		got = append(got, r.ID)
 	}
 	require.Equal(t, runs[1], got, "written once, in the order of Add")
@@ -130,9 +124,9 @@ func TestWriterRollbackThenRerun(t *testing.T) {
 // the messages are not written twice.
 func TestWriterExistingID(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 4)
-	ob := db.outbox(t, nil)
-	s := db.store(t)
+	db := relaytest.NewDB(t, 4)
+	ob := db.Outbox(t, nil)
+	s := db.Store(t)
 	var ids []string
 	rcv := txReceiver(t, s, "shop", func(ctx context.Context, tx pgx.Tx, o order) (string, error) {
 		w, err := ob.Writer(ctx, tx)
@@ -151,7 +145,7 @@ func TestWriterExistingID(t *testing.T) {
 	require.Equal(t, delivery.StatusProcessed, res.Status, "the record was forgotten: the handler ran again")
 	require.Len(t, ids, 2)
 	require.Equal(t, ids[0], ids[1])
-	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")))
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox")))
 }
 
 // TestWriterRefuses: bad input is an error inside the handler, matching
@@ -159,10 +153,10 @@ func TestWriterExistingID(t *testing.T) {
 // business row too), and the incoming message is dead-lettered at once.
 func TestWriterRefuses(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 4)
-	ob := db.outbox(t, &pgoutbox.Options{MaxBodySize: 64, MaxHeaderSize: 128})
-	s := db.store(t)
-	db.exec(t, "CREATE TABLE "+db.table("orders")+" (id text NOT NULL)")
+	db := relaytest.NewDB(t, 4)
+	ob := db.Outbox(t, &pgoutbox.Options{MaxBodySize: 64, MaxHeaderSize: 128})
+	s := db.Store(t)
+	db.Exec(t, "CREATE TABLE "+db.Table("orders")+" (id text NOT NULL)")
 	ok := pgoutbox.Message{Destination: "orders.created", Body: []byte("x")}
 	with := func(f func(*pgoutbox.Message)) []pgoutbox.Message {
 		m := ok
@@ -191,7 +185,7 @@ func TestWriterRefuses(t *testing.T) {
 		id := fmt.Sprintf("o-%d", i)
 		var addErr error
 		rcv := txReceiver(t, s, "refuse", func(ctx context.Context, tx pgx.Tx, o order) (string, error) {
-			if _, err := tx.Exec(ctx, "INSERT INTO "+db.table("orders")+" (id) VALUES ($1)", o.ID); err != nil {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+db.Table("orders")+" (id) VALUES ($1)", o.ID); err != nil {
 				return "", err
 			}
 			w, err := ob.Writer(ctx, tx)
@@ -209,9 +203,9 @@ func TestWriterRefuses(t *testing.T) {
 		require.ErrorIs(t, addErr, pgoutbox.ErrInvalidMessage, name)
 		require.True(t, dedup.IsPermanent(addErr), name)
 		require.Equal(t, delivery.DeadLetter, adapter.Bind(rcv).Decide(res, err).Action, name)
-		require.Zero(t, db.count(t, "SELECT count(*) FROM "+db.table("orders")+" WHERE id = $1", id), "%s: the business row rolled back", name)
+		require.Zero(t, db.Count(t, "SELECT count(*) FROM "+db.Table("orders")+" WHERE id = $1", id), "%s: the business row rolled back", name)
 	}
-	require.Zero(t, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")))
+	require.Zero(t, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox")))
 
 	// Right at the limits is fine.
 	rcv := txReceiver(t, s, "limits", func(ctx context.Context, tx pgx.Tx, o order) (string, error) {
@@ -230,9 +224,9 @@ func TestWriterRefuses(t *testing.T) {
 // TestWriterOutsideHandler: no claim, no writer.
 func TestWriterOutsideHandler(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 2)
-	ob := db.outbox(t, nil)
-	tx, err := db.pool.Begin(t.Context())
+	db := relaytest.NewDB(t, 2)
+	ob := db.Outbox(t, nil)
+	tx, err := db.Pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	_, err = ob.Writer(t.Context(), tx)
@@ -243,11 +237,11 @@ func TestWriterOutsideHandler(t *testing.T) {
 // each committed message, at commit, and nothing of a rollback.
 func TestWriterNotifies(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 4)
-	table := db.table("dedup_outbox")
-	ob := db.outbox(t, nil)
-	s := db.store(t)
-	conn, err := pgx.Connect(t.Context(), db.dsn)
+	db := relaytest.NewDB(t, 4)
+	table := db.Table("dedup_outbox")
+	ob := db.Outbox(t, nil)
+	s := db.Store(t)
+	conn, err := pgx.Connect(t.Context(), db.DSN)
 	require.NoError(t, err)
 	defer func() { _ = conn.Close(context.Background()) }()
 	_, err = conn.Exec(t.Context(), "LISTEN "+pgx.Identifier{table}.Sanitize())
@@ -277,7 +271,7 @@ func TestWriterNotifies(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a rolled-back message notified")
 	// The connection is closed by a cancelled wait: listen again.
-	conn, err = pgx.Connect(t.Context(), db.dsn)
+	conn, err = pgx.Connect(t.Context(), db.DSN)
 	require.NoError(t, err)
 	defer func() { _ = conn.Close(context.Background()) }()
 	_, err = conn.Exec(t.Context(), "LISTEN "+pgx.Identifier{table}.Sanitize())
@@ -292,26 +286,26 @@ func TestWriterNotifies(t *testing.T) {
 	defer cancel()
 	n, err := conn.WaitForNotification(ctx)
 	require.NoError(t, err)
-	require.Equal(t, fmt.Sprint(fnv32a("c-1")%uint32(ob.Buckets())), n.Payload)
+	require.Equal(t, fmt.Sprint(relaytest.FNV32a("c-1")%uint32(ob.Buckets())), n.Payload)
 }
 
 // TestNewChecks: the outbox refuses a database without its tables, and
 // the bucket count is the table's, fixed when it was made.
 func TestNewChecks(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 2)
-	_, err := pgoutbox.New(t.Context(), db.pool, &pgoutbox.Options{Table: db.table("missing")})
+	db := relaytest.NewDB(t, 2)
+	_, err := pgoutbox.New(t.Context(), db.Pool, &pgoutbox.Options{Table: db.Table("missing")})
 	require.ErrorIs(t, err, pgoutbox.ErrMisconfigured)
 	require.ErrorIs(t, err, dedup.ErrInvalidConfig)
 
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 8})
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 8})
 	require.Equal(t, 8, ob.Buckets())
-	again := db.outbox(t, &pgoutbox.Options{Buckets: 16})
+	again := db.Outbox(t, &pgoutbox.Options{Buckets: 16})
 	require.Equal(t, 8, again.Buckets(), "the table's count wins")
-	require.Equal(t, 8, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_leases")))
+	require.Equal(t, 8, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_leases")))
 
 	for _, bad := range []*pgoutbox.Options{{Table: "a.b.c"}, {Table: "bad-name"}, {Buckets: -1}, {Buckets: 5000}, {MaxBodySize: -1}} {
-		_, err := pgoutbox.New(t.Context(), db.pool, bad)
+		_, err := pgoutbox.New(t.Context(), db.Pool, bad)
 		require.ErrorIs(t, err, dedup.ErrInvalidConfig, "%+v", bad)
 	}
 	_, err = pgoutbox.New(t.Context(), nil, nil)

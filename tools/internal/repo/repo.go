@@ -27,6 +27,13 @@ import (
 // released: examples, benchmarks and developer tools.
 var NonLibrary = []string{"examples", "bench", "tools"}
 
+// TestOnlyMarker, a line of its own in a go.mod (before the module
+// directive, by convention), marks a test-only module: one that holds
+// only tests (_test.go files), kept apart so that the module it tests
+// need not require what they alone use (end-to-end tests on several
+// brokers). A test-only module is never released, wherever it is.
+const TestOnlyMarker = "// dedup:test-only"
+
 // Module is one go.mod of the repository.
 type Module struct {
 	// Dir is the module's directory relative to the repository root,
@@ -34,9 +41,11 @@ type Module struct {
 	Dir string
 	// Path is the module path its go.mod declares.
 	Path string
-	// Library reports whether the module is released (not under a
-	// NonLibrary directory).
+	// Library reports whether the module is released: neither under a
+	// NonLibrary directory nor test-only.
 	Library bool
+	// TestOnly reports whether the module's go.mod holds TestOnlyMarker.
+	TestOnly bool
 	// Command reports whether the module's root package is a program
 	// (package main), which users install with go install PATH@VERSION.
 	// The go command refuses to install a module whose go.mod holds
@@ -70,9 +79,12 @@ func (m Module) Subdir() string {
 // joined with its directory is an error: the go command could not find its
 // tags.
 func Modules(root string) ([]Module, error) {
-	rootMod, err := readModPath(filepath.Join(root, "go.mod"))
+	rootMod, testOnly, err := readMod(filepath.Join(root, "go.mod"))
 	if err != nil {
 		return nil, err
+	}
+	if testOnly {
+		return nil, fmt.Errorf("%s: the root module cannot be test-only", filepath.Join(root, "go.mod"))
 	}
 	mods := []Module{{Dir: ".", Path: rootMod, Library: true}}
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -94,11 +106,16 @@ func Modules(root string) ([]Module, error) {
 			return err
 		}
 		dir := filepath.ToSlash(rel)
-		mp, err := readModPath(p)
+		mp, testOnly, err := readMod(p)
 		if err != nil {
 			return err
 		}
-		m := Module{Dir: dir, Path: mp, Library: !nonLibrary(dir)}
+		if testOnly {
+			if err := onlyTests(filepath.Dir(p)); err != nil {
+				return err
+			}
+		}
+		m := Module{Dir: dir, Path: mp, Library: !nonLibrary(dir) && !testOnly, TestOnly: testOnly}
 		if m.Command, err = isCommand(filepath.Dir(p)); err != nil {
 			return err
 		}
@@ -160,16 +177,49 @@ func nonLibrary(dir string) bool {
 	return false
 }
 
-func readModPath(file string) (string, error) {
+// readMod returns the module path file declares, and whether it holds
+// TestOnlyMarker.
+func readMod(file string) (string, bool, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	p := modfile.ModulePath(data)
 	if p == "" {
-		return "", fmt.Errorf("%s: no module directive", file)
+		return "", false, fmt.Errorf("%s: no module directive", file)
 	}
-	return p, nil
+	testOnly := slices.ContainsFunc(strings.Split(string(data), "\n"), func(l string) bool {
+		return strings.TrimSpace(l) == TestOnlyMarker
+	})
+	return p, testOnly, nil
+}
+
+// onlyTests fails if the module in dir (its nested modules aside) holds a
+// Go file that is not a test: a test-only module is never released, so a
+// package of it could never be used.
+func onlyTests(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p == dir {
+				return nil
+			}
+			name := d.Name()
+			if name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
+			return fmt.Errorf("%s: a test-only module (%s in its go.mod) holds only _test.go files: it is never released", p, TestOnlyMarker)
+		}
+		return nil
+	})
 }
 
 // ParseMod parses the go.mod of module m in the repository at root.

@@ -10,7 +10,8 @@ import (
 )
 
 // Modules lists the root first, then the nested modules by directory,
-// marks those under examples, bench and tools as not released, and skips
+// marks those under examples, bench and tools, and the test-only ones, as
+// not released, and skips
 // testdata, vendor and hidden directories.
 func TestModules(t *testing.T) {
 	t.Parallel()
@@ -26,6 +27,8 @@ func TestModules(t *testing.T) {
 		"adapters/k/testdata/go.mod": "module example.com/fixture\n",
 		"vendor/x/go.mod":            "module example.com/x\n",
 		".hidden/go.mod":             "module example.com/h\n",
+		"store/pg/e2e/go.mod":        "// dedup:test-only\n\nmodule example.com/r/store/pg/e2e\n",
+		"store/pg/e2e/e2e_test.go":   "package e2e_test\n",
 	})
 	mods, err := repo.Modules(root)
 	require.NoError(t, err)
@@ -36,6 +39,7 @@ func TestModules(t *testing.T) {
 		{Dir: "examples", Path: "example.com/r/examples"},
 		{Dir: "examples/http", Path: "example.com/r/examples/http"},
 		{Dir: "store/pg", Path: "example.com/r/store/pg", Library: true},
+		{Dir: "store/pg/e2e", Path: "example.com/r/store/pg/e2e", TestOnly: true},
 		{Dir: "tools", Path: "example.com/r/tools"},
 	}, mods)
 	require.Equal(t, "v0.1.0", mods[0].Tag("v0.1.0"))
@@ -54,4 +58,20 @@ func TestModulesPathMismatch(t *testing.T) {
 	})
 	_, err := repo.Modules(root)
 	require.ErrorContains(t, err, "module example.com/r/pgstore should be example.com/r/store/pg")
+}
+
+// A test-only module holds tests only: a package of it could never be
+// used, since it is never released.
+func TestModulesTestOnlyHoldsOnlyTests(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	testrepo.Write(t, root, map[string]string{
+		"go.mod":                 "module example.com/r\n",
+		"store/pg/go.mod":        "module example.com/r/store/pg\n",
+		"store/pg/e2e/go.mod":    "// dedup:test-only\nmodule example.com/r/store/pg/e2e\n",
+		"store/pg/e2e/a_test.go": "package e2e_test\n",
+		"store/pg/e2e/h/h.go":    "package h\n",
+	})
+	_, err := repo.Modules(root)
+	require.ErrorContains(t, err, "h.go: a test-only module")
 }

@@ -1,4 +1,4 @@
-package pgoutbox_test
+package e2e_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/memstore"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
 
@@ -73,11 +74,11 @@ func runE2E(t *testing.T, b e2eBroker, p e2eParams) {
 	started := time.Now()
 	b.setup(t)
 	srv := pgtest.Start(t)
-	pool := connect(t, srv.DSN(), 8)
+	pool := relaytest.Connect(t, srv.DSN(), 8)
 	ctx := t.Context()
-	_, err := pgstore.New(ctx, pool, &pgstore.Options{Migrate: true, Logger: quiet})
+	_, err := pgstore.New(ctx, pool, &pgstore.Options{Migrate: true, Logger: relaytest.Quiet})
 	require.NoError(t, err)
-	_, err = pgoutbox.New(ctx, pool, &pgoutbox.Options{Migrate: true, Buckets: 16, Logger: quiet})
+	_, err = pgoutbox.New(ctx, pool, &pgoutbox.Options{Migrate: true, Buckets: 16, Logger: relaytest.Quiet})
 	require.NoError(t, err)
 	// Marking a message sent deletes its row: a trigger logs each
 	// message's seq, for the order check at the end.
@@ -102,7 +103,7 @@ INSERT INTO customers (id) SELECT 'c-' || lpad(i::text, 3, '0') FROM generate_se
 		}
 		effects.Record(id)
 		return struct{}{}, nil
-	}, &dedup.Config{Namespace: "downstream", Logger: quiet})
+	}, &dedup.Config{Namespace: "downstream", Logger: relaytest.Quiet})
 	require.NoError(t, err)
 	b.startDownstream(t, rcv)
 

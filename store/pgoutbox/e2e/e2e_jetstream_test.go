@@ -1,4 +1,4 @@
-package pgoutbox_test
+package e2e_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/dedup-go/dedup/internal/adaptertest"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // TestEndToEnd is runE2E on JetStream: 2,000 orders and 400 copies, a
@@ -101,7 +102,7 @@ func (b *jsE2E) startDownstream(t *testing.T, rcv *dedup.Receiver[*dedup.Message
 	var err error
 	b.down, err = b.js.CreateOrUpdateConsumer(ctx, b.n.outStream, jetstream.ConsumerConfig{Durable: "downstream", AckPolicy: jetstream.AckExplicitPolicy})
 	require.NoError(t, err)
-	dc, err := dedupnats.NewConsumer(b.js, b.down, rcv, &dedupnats.Options{DropPoison: true, Logger: quiet})
+	dc, err := dedupnats.NewConsumer(b.js, b.down, rcv, &dedupnats.Options{DropPoison: true, Logger: relaytest.Quiet})
 	require.NoError(t, err)
 	require.NoError(t, dc.Start(context.WithoutCancel(ctx)))
 	adaptertest.StopAtCleanup(t, dc)
@@ -153,7 +154,7 @@ func (b *jsE2E) consume(ctx context.Context, rcv *dedup.Receiver[*dedup.Message[
 	if err != nil {
 		return err
 	}
-	c, err := dedupnats.NewConsumer(b.js, cons, rcv, &dedupnats.Options{DeadLetterSubject: b.n.dlq, Concurrency: 8, Logger: quiet})
+	c, err := dedupnats.NewConsumer(b.js, cons, rcv, &dedupnats.Options{DeadLetterSubject: b.n.dlq, Concurrency: 8, Logger: relaytest.Quiet})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package pgoutbox_test
+package e2e_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // TestRelayStop: Stop gives every bucket back and ends the relay's
@@ -19,16 +20,16 @@ import (
 // and stops only after it started.
 func TestRelayStop(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 4})
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 4})
 	_, js := natsConn(t, testenv.NATS.Addr(t))
 	pub := jsPublisher(t, js)
-	r := newRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: time.Minute})
+	r := relaytest.NewRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: time.Minute})
 	require.ErrorIs(t, r.Stop(t.Context()), pgoutbox.ErrNotStarted)
 	require.NoError(t, r.Start(t.Context()))
 	require.ErrorIs(t, r.Start(t.Context()), pgoutbox.ErrStarted)
-	waitFor(t, testenv.WaitTimeout, "the relay to take every bucket", func() bool { return r.Stats().Buckets == 4 })
-	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_relays")))
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the relay to take every bucket", func() bool { return r.Stats().Buckets == 4 })
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_relays")))
 
 	ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
 	defer cancel()
@@ -36,23 +37,23 @@ func TestRelayStop(t *testing.T) {
 	testenv.Recv(t, r.Stopped(), "Stopped")
 	require.NoError(t, r.Err())
 	require.NoError(t, r.Stop(ctx), "a second Stop")
-	require.Zero(t, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_leases")+" WHERE owner IS NOT NULL"), "leases given back")
-	require.Zero(t, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_relays")), "presence ended")
+	require.Zero(t, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_leases")+" WHERE owner IS NOT NULL"), "leases given back")
+	require.Zero(t, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_relays")), "presence ended")
 
 	// A lease of a minute, given back: the next relay holds it at once.
-	next := newRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: time.Minute})
-	start(t, next)
-	waitFor(t, testenv.WaitTimeout, "the next relay to take every bucket", func() bool { return next.Stats().Buckets == 4 })
+	next := relaytest.NewRelay(t, ob, pub, &pgoutbox.RelayOptions{Lease: time.Minute})
+	relaytest.Start(t, next)
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the next relay to take every bucket", func() bool { return next.Stats().Buckets == 4 })
 }
 
 // TestRelayStoppedUnasked: Start's context ending is a stop nobody asked
 // for, which Err reports.
 func TestRelayStoppedUnasked(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 4)
-	ob := db.outbox(t, nil)
+	db := relaytest.NewDB(t, 4)
+	ob := db.Outbox(t, nil)
 	_, js := natsConn(t, testenv.NATS.Addr(t))
-	r := newRelay(t, ob, jsPublisher(t, js), nil)
+	r := relaytest.NewRelay(t, ob, jsPublisher(t, js), nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	require.NoError(t, r.Start(ctx))
 	cancel()
@@ -64,8 +65,8 @@ func TestRelayStoppedUnasked(t *testing.T) {
 // TestRelayOptions: out-of-range options are refused.
 func TestRelayOptions(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 2)
-	ob := db.outbox(t, nil)
+	db := relaytest.NewDB(t, 2)
+	ob := db.Outbox(t, nil)
 	_, js := natsConn(t, testenv.NATS.Addr(t))
 	pub := jsPublisher(t, js)
 	for _, o := range []*pgoutbox.RelayOptions{
@@ -86,21 +87,21 @@ func TestRelayOptions(t *testing.T) {
 // commit woke the relay.
 func TestRelayNotified(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 2})
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 2})
 	_, js := natsConn(t, testenv.NATS.Addr(t))
 	out := newOutStream(t, js, jetstream.MemoryStorage, 0)
-	ev := &events{}
-	r := newRelay(t, ob, jsPublisher(t, js), &pgoutbox.RelayOptions{PollInterval: time.Hour, Lease: time.Hour, Observer: ev})
-	start(t, r)
-	waitFor(t, testenv.WaitTimeout, "the relay to take every bucket", func() bool { return r.Stats().Buckets == 2 })
-	w := writer{db: db, ob: ob}
+	ev := &relaytest.Events{}
+	r := relaytest.NewRelay(t, ob, jsPublisher(t, js), &pgoutbox.RelayOptions{PollInterval: time.Hour, Lease: time.Hour, Observer: ev})
+	relaytest.Start(t, r)
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the relay to take every bucket", func() bool { return r.Stats().Buckets == 2 })
+	w := relaytest.Writer{DB: db, OB: ob}
 	for n := range 3 {
-		_, err := w.write(t.Context(), "order:"+string(rune('a'+n)), out.keyed("k", n))
+		_, err := w.Write(t.Context(), "order:"+string(rune('a'+n)), out.keyed("k", n))
 		require.NoError(t, err)
-		waitFor(t, 10*time.Second, "the message published", func() bool { return out.count(t) == n+1 })
+		relaytest.WaitFor(t, 10*time.Second, "the message published", func() bool { return out.count(t) == n+1 })
 	}
-	require.Empty(t, ev.of(outbox.EventFailed, ""))
+	require.Empty(t, ev.Of(outbox.EventFailed, ""))
 }
 
 // TestRelayCleanup: the ids of sent messages past the retention are
@@ -108,27 +109,27 @@ func TestRelayNotified(t *testing.T) {
 // never. Notifications are off: the relay polls.
 func TestRelayCleanup(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 2, NoNotify: true}) // polling alone
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 2, NoNotify: true}) // polling alone
 	_, js := natsConn(t, testenv.NATS.Addr(t))
 	out := newOutStream(t, js, jetstream.MemoryStorage, 0)
-	w := writer{db: db, ob: ob}
+	w := relaytest.Writer{DB: db, OB: ob}
 	for n := range 5 {
-		_, err := w.write(t.Context(), "order:"+string(rune('a'+n)), out.keyed("k", n))
+		_, err := w.Write(t.Context(), "order:"+string(rune('a'+n)), out.keyed("k", n))
 		require.NoError(t, err)
 	}
 	unroutable := out.keyed("stuck", 0)
 	unroutable.Destination = "pgoutbox.nostream." + suffix()
-	_, err := w.write(t.Context(), "order:stuck", unroutable)
+	_, err := w.Write(t.Context(), "order:stuck", unroutable)
 	require.NoError(t, err)
 
-	ev := &events{}
-	r := newRelay(t, ob, jsPublisher(t, js), &pgoutbox.RelayOptions{PollInterval: 50 * time.Millisecond, Lease: 3 * time.Second,
+	ev := &relaytest.Events{}
+	r := relaytest.NewRelay(t, ob, jsPublisher(t, js), &pgoutbox.RelayOptions{PollInterval: 50 * time.Millisecond, Lease: 3 * time.Second,
 		Retention: time.Millisecond, CleanupInterval: 100 * time.Millisecond, CleanupBatch: 2, MaxBackoff: 200 * time.Millisecond, Observer: ev})
-	start(t, r)
+	relaytest.Start(t, r)
 	reported := func() int {
 		n := 0
-		for _, e := range ev.of(outbox.EventCleaned, "") {
+		for _, e := range ev.Of(outbox.EventCleaned, "") {
 			n += e.Messages
 		}
 		return n
@@ -137,12 +138,12 @@ func TestRelayCleanup(t *testing.T) {
 	// statements returned, after their commit: the count and the events
 	// are waited for too, not read the moment the table shows the
 	// deletion.
-	waitFor(t, testenv.WaitTimeout, "the sent messages' ids deleted, counted and reported", func() bool {
-		return db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")) <= 1 && r.Stats().Cleaned >= 5 && reported() >= 5
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the sent messages' ids deleted, counted and reported", func() bool {
+		return db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_ids")) <= 1 && r.Stats().Cleaned >= 5 && reported() >= 5
 	})
-	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox_ids")), "the unsent message's id stays")
-	require.Equal(t, 1, db.unsent(t), "the unsent message stays")
-	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")), "sent messages are deleted when marked")
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox_ids")), "the unsent message's id stays")
+	require.Equal(t, 1, db.Unsent(t), "the unsent message stays")
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox")), "sent messages are deleted when marked")
 	require.Equal(t, 5, out.count(t))
 	require.Equal(t, uint64(5), r.Stats().Cleaned)
 	require.Equal(t, 5, reported())

@@ -1,4 +1,4 @@
-package pgoutbox_test
+package e2e_test
 
 import (
 	"bufio"
@@ -25,6 +25,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 	"github.com/dedup-go/dedup/store/pgstore"
 )
 
@@ -88,8 +89,8 @@ const (
 // childLog is the logger of a process of TestEndToEnd: what it logs at
 // info level and above to its stderr, which the test prints should it
 // fail (the Kafka consumer's reader logs its generations there). In the
-// test's own process it is quiet.
-var childLog = quiet
+// test's own process it is relaytest.Quiet.
+var childLog = relaytest.Quiet
 
 // childStates are what a process reports of itself when the test asks
 // (SIGUSR1), besides its goroutines: its consumer's state, say.

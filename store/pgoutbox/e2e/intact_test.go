@@ -1,4 +1,4 @@
-package pgoutbox_test
+package e2e_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // recorder passes every call on to a real publisher and keeps a copy of
@@ -81,12 +82,12 @@ func (o onlyPublish) Publish(ctx context.Context, msgs []outbox.Message) error {
 }
 
 func testIntact(t *testing.T, as func(*recorder) outbox.Publisher) {
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 4})
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 4})
 	_, js := natsConn(t, testenv.NATS.Addr(t))
 	out := newOutStream(t, js, jetstream.MemoryStorage, 0)
 	rec := &recorder{pub: jsPublisher(t, js), seen: map[string]outbox.Message{}}
-	w := writer{db: db, ob: ob}
+	w := relaytest.Writer{DB: db, OB: ob}
 
 	rng := rand.New(rand.NewPCG(26, 11))
 	want := map[string]pgoutbox.Message{}
@@ -109,7 +110,7 @@ func testIntact(t *testing.T, as func(*recorder) outbox.Publisher) {
 			}
 			msgs = append(msgs, m)
 		}
-		ids, err := w.write(t.Context(), "order:intact-"+strconv.Itoa(j), msgs...)
+		ids, err := w.Write(t.Context(), "order:intact-"+strconv.Itoa(j), msgs...)
 		require.NoError(t, err)
 		for i, id := range ids {
 			want[id] = msgs[i]
@@ -117,9 +118,9 @@ func testIntact(t *testing.T, as func(*recorder) outbox.Publisher) {
 	}
 	require.Len(t, want, txs*perTx)
 
-	r := newRelay(t, ob, as(rec), &pgoutbox.RelayOptions{BatchSize: 32, Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond})
-	start(t, r)
-	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
+	r := relaytest.NewRelay(t, ob, as(rec), &pgoutbox.RelayOptions{BatchSize: 32, Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond})
+	relaytest.Start(t, r)
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.Unsent(t) == 0 })
 
 	rec.mu.Lock()
 	defer rec.mu.Unlock()

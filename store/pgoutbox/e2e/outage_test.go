@@ -1,4 +1,4 @@
-package pgoutbox_test
+package e2e_test
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // natsServer is a nats-server with JetStream that the test owns: it may
@@ -72,43 +73,43 @@ func TestRelayBrokerOutage(t *testing.T) {
 		t.Skip("a slow fault test (the relay's NATS server stopped and started again): skipped under -short")
 	}
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 4})
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 4})
 	ns := startNATS(t)
 	_, js := natsConn(t, ns.URL())
 	out := newOutStream(t, js, jetstream.FileStorage, 0)
-	ev := &events{}
-	r := newRelay(t, ob, jsPublisher(t, js), &pgoutbox.RelayOptions{BatchSize: 16, Lease: 3 * time.Second, PublishTimeout: 300 * time.Millisecond,
+	ev := &relaytest.Events{}
+	r := relaytest.NewRelay(t, ob, jsPublisher(t, js), &pgoutbox.RelayOptions{BatchSize: 16, Lease: 3 * time.Second, PublishTimeout: 300 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, MinBackoff: 40 * time.Millisecond, MaxBackoff: 320 * time.Millisecond, Observer: ev})
-	start(t, r)
+	relaytest.Start(t, r)
 
-	w := writer{db: db, ob: ob}
+	w := relaytest.Writer{DB: db, OB: ob}
 	want := map[string]int{}
 	write := func(from, to int) {
 		for n := from; n < to; n++ {
 			for k := range 6 {
 				key := fmt.Sprintf("key-%d", k)
-				_, err := w.write(t.Context(), fmt.Sprintf("order:%s-%d", key, n), out.keyed(key, n))
+				_, err := w.Write(t.Context(), fmt.Sprintf("order:%s-%d", key, n), out.keyed(key, n))
 				require.NoError(t, err)
 				want[key]++
 			}
 		}
 	}
 	write(0, 10)
-	waitFor(t, testenv.WaitTimeout, "some messages published", func() bool { return r.Stats().Published >= 20 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "some messages published", func() bool { return r.Stats().Published >= 20 })
 	ns.Stop()
 	stopped := time.Now()
-	before := len(ev.of(outbox.EventFailed, "publish"))
+	before := len(ev.Of(outbox.EventFailed, "publish"))
 	write(10, 20)
-	waitFor(t, testenv.WaitTimeout, "five failed rounds in a row", func() bool { return len(ev.of(outbox.EventFailed, "publish")) >= before+5 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "five failed rounds in a row", func() bool { return len(ev.Of(outbox.EventFailed, "publish")) >= before+5 })
 	write(20, 25)
 	ns.Start()
-	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.Unsent(t) == 0 })
 
 	// The failures since the broker went away, in a row: each wait at
 	// most the cap, and at least four fifths of twice the one before (the
 	// jitter takes up to a fifth), up to four fifths of the cap.
-	all, at := ev.timed(outbox.EventFailed, "publish")
+	all, at := ev.Timed(outbox.EventFailed, "publish")
 	for i, e := range all {
 		t.Logf("publish failure %d (%d after the broker was gone), %v from the stop: %d messages, backoff %v: %v",
 			i, i-before, at[i].Sub(stopped).Round(time.Millisecond), e.Messages, e.Backoff, e.Err)

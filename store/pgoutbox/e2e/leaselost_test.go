@@ -1,4 +1,4 @@
-package pgoutbox_test
+package e2e_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // freezing is a publisher whose process stops, as a paused VM or a long
@@ -77,18 +78,18 @@ func (f *freezing) Publish(ctx context.Context, msgs []outbox.Message) error {
 // copy of each acknowledged message, and no other.
 func TestRelayLeaseLost(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1})
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 1})
 	_, js := natsConn(t, testenv.NATS.Addr(t))
 	out := newOutStream(t, js, jetstream.MemoryStorage, 100*time.Millisecond)
-	opts := func(ev *events) *pgoutbox.RelayOptions {
+	opts := func(ev *relaytest.Events) *pgoutbox.RelayOptions {
 		return &pgoutbox.RelayOptions{BatchSize: 1, Lease: 1200 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 			MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Observer: ev}
 	}
-	w := writer{db: db, ob: ob}
+	w := relaytest.Writer{DB: db, OB: ob}
 	write := func(from, to int) {
 		for n := from; n < to; n++ {
-			_, err := w.write(t.Context(), fmt.Sprintf("order:%d", n), out.keyed("k", n))
+			_, err := w.Write(t.Context(), fmt.Sprintf("order:%d", n), out.keyed("k", n))
 			require.NoError(t, err)
 		}
 	}
@@ -96,9 +97,9 @@ func TestRelayLeaseLost(t *testing.T) {
 	fr := &freezing{Publisher: jsPublisher(t, js), freezeAt: 3, frozen: make(chan struct{}), thaw: make(chan struct{})}
 	var thawOnce sync.Once
 	thaw := func() { thawOnce.Do(func() { close(fr.thaw) }) }
-	evA, evB := &events{}, &events{}
-	a := newRelay(t, ob, fr, opts(evA))
-	start(t, a)
+	evA, evB := &relaytest.Events{}, &relaytest.Events{}
+	a := relaytest.NewRelay(t, ob, fr, opts(evA))
+	relaytest.Start(t, a)
 	t.Cleanup(thaw) // runs before the relay's stop, which waits for its publish
 	testenv.Recv(t, fr.frozen, "the first relay to freeze")
 	// One key: the frozen call holds back everything after it. What was
@@ -111,20 +112,20 @@ func TestRelayLeaseLost(t *testing.T) {
 	fr.mu.Lock()
 	sent := slices.Clone(fr.sent)
 	fr.mu.Unlock()
-	unmarkedAtStart := db.count(t, "SELECT count(*) FROM "+db.table("dedup_outbox")+" WHERE id = ANY($1)", sent)
+	unmarkedAtStart := db.Count(t, "SELECT count(*) FROM "+db.Table("dedup_outbox")+" WHERE id = ANY($1)", sent)
 
-	b := newRelay(t, ob, jsPublisher(t, js), opts(evB))
-	start(t, b)
+	b := relaytest.NewRelay(t, ob, jsPublisher(t, js), opts(evB))
+	relaytest.Start(t, b)
 	write(10, 20)
-	waitFor(t, testenv.WaitTimeout, "the second relay to send everything", func() bool { return db.unsent(t) == 0 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the second relay to send everything", func() bool { return db.Unsent(t) == 0 })
 	fr.mu.Lock()
 	require.Equal(t, fr.freezeAt, fr.calls, "no call of the first relay while frozen")
 	fr.mu.Unlock()
 	// Past the stream's duplicate window, so that the copy stays in it.
 	time.Sleep(200 * time.Millisecond)
 	thaw()
-	waitFor(t, testenv.WaitTimeout, "the first relay to find its lease lost", func() bool {
-		for _, e := range evA.of(outbox.EventLeases, "") {
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the first relay to find its lease lost", func() bool {
+		for _, e := range evA.Of(outbox.EventLeases, "") {
 			if slices.Equal(e.Lost, []int{0}) {
 				return true
 			}
@@ -133,7 +134,7 @@ func TestRelayLeaseLost(t *testing.T) {
 	})
 	require.Equal(t, acked+uint64(len(fr.held)), a.Stats().Published, "what was acknowledged was marked, the publish in flight too, and nothing after it")
 	write(20, 25)
-	waitFor(t, testenv.WaitTimeout, "the rest sent", func() bool { return db.unsent(t) == 0 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the rest sent", func() bool { return db.Unsent(t) == 0 })
 
 	msgs := out.read(t)
 	requireKeyOrder(t, msgs, map[string]int{"k": 25})
@@ -158,7 +159,7 @@ func TestRelayLeaseLost(t *testing.T) {
 		len(sent), unmarkedAtStart, unmarked)
 	require.Len(t, msgs, 26+unmarked, "one copy more, and one of each acknowledged message found unmarked")
 	var acquired []int
-	for _, e := range evB.of(outbox.EventLeases, "") {
+	for _, e := range evB.Of(outbox.EventLeases, "") {
 		acquired = append(acquired, e.Acquired...)
 	}
 	require.Contains(t, acquired, 0, "the second relay took the bucket")

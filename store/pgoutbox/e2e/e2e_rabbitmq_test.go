@@ -1,4 +1,4 @@
-package pgoutbox_test
+package e2e_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/dedup-go/dedup/idstrategy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // TestEndToEndRabbitMQ is runE2E on RabbitMQ: a dedupamqp consumer of
@@ -133,7 +134,7 @@ func (b *amqpE2E) startDownstream(t *testing.T, rcv *dedup.Receiver[*dedup.Messa
 
 func (b *amqpE2E) startDown(t *testing.T) {
 	var err error
-	b.down, err = dedupamqp.NewConsumer(b.addr, b.n.downQueue, b.rcv, &dedupamqp.Options{DropPoison: true, Logger: quiet})
+	b.down, err = dedupamqp.NewConsumer(b.addr, b.n.downQueue, b.rcv, &dedupamqp.Options{DropPoison: true, Logger: relaytest.Quiet})
 	require.NoError(t, err)
 	require.NoError(t, b.down.Start(context.WithoutCancel(t.Context())))
 }
@@ -170,7 +171,7 @@ func (b *amqpE2E) pending(t *testing.T) (bool, string) {
 // settles what it handles and returns the rest), nothing is left in the
 // queues. Otherwise the downstream consumer starts again.
 func (b *amqpE2E) idle(t *testing.T) bool {
-	waitFor(t, testenv.WaitTimeout, "the killed consumer's channel to close", func() bool { return b.inspect(t, b.n.in).Consumers == 0 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "the killed consumer's channel to close", func() bool { return b.inspect(t, b.n.in).Consumers == 0 })
 	b.stopDown(t)
 	if b.inspect(t, b.n.in).Messages == 0 && b.inspect(t, b.n.downQueue).Messages == 0 {
 		return true
@@ -197,7 +198,7 @@ func (b *amqpE2E) output(t *testing.T) []stored {
 // The side of the processes.
 
 func (b *amqpE2E) consume(ctx context.Context, rcv *dedup.Receiver[*dedup.Message[e2eOrder], string]) error {
-	c, err := dedupamqp.NewConsumer(b.addr, b.n.in, rcv, &dedupamqp.Options{DeadLetterExchange: b.n.dlx, Concurrency: 8, Logger: quiet})
+	c, err := dedupamqp.NewConsumer(b.addr, b.n.in, rcv, &dedupamqp.Options{DeadLetterExchange: b.n.dlx, Concurrency: 8, Logger: relaytest.Quiet})
 	if err != nil {
 		return err
 	}

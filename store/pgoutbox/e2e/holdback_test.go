@@ -1,4 +1,4 @@
-package pgoutbox_test
+package e2e_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // TestRelayHoldsKeyBehindRefused: a message the broker refuses (its
@@ -20,33 +21,33 @@ import (
 // key, in order.
 func TestRelayHoldsKeyBehindRefused(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 8)
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: 1})
+	db := relaytest.NewDB(t, 8)
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: 1})
 	_, js := natsConn(t, testenv.NATS.Addr(t))
 	out := newOutStream(t, js, jetstream.MemoryStorage, 0)
-	ev := &events{}
-	r := newRelay(t, ob, jsPublisher(t, js), &pgoutbox.RelayOptions{Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond,
+	ev := &relaytest.Events{}
+	r := relaytest.NewRelay(t, ob, jsPublisher(t, js), &pgoutbox.RelayOptions{Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Observer: ev})
-	w := writer{db: db, ob: ob}
+	w := relaytest.Writer{DB: db, OB: ob}
 	lost := "pgoutbox.unrouted." + suffix()
 	first := out.keyed("held", 0)
 	first.Destination = lost + ".events"
-	_, err := w.write(t.Context(), "order:held-0", first)
+	_, err := w.Write(t.Context(), "order:held-0", first)
 	require.NoError(t, err)
 	for n := 1; n < 4; n++ {
-		_, err := w.write(t.Context(), "order:held-"+string(rune('0'+n)), out.keyed("held", n))
+		_, err := w.Write(t.Context(), "order:held-"+string(rune('0'+n)), out.keyed("held", n))
 		require.NoError(t, err)
 	}
 	for n := range 3 {
-		_, err := w.write(t.Context(), "order:free-"+string(rune('0'+n)), out.keyed("free", n))
+		_, err := w.Write(t.Context(), "order:free-"+string(rune('0'+n)), out.keyed("free", n))
 		require.NoError(t, err)
 	}
-	start(t, r)
+	relaytest.Start(t, r)
 
-	waitFor(t, testenv.WaitTimeout, "three failed rounds", func() bool { return len(ev.of(outbox.EventFailed, "publish")) >= 3 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "three failed rounds", func() bool { return len(ev.Of(outbox.EventFailed, "publish")) >= 3 })
 	msgs := out.read(t)
 	requireKeyOrder(t, msgs, map[string]int{"free": 3})
-	for _, e := range ev.of(outbox.EventFailed, "publish")[:3] {
+	for _, e := range ev.Of(outbox.EventFailed, "publish")[:3] {
 		require.Equal(t, 4, e.Messages, "the refused message and the three behind it")
 	}
 
@@ -55,7 +56,7 @@ func TestRelayHoldsKeyBehindRefused(t *testing.T) {
 	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: fixed, Subjects: []string{lost + ".>"}, Storage: jetstream.MemoryStorage})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), fixed) })
-	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.Unsent(t) == 0 })
 	msgs = out.read(t)
 	held := 0
 	for _, m := range firstOccurrences(msgs) {

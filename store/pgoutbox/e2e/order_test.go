@@ -1,4 +1,4 @@
-package pgoutbox_test
+package e2e_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/outbox"
 	"github.com/dedup-go/dedup/store/pgoutbox"
+	"github.com/dedup-go/dedup/store/pgoutbox/internal/relaytest"
 )
 
 // TestRelayOrderThreeRelays: three relays start on a backlog of a few hot
@@ -26,49 +27,49 @@ import (
 // earlier one, and publishes it first.)
 func TestRelayOrderThreeRelays(t *testing.T) {
 	t.Parallel()
-	db := newDB(t, 16)
+	db := relaytest.NewDB(t, 16)
 	const buckets, keysPerBucket, perKey, hot, hotPerKey = 6, 3, 24, 3, 60
-	ob := db.outbox(t, &pgoutbox.Options{Buckets: buckets})
+	ob := db.Outbox(t, &pgoutbox.Options{Buckets: buckets})
 	_, js := natsConn(t, testenv.NATS.Addr(t))
 	out := newOutStream(t, js, jetstream.MemoryStorage, 0)
 	pub := jsPublisher(t, js)
-	opts := func(ev *events) *pgoutbox.RelayOptions {
+	opts := func(ev *relaytest.Events) *pgoutbox.RelayOptions {
 		return &pgoutbox.RelayOptions{BatchSize: 8, Lease: 900 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 			MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Observer: ev}
 	}
-	evs := make([]*events, 4)
+	evs := make([]*relaytest.Events, 4)
 	relays := make([]*pgoutbox.Relay, 4)
 	for i := range relays {
-		evs[i] = &events{}
-		relays[i] = newRelay(t, ob, pub, opts(evs[i]))
+		evs[i] = &relaytest.Events{}
+		relays[i] = relaytest.NewRelay(t, ob, pub, opts(evs[i]))
 	}
 	// Keys in every bucket, so every relay that holds one has work.
 	var keys []string
 	inBucket := map[uint32]int{}
 	for i := 0; len(keys) < buckets*keysPerBucket; i++ {
 		k := fmt.Sprintf("key-%03d", i)
-		if b := fnv32a(k) % buckets; inBucket[b] < keysPerBucket {
+		if b := relaytest.FNV32a(k) % buckets; inBucket[b] < keysPerBucket {
 			inBucket[b]++
 			keys = append(keys, k)
 		}
 	}
-	w := writer{db: db, ob: ob}
+	w := relaytest.Writer{DB: db, OB: ob}
 	want := map[string]int{}
 	// A backlog of a few hot keys, on which the relays start and contend.
 	for n := range hotPerKey {
 		for k := range hot {
 			key := fmt.Sprintf("hot-%d", k)
-			_, err := w.write(t.Context(), fmt.Sprintf("order:%s-%d", key, n), out.keyed(key, n))
+			_, err := w.Write(t.Context(), fmt.Sprintf("order:%s-%d", key, n), out.keyed(key, n))
 			require.NoError(t, err)
 			want[key]++
 		}
 	}
 	for _, r := range relays[:3] {
-		start(t, r)
+		relaytest.Start(t, r)
 	}
 	for n := range perKey {
 		if n == perKey/4 {
-			waitFor(t, testenv.WaitTimeout, "each relay holding its share", func() bool {
+			relaytest.WaitFor(t, testenv.WaitTimeout, "each relay holding its share", func() bool {
 				for _, r := range relays[:3] {
 					if r.Stats().Buckets != buckets/3 {
 						return false
@@ -80,26 +81,26 @@ func TestRelayOrderThreeRelays(t *testing.T) {
 		if n == perKey/2 {
 			// It holds two buckets, with keys written since: it alone
 			// publishes them.
-			waitFor(t, testenv.WaitTimeout, "the first relay publishing", func() bool { return relays[0].Stats().Published > 0 })
+			relaytest.WaitFor(t, testenv.WaitTimeout, "the first relay publishing", func() bool { return relays[0].Stats().Published > 0 })
 			ctx, cancel := context.WithTimeout(t.Context(), testenv.WaitTimeout)
 			require.NoError(t, relays[0].Stop(ctx))
 			cancel()
-			start(t, relays[3])
+			relaytest.Start(t, relays[3])
 		}
 		for _, key := range keys {
-			_, err := w.write(t.Context(), fmt.Sprintf("order:%s-%d", key, n), out.keyed(key, n))
+			_, err := w.Write(t.Context(), fmt.Sprintf("order:%s-%d", key, n), out.keyed(key, n))
 			require.NoError(t, err)
 			want[key]++
 		}
 	}
-	waitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.unsent(t) == 0 })
+	relaytest.WaitFor(t, testenv.WaitTimeout, "every message sent", func() bool { return db.Unsent(t) == 0 })
 	msgs := out.read(t)
 	requireKeyOrder(t, msgs, want)
 
 	publishing := 0
 	for i, r := range relays {
 		st := r.Stats()
-		t.Logf("relay %d: %+v, %d lease events", i, st, len(evs[i].of(outbox.EventLeases, "")))
+		t.Logf("relay %d: %+v, %d lease events", i, st, len(evs[i].Of(outbox.EventLeases, "")))
 		if st.Published > 0 {
 			publishing++
 		}
