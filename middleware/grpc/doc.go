@@ -20,7 +20,8 @@
 // Only unary calls are intercepted; streaming calls are not (install no
 // stream interceptor). Package gateway (middleware/grpc/gateway) puts a
 // grpc-gateway ServeMux in front, so that an HTTP caller's Idempotency-Key
-// reaches the interceptor; this package does not import grpc-gateway.
+// reaches the interceptor; it is a module of its own, and this one does
+// not require grpc-gateway.
 //
 // # Keys
 //

@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/dedup-go/dedup v0.1.0
-	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
@@ -20,7 +19,6 @@ require (
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
-	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect
 )
 
 // The middleware is developed against the root module in this repository;

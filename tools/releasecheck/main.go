@@ -58,6 +58,8 @@ var (
 	pgxPkgs   = []string{"github.com/jackc"}
 	mysqlPkgs = []string{"github.com/go-sql-driver/mysql"}
 	grpcPkgs  = []string{"google.golang.org/grpc"}
+	// grpc-gateway: only a user of middleware/grpc/gateway builds it.
+	gatewayPkgs = []string{"github.com/grpc-ecosystem/grpc-gateway"}
 	// The Redis clients: the root module's redisstore is on go-redis,
 	// store/rueidisstore on rueidis; a user of one builds none of the
 	// other's.
@@ -95,6 +97,8 @@ var userSpecs = []user{
 	{name: "http", dir: "middleware/http",
 		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "grpc": grpcPkgs, "rueidis": rueidisPkgs}},
 	{name: "grpc", dir: "middleware/grpc", must: []string{"google.golang.org/grpc"},
+		forbid: map[string][]string{"grpc-gateway": gatewayPkgs, "kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "rueidis": rueidisPkgs}},
+	{name: "gateway", dir: "middleware/grpc/gateway", must: []string{"github.com/grpc-ecosystem/grpc-gateway/v2/runtime", "github.com/dedup-go/dedup/middleware/grpc"},
 		forbid: map[string][]string{"kafka": kafkaPkgs, "nats": natsPkgs, "rabbitmq": amqpPkgs, "pgx": pgxPkgs, "mysql": mysqlPkgs, "rueidis": rueidisPkgs}},
 }
 

@@ -12,8 +12,9 @@
 //
 //	mux := runtime.NewServeMux(dedupgateway.ServeMuxOptions()...)
 //
-// It is a package of its own so that a server without a gateway never
-// compiles grpc-gateway's runtime: the dedupgrpc package does not import it.
+// It is a module of its own (github.com/dedup-go/dedup/middleware/grpc/gateway)
+// so that a server without a gateway never has grpc-gateway in its module
+// graph: the dedupgrpc module does not require it.
 //
 // # What it does
 //

@@ -1,0 +1,34 @@
+module github.com/dedup-go/dedup/middleware/grpc/gateway
+
+go 1.26.0
+
+require (
+	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/middleware/grpc v0.1.0
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
+)
+
+// The gateway matchers are developed against the modules of this
+// repository; the replaces are ignored by users, who get the versions they
+// require. A module of its own so that a user of the interceptor alone
+// (middleware/grpc) never has grpc-gateway in the module graph.
+replace (
+	github.com/dedup-go/dedup => ../../..
+	github.com/dedup-go/dedup/middleware/grpc => ..
+)
