@@ -27,8 +27,9 @@ services:
 lint:
 	@GO=$(GO) ./scripts/lint.sh $(MODULES)
 
-# A user of the core (root and redisstore) must get no broker client, and
-# each integration only what its users need.
+# A user of each library module gets in its module graph only the clients
+# (brokers, databases, Redis, gRPC, grpc-gateway, the OpenTelemetry SDK)
+# that module needs; prints each graph's client list.
 deps-check:
 	@./scripts/deps-check.sh
 

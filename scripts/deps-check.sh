@@ -1,95 +1,174 @@
 #!/usr/bin/env bash
-# Builds a throwaway module that imports only the core (the root package and
-# store/redisstore), as a user of the core would, and fails if its build
-# list (go list -m all) holds a broker client, nats-server, or a client of
-# an integration that has a module of its own.
+# Proves, for a user of each library module, that the module graph holds no
+# client the user did not ask for, and prints each graph's client list.
+#
+# For every library module (what tools/internal/repo.Modules calls one: a
+# go.mod outside examples/, bench/ and tools/, without the
+# "// dedup:test-only" line), a throwaway module outside the repository
+# imports every public package of it (no internal, no package main),
+# requires it and points every library module at the working tree with
+# replace directives, as a user's build would select them. Its
+# `go list -m all` (the module graph, which the user's version selection
+# reads: a client there can raise the user's own version of it) is
+# filtered to the clients below, printed, and checked against the table
+# of what the module's purpose needs (allowed). The packages the user
+# builds (`go list -deps`) are printed too and checked against the same
+# row, without the root module's share: a client may sit in the graph (a
+# go.mod's requirement) without being built. A command module (package
+# main at its root: cmd/dedupctl) is installed with go install, whose
+# graph is its own go.mod's: that is what is listed for it.
+#
+# Usage: scripts/deps-check.sh (GO from the environment).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+GO=${GO:-go}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-cat >"$tmp/go.mod" <<MOD
-module example.com/coreuser
-
-go 1.26.0
-
-require github.com/dedup-go/dedup v0.0.0-00010101000000-000000000000
-
-replace github.com/dedup-go/dedup => $root
-MOD
-cat >"$tmp/main.go" <<'SRC'
-package main
-
-import (
-	"context"
-
-	"github.com/dedup-go/dedup"
-	"github.com/dedup-go/dedup/store/redisstore"
-	"github.com/redis/go-redis/v9"
+# The clients: broker clients and servers, database drivers, Redis
+# clients, gRPC and grpc-gateway, the OpenTelemetry SDK. Name, then a
+# regular expression on module paths.
+clients=(
+	nats.go '^github\.com/nats-io/nats\.go$'
+	nats-server '^github\.com/nats-io/nats-server/'
+	amqp091-go '^github\.com/rabbitmq/amqp091-go$'
+	kafka-go '^github\.com/segmentio/kafka-go$'
+	franz-go '^github\.com/twmb/franz-go' # kfake, Kafka in process, and its client
+	pgx '^github\.com/jackc/pgx/'
+	mysql '^github\.com/go-sql-driver/mysql$'
+	go-redis '^github\.com/redis/go-redis/'
+	rueidis '^github\.com/redis/rueidis$'
+	grpc '^google\.golang\.org/grpc$'
+	grpc-gateway '^github\.com/grpc-ecosystem/grpc-gateway/'
+	otel-sdk '^go\.opentelemetry\.io/otel/sdk'
 )
 
-func main() {
-	s, err := redisstore.New(context.Background(), redis.NewClient(&redis.Options{}), nil)
-	if err != nil {
-		return
-	}
-	_, _ = dedup.NewReceiver(s, func(m *dedup.Message[[]byte]) (string, error) { return m.ID, nil },
-		func(ctx context.Context, m *dedup.Message[[]byte]) (struct{}, error) { return struct{}{}, nil }, nil)
+# What the root module (the core) brings into every graph, since every
+# module requires it: go-redis, for store/redisstore, which is still in
+# the core. It goes when redisstore moves to a module of its own; then
+# this is empty and a pgstore user's graph holds pgx alone.
+root_share="go-redis"
+
+# The clients each library module's users may find in their graph, the
+# root's share aside. A module's go.mod requires what its packages and
+# their own unit tests need, so a client its tests alone use shows here,
+# with the reason.
+declare -A allowed=(
+	[.]="go-redis"                                 # store/redisstore (see root_share)
+	[adapters/nats]="nats.go nats-server"          # nats-server: the tests' embedded server (outages, restarts)
+	[adapters/rabbitmq]="amqp091-go"
+	[adapters/kafka]="kafka-go franz-go"           # franz-go: kfake, the tests' in-process Kafka
+	[store/pgstore]="pgx"
+	[store/pgoutbox]="pgx"                         # a broker only through an adapter's OutboxPublisher: its broker tests are store/pgoutbox/e2e
+	[store/mysqlstore]="mysql"
+	[store/rueidisstore]="rueidis"                 # go-redis is in its graph through the root only, never built
+	[middleware/http]=""
+	[middleware/grpc]="grpc otel-sdk"              # otel-sdk: google.golang.org/grpc's go.mod requires it (its stats/opentelemetry)
+	[middleware/grpc/gateway]="grpc grpc-gateway otel-sdk"
+	[otel]="otel-sdk"                              # the package uses the API only; its tests record with the SDK, which a user sets up anyway
+	# dedupctl: stores on Redis and PostgreSQL, redrive on the three brokers;
+	# nats-server through adapters/nats's go.mod, franz-go (kfake) in its
+	# tests, grpc in its tests too (otel-sdk through grpc's go.mod).
+	[cmd/dedupctl]="go-redis pgx nats.go nats-server amqp091-go kafka-go franz-go grpc otel-sdk"
+)
+
+# The library modules, as tools/internal/repo.Modules finds them.
+mods=(.)
+while IFS= read -r f; do
+	d=$(dirname "${f#./}")
+	case $d in . | examples | examples/* | bench | bench/* | tools | tools/*) continue ;; esac
+	grep -qx '// dedup:test-only' "$root/$d/go.mod" && continue
+	mods+=("$d")
+done < <(cd "$root" && find . -name go.mod -not -path '*/testdata/*' -not -path '*/vendor/*' -not -path '*/.*/*' -not -path '*/_*/*' | sort)
+
+status=0
+fail() {
+	echo "deps-check: FAIL: $*" >&2
+	status=1
 }
-SRC
-cd "$tmp"
-go mod tidy >/dev/null
-go build ./...
-mods=$(go list -m all)
-echo "deps-check: a module importing only the core builds with:"
-printf '%s\n' "$mods" | sed 's/^/  /'
-bad=$(printf '%s\n' "$mods" | grep -E 'nats-io|rabbitmq|amqp|segmentio/kafka|twmb/franz|jackc/pgx|go-sql-driver/mysql|google.golang.org/grpc|go.opentelemetry.io|redis/rueidis' || true)
-if [ -n "$bad" ]; then
-	echo "deps-check: FAIL: the core pulls in integration dependencies:" >&2
-	printf '%s\n' "$bad" >&2
-	exit 1
-fi
-echo "deps-check: ok, no broker client, nats-server, pgx, the MySQL driver, gRPC or rueidis"
+for d in "${mods[@]}"; do
+	[ -v "allowed[$d]" ] || fail "$d: a library module with no row in deps-check.sh's table of allowed clients"
+done
+for d in "${!allowed[@]}"; do
+	[ -f "$root/$d/go.mod" ] || fail "$d: a row of deps-check.sh's table, but no module there"
+done
 
-# An integration pulls in only what its users need: the HTTP middleware only
-# the standard library and the core, the gRPC interceptor no grpc-gateway
-# (its gateway subpackage does). Checked on the packages a program importing
-# it builds, since a module's go.mod also lists what its tests use.
-pkgcheck() { # module-dir import-path forbidden-regex what
-	local dir=$1 pkg=$2 bad=$3 what=$4 t
-	[ -f "$root/$dir/go.mod" ] || return 0
-	t=$(mktemp -d)
-	cat >"$t/go.mod" <<MOD
-module example.com/user
-
-go 1.26.0
-
-require (
-	github.com/dedup-go/dedup v0.0.0-00010101000000-000000000000
-	github.com/dedup-go/dedup/$dir v0.0.0-00010101000000-000000000000
-)
-
-replace github.com/dedup-go/dedup => $root
-MOD
-	# Every module of the repository it may require (pgoutbox requires
-	# pgstore) comes from its directory.
-	local m
-	for m in $(cd "$root" && find adapters store middleware otel cmd -name go.mod -not -path '*/testdata/*' -exec dirname {} \;); do
-		echo "replace github.com/dedup-go/dedup/$m => $root/$m" >>"$t/go.mod"
+# clientsOf reads module or package paths on stdin and prints the names of
+# the clients among them, sorted.
+clientsOf() {
+	local input i found=()
+	input=$(cat)
+	for ((i = 0; i < ${#clients[@]}; i += 2)); do
+		if grep -qE "${clients[i + 1]}" <<<"$input"; then found+=("${clients[i]}"); fi
 	done
-	printf 'package main\n\nimport _ "%s"\n\nfunc main() {}\n' "$pkg" >"$t/main.go"
-	(cd "$t" && go mod tidy >/dev/null 2>&1 && go build ./...) || { echo "deps-check: FAIL: a program importing $pkg does not build" >&2; rm -rf "$t"; exit 1; }
-	local found
-	found=$(cd "$t" && go list -deps ./... | grep -E "$bad" || true)
-	rm -rf "$t"
-	if [ -n "$found" ]; then
-		echo "deps-check: FAIL: $pkg pulls in $what:" >&2
-		printf '%s\n' "$found" >&2
-		exit 1
-	fi
-	echo "deps-check: ok, $pkg builds without $what"
+	printf '%s\n' "${found[@]}" | sort | grep . || true
 }
-pkgcheck middleware/http github.com/dedup-go/dedup/middleware/http '^(google\.golang\.org|github\.com/grpc-ecosystem|github\.com/redis|github\.com/nats-io|github\.com/rabbitmq)' "gRPC, Redis or a broker client"
-pkgcheck middleware/grpc github.com/dedup-go/dedup/middleware/grpc '^github\.com/grpc-ecosystem' "grpc-gateway"
-pkgcheck store/rueidisstore github.com/dedup-go/dedup/store/rueidisstore '^github\.com/redis/go-redis' "go-redis (a rueidis user builds one Redis client)"
-pkgcheck store/pgoutbox github.com/dedup-go/dedup/store/pgoutbox '^(github\.com/nats-io|github\.com/rabbitmq|github\.com/segmentio|github\.com/twmb)' "a broker client"
+# pathsOf prints the module paths of the clients among the modules on stdin.
+pathsOf() {
+	local input i
+	input=$(cat)
+	for ((i = 0; i < ${#clients[@]}; i += 2)); do
+		grep -E "${clients[i + 1]}" <<<"$input" || true
+	done | sort -u | paste -sd' ' -
+}
+# notIn prints the words of list $1 that are not in list $2.
+notIn() {
+	local w out=()
+	for w in $1; do
+		[[ " $2 " == *" $w "* ]] || out+=("$w")
+	done
+	echo "${out[*]}"
+}
+
+rootPath=$(cd "$root" && "$GO" list -m)
+for d in "${mods[@]}"; do
+	[ -v "allowed[$d]" ] || continue
+	dir=$root/$d
+	modPath=$(cd "$dir" && GOWORK=off "$GO" list -m)
+	if [ -n "$(cd "$dir" && GOWORK=off "$GO" list -f '{{if eq .Name "main"}}main{{end}}' . 2>/dev/null)" ]; then
+		# A command: go install builds it with its own go.mod.
+		who="$d (go install)"
+		graph=$(cd "$dir" && GOWORK=off "$GO" list -m all)
+		built=$(cd "$dir" && GOWORK=off "$GO" list -deps -f '{{with .Module}}{{.Path}}{{end}}' . | sort -u)
+	else
+		who="$d user"
+		u=$tmp/user-${d//\//-}
+		mkdir -p "$u"
+		pkgs=$(cd "$dir" && GOWORK=off "$GO" list -e -f '{{if and .GoFiles (ne .Name "main")}}{{.ImportPath}}{{end}}' ./... | grep -v '/internal\(/\|$\)' || true)
+		{
+			printf 'module example.com/depscheck/user\n\ngo 1.26.0\n\nrequire %s v0.0.0-00010101000000-000000000000\n\n' "$modPath"
+			for m in "${mods[@]}"; do
+				p=$rootPath
+				[ "$m" = . ] || p=$rootPath/$m
+				printf 'replace %s => %s\n' "$p" "$root/$m"
+			done
+		} >"$u/go.mod"
+		# The modules' go.sum lines spare the checksum database lookups.
+		cat "$root"/go.sum "$dir"/go.sum 2>/dev/null | sort -u >"$u/go.sum"
+		{
+			printf 'package main\n\nimport (\n'
+			for p in $pkgs; do printf '\t_ "%s"\n' "$p"; done
+			printf ')\n\nfunc main() {}\n'
+		} >"$u/main.go"
+		if ! (cd "$u" && GOWORK=off GOFLAGS=-mod=mod "$GO" mod tidy >"$u/tidy.log" 2>&1 && GOWORK=off "$GO" build -o /dev/null .); then
+			cat "$u/tidy.log" >&2
+			fail "$who: a program importing $modPath's packages does not build"
+			continue
+		fi
+		graph=$(cd "$u" && GOWORK=off "$GO" list -m all)
+		built=$(cd "$u" && GOWORK=off "$GO" list -deps -f '{{with .Module}}{{.Path}}{{end}}' . | sort -u)
+	fi
+	inGraph=$(clientsOf <<<"$(cut -d' ' -f1 <<<"$graph")" | paste -sd' ' -)
+	inBuild=$(clientsOf <<<"$built" | paste -sd' ' -)
+	echo "$who: clients in graph: $(pathsOf <<<"$(cut -d' ' -f1 <<<"$graph")")"
+	echo "$who: clients built:    $(pathsOf <<<"$built")"
+	ok="${allowed[$d]} $root_share"
+	bad=$(notIn "$inGraph" "$ok")
+	[ -z "$bad" ] || fail "$who: the module graph holds $bad, which $d does not need (allowed: ${ok# })"
+	bad=$(notIn "$inBuild" "${allowed[$d]}")
+	[ -z "$bad" ] || fail "$who: the build holds $bad, which $d does not need (allowed: ${allowed[$d]:-none})"
+done
+if [ $status -eq 0 ]; then
+	echo "deps-check: ok, ${#mods[@]} library modules: no user's module graph holds a client its module does not need"
+fi
+exit $status
