@@ -5,6 +5,8 @@
 # make bench       the benchmarks of every module, each beside its baseline
 # make release-check  a release of HEAD as its users meet it (part of make test)
 # make docs-check  links and complete Go programs of README.md and docs/ (part of make test)
+# make api-check   every library module's API against its base: its latest
+#                  tag, or tools/apicheck/base (part of make test)
 
 GO       ?= go
 SERVICES ?= redis nats rabbitmq postgres prometheus mariadb
@@ -12,7 +14,7 @@ SERVICES ?= redis nats rabbitmq postgres prometheus mariadb
 # integration, each with its own go.mod.
 MODULES  := $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' | sort))
 
-.PHONY: test services quickstart bench fuzz lint deps-check release-check docs-check
+.PHONY: test services quickstart bench fuzz lint deps-check release-check docs-check api-check
 
 # Every step runs whatever failed before it; the summary at the end gives
 # each module's result, and the exit status is non-zero if any failed.
@@ -43,6 +45,11 @@ release-check:
 # ```go run block compiles against the repository's modules.
 docs-check:
 	@$(GO) -C tools run ./docscheck ..
+
+# No library module breaks the API of its base (its latest release tag, or
+# the commit in tools/apicheck/base while it has none).
+api-check:
+	@$(GO) -C tools run ./apicheck ..
 
 quickstart:
 	$(GO) -C examples run ./quickstart

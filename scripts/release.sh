@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Tags every library module at VERSION, after making them require VERSION
 # of each other (committed) and running make test. Pushes nothing: prints
-# the git push command. See tools/release/main.go for the details.
-# Usage: scripts/release.sh VERSION [--dry-run] [--skip-tests]
+# the git push command. Refuses a module's incompatible API change with its
+# latest tag (or tools/apicheck/base) unless VERSION is a new major version.
+# See tools/release/main.go for the details.
+# Usage: scripts/release.sh VERSION [--dry-run] [--skip-tests] [--skip-api-check]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$(mktemp -d)

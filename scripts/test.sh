@@ -33,6 +33,7 @@ step deps-check ./scripts/deps-check.sh
 step release-check ./scripts/release-check.sh
 step docs-check "$GO" -C tools run ./docscheck ..
 step api-budget "$GO" -C tools run ./apicount -max 90 ..
+step api-check "$GO" -C tools run ./apicheck ..
 for m in "$@"; do
 	step "go test $m" gotest "$m"
 done

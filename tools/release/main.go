@@ -1,7 +1,7 @@
 // Command release tags every library module of the repository at one
 // version. scripts/release.sh runs it:
 //
-//	scripts/release.sh VERSION [--dry-run] [--skip-tests]
+//	scripts/release.sh VERSION [--dry-run] [--skip-tests] [--skip-api-check]
 //
 // It sets, in each library module's go.mod, every requirement on a module
 // of this repository to VERSION (go mod edit -require; the replace
@@ -10,8 +10,16 @@
 // one annotated tag per library module: VERSION for the root module,
 // DIR/VERSION for the module in DIR. It pushes nothing: it prints the git
 // push command to run. It refuses if the work tree has changes or a tag
-// exists. Library modules are all modules but those under examples, bench
-// and tools.
+// exists, or if a module breaks the API of its base under a version that
+// may not (the API check below). Library modules are all modules but those
+// under examples, bench and tools.
+//
+// The API check compares each library module's packages (not internal, not
+// main, not test files) with its latest release tag, or, while it has none,
+// with the commit named in tools/apicheck/base (golang.org/x/exp/apidiff),
+// prints the changes, and refuses an incompatible one unless VERSION is a
+// new major version (or, before v1, a new minor one): see
+// tools/internal/apicheck.BreakAllowed.
 //
 // Flags (before or after VERSION):
 //
@@ -21,6 +29,9 @@
 //	              nothing (exits 1 if the release would be refused)
 //	--skip-tests  do not run make test (release-check uses it in a
 //	              throwaway clone)
+//	--skip-api-check
+//	              do not run the API check (release-check uses it: make
+//	              test's api-check step checks the same tree)
 package main
 
 import (
@@ -44,8 +55,9 @@ func run() int {
 	dir := fs.String("C", "", "the repository `dir` (default: the work tree holding the current directory)")
 	dry := fs.Bool("dry-run", false, "print what would be edited, committed and tagged; change nothing")
 	skip := fs.Bool("skip-tests", false, "do not run make test")
+	skipAPI := fs.Bool("skip-api-check", false, "do not compare the modules' API with their base")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: scripts/release.sh VERSION [--dry-run] [--skip-tests] [-C dir]")
+		fmt.Fprintln(fs.Output(), "usage: scripts/release.sh VERSION [--dry-run] [--skip-tests] [--skip-api-check] [-C dir]")
 		fs.PrintDefaults()
 	}
 	// Flags may come after VERSION: parse again after each positional
@@ -88,7 +100,7 @@ func run() int {
 		}
 	}
 	err := release.Run(ctx, release.Options{
-		Root: root, Version: args[0], DryRun: *dry, SkipTests: *skip, Out: os.Stdout,
+		Root: root, Version: args[0], DryRun: *dry, SkipTests: *skip, SkipAPICheck: *skipAPI, Out: os.Stdout,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)

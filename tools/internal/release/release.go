@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/mod/semver"
 
+	"github.com/dedup-go/dedup/tools/internal/apicheck"
 	"github.com/dedup-go/dedup/tools/internal/repo"
 )
 
@@ -35,6 +36,10 @@ type Options struct {
 	DryRun bool
 	// SkipTests skips the test suite.
 	SkipTests bool
+	// SkipAPICheck skips the API check (apicheck.Check), which otherwise
+	// refuses a module's incompatible change with its base under a
+	// version that may not break it (apicheck.BreakAllowed).
+	SkipAPICheck bool
 	// Test runs the test suite; nil runs `make test` in Root.
 	Test func(ctx context.Context, out io.Writer) error
 	// Go is the go command; "" means "go".
@@ -160,6 +165,14 @@ func Run(ctx context.Context, opts Options) error {
 			continue
 		}
 		fmt.Fprintf(out, "tag %s (%s %s)\n", m.Tag(v), m.Path, v)
+	}
+	if !opts.SkipAPICheck {
+		fmt.Fprintf(out, "api check: each library module against its latest tag, or %s while it has none\n", apicheck.BaseFile)
+		results, err := apicheck.Check(ctx, apicheck.Options{Root: root, Out: out})
+		if err != nil {
+			return err
+		}
+		problems = append(problems, apicheck.Refusals(results, v)...)
 	}
 	if len(problems) > 0 {
 		verb := "refusing"

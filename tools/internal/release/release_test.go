@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/modfile"
 
+	"github.com/dedup-go/dedup/tools/internal/apicheck"
 	"github.com/dedup-go/dedup/tools/internal/modproxy"
 	"github.com/dedup-go/dedup/tools/internal/release"
 	"github.com/dedup-go/dedup/tools/internal/testrepo"
@@ -23,6 +24,8 @@ const zero = "v0.0.0-00010101000000-000000000000"
 // tiny has two library modules (the root and lib/sub, which requires the
 // root) and an examples module that requires both; each nested module
 // replaces the others with their directories, as the real repository does.
+// It has no API base (apicheck.BaseFile): the tests skip the API check but
+// TestReleaseAPICheck*.
 func tiny() map[string]string {
 	return map[string]string{
 		"go.mod":  "module example.com/tiny\n\ngo 1.26.0\n",
@@ -66,7 +69,7 @@ func TestReleaseTagsLibraryModules(t *testing.T) {
 	before := testrepo.Git(t, root, "rev-parse", "HEAD")
 	var out bytes.Buffer
 	tested := 0
-	err := release.Run(ctx, release.Options{Root: root, Version: "v0.1.0", Out: &out,
+	err := release.Run(ctx, release.Options{Root: root, SkipAPICheck: true, Version: "v0.1.0", Out: &out,
 		Test: func(ctx context.Context, _ io.Writer) error {
 			tested++
 			// The tests run on the committed edits.
@@ -116,7 +119,7 @@ func TestReleaseDryRunChangesNothing(t *testing.T) {
 	root := testrepo.New(t, tiny())
 	head := testrepo.Git(t, root, "rev-parse", "HEAD")
 	var out bytes.Buffer
-	err := release.Run(context.Background(), release.Options{Root: root, Version: "v0.1.0", DryRun: true, Out: &out,
+	err := release.Run(context.Background(), release.Options{Root: root, SkipAPICheck: true, Version: "v0.1.0", DryRun: true, Out: &out,
 		Test: func(context.Context, io.Writer) error { t.Error("a dry run ran the tests"); return nil }})
 	require.NoError(t, err)
 	require.Contains(t, out.String(), "edit lib/sub/go.mod: require example.com/tiny "+zero+" -> v0.1.0\n")
@@ -161,7 +164,7 @@ func TestReleaseRefuses(t *testing.T) {
 				status := testrepo.Git(t, root, "status", "--porcelain")
 				tags := testrepo.Git(t, root, "tag", "--list")
 				var out bytes.Buffer
-				err := release.Run(context.Background(), release.Options{Root: root, Version: "v0.1.0", DryRun: dry, Out: &out,
+				err := release.Run(context.Background(), release.Options{Root: root, SkipAPICheck: true, Version: "v0.1.0", DryRun: dry, Out: &out,
 					Test: func(context.Context, io.Writer) error { t.Error("tests ran"); return nil }})
 				require.ErrorIs(t, err, release.ErrRefused)
 				require.ErrorContains(t, err, tc.want)
@@ -181,7 +184,7 @@ func TestReleaseTestsFailThenRetry(t *testing.T) {
 	root := testrepo.New(t, tiny())
 	boom := errors.New("make test: exit status 2")
 	var out bytes.Buffer
-	err := release.Run(ctx, release.Options{Root: root, Version: "v0.1.0", Out: &out,
+	err := release.Run(ctx, release.Options{Root: root, SkipAPICheck: true, Version: "v0.1.0", Out: &out,
 		Test: func(context.Context, io.Writer) error { return boom }})
 	require.ErrorIs(t, err, boom)
 	require.Empty(t, testrepo.Git(t, root, "tag", "--list"))
@@ -190,7 +193,7 @@ func TestReleaseTestsFailThenRetry(t *testing.T) {
 	head := testrepo.Git(t, root, "rev-parse", "HEAD")
 
 	out.Reset()
-	require.NoError(t, release.Run(ctx, release.Options{Root: root, Version: "v0.1.0", Out: &out,
+	require.NoError(t, release.Run(ctx, release.Options{Root: root, SkipAPICheck: true, Version: "v0.1.0", Out: &out,
 		Test: func(context.Context, io.Writer) error { return nil }}))
 	require.Contains(t, out.String(), "every requirement on this repository's modules is v0.1.0 already")
 	require.Equal(t, head, testrepo.Git(t, root, "rev-parse", "HEAD"))
@@ -201,7 +204,7 @@ func TestReleaseTestsFailThenRetry(t *testing.T) {
 func TestReleaseSkipTests(t *testing.T) {
 	t.Parallel()
 	root := testrepo.New(t, tiny())
-	require.NoError(t, release.Run(context.Background(), release.Options{Root: root, Version: "v1.2.3-rc.1", SkipTests: true,
+	require.NoError(t, release.Run(context.Background(), release.Options{Root: root, SkipAPICheck: true, Version: "v1.2.3-rc.1", SkipTests: true,
 		Test: func(context.Context, io.Writer) error { t.Error("tests ran"); return nil }}))
 	require.Equal(t, "lib/sub/v1.2.3-rc.1\nv1.2.3-rc.1", testrepo.Git(t, root, "tag", "--list"))
 }
@@ -238,7 +241,7 @@ func TestReleaseRunsMakeTest(t *testing.T) {
 		}
 		root := testrepo.New(t, files)
 		var out bytes.Buffer
-		err := release.Run(context.Background(), release.Options{Root: root, Version: "v0.1.0", Out: &out})
+		err := release.Run(context.Background(), release.Options{Root: root, SkipAPICheck: true, Version: "v0.1.0", Out: &out})
 		require.Contains(t, out.String(), "make-test-ran-in-"+filepath.Base(root)+"\n")
 		if pass {
 			require.NoError(t, err)
@@ -264,7 +267,7 @@ func TestReleaseTagsCommandWithoutReplaces(t *testing.T) {
 	files["cmd/hello/main.go"] = "// Command hello greets.\npackage main\n\nimport \"example.com/tiny/lib/sub\"\n\nfunc main() { println(sub.Hello()) }\n"
 	root := testrepo.New(t, files)
 	var out bytes.Buffer
-	require.NoError(t, release.Run(ctx, release.Options{Root: root, Version: "v0.1.0", Out: &out, SkipTests: true}), out.String())
+	require.NoError(t, release.Run(ctx, release.Options{Root: root, SkipAPICheck: true, Version: "v0.1.0", Out: &out, SkipTests: true}), out.String())
 
 	head := testrepo.Git(t, root, "rev-parse", "HEAD")
 	require.Len(t, readMod(t, root, "cmd/hello").Replace, 2, "the branch keeps the replaces")
@@ -292,4 +295,83 @@ func TestReleaseTagsCommandWithoutReplaces(t *testing.T) {
 	got, err := exec.CommandContext(ctx, filepath.Join(bin, "hello")).CombinedOutput()
 	require.NoError(t, err, string(got))
 	require.Equal(t, "hello from sub\n", string(got))
+}
+
+// withAPIBase adds to the tiny repository a type R with two methods, and
+// the commit naming that state the v1 surface (apicheck.BaseFile); it
+// returns the root and the base commit.
+func withAPIBase(t *testing.T) (string, string) {
+	t.Helper()
+	root := testrepo.New(t, tiny())
+	testrepo.Commit(t, root, "R", map[string]string{
+		"r.go": "package tiny\n\n// R receives.\ntype R struct{}\n\n// Lease leases.\nfunc (*R) Lease() {}\n\n// Other stays.\nfunc (*R) Other() {}\n",
+	})
+	base := testrepo.Git(t, root, "rev-parse", "HEAD")
+	testrepo.Commit(t, root, "api base", map[string]string{apicheck.BaseFile: base + " v1\n"})
+	return root, base
+}
+
+func dropLease(t *testing.T, root string) {
+	t.Helper()
+	testrepo.Commit(t, root, "drop R.Lease", map[string]string{
+		"r.go": "package tiny\n\n// R receives.\ntype R struct{}\n\n// Other stays.\nfunc (*R) Other() {}\n",
+	})
+}
+
+// The release compares each library module with its base and prints the
+// changes: with no incompatible change it goes on; a removed method under
+// a minor or patch version of the base's major (v1) is refused, naming
+// the module and the change, in a dry run too, before anything changes.
+func TestReleaseAPICheckRefusesABreakUnderAMinor(t *testing.T) {
+	t.Parallel()
+	root, base := withAPIBase(t)
+	var out bytes.Buffer
+	require.NoError(t, release.Run(context.Background(), release.Options{Root: root, Version: "v1.0.0-rc.1", DryRun: true, Out: &out}), out.String())
+	require.Contains(t, out.String(), "api check: each library module against its latest tag, or "+apicheck.BaseFile+" while it has none\n")
+	require.Contains(t, out.String(), "example.com/tiny: base "+base[:12]+" ("+apicheck.BaseFile+", v1): no API change\n")
+	require.Contains(t, out.String(), "example.com/tiny/lib/sub: base "+base[:12]+" ("+apicheck.BaseFile+", v1): no API change\n")
+
+	dropLease(t, root)
+	head := testrepo.Git(t, root, "rev-parse", "HEAD")
+	for _, v := range []string{"v1.1.0", "v1.0.1", "v1.0.0"} {
+		for _, dry := range []bool{true, false} {
+			out.Reset()
+			err := release.Run(context.Background(), release.Options{Root: root, Version: v, DryRun: dry, Out: &out,
+				Test: func(context.Context, io.Writer) error { t.Error("tests ran"); return nil }})
+			require.ErrorIs(t, err, release.ErrRefused, out.String())
+			require.ErrorContains(t, err, "example.com/tiny "+v+" would break the API of its base "+base[:12])
+			require.ErrorContains(t, err, "example.com/tiny: (*R).Lease: removed")
+			require.Contains(t, out.String(), "  incompatible: example.com/tiny: (*R).Lease: removed\n")
+			require.Equal(t, head, testrepo.Git(t, root, "rev-parse", "HEAD"))
+			require.Empty(t, testrepo.Git(t, root, "tag", "--list"))
+			require.Empty(t, testrepo.Git(t, root, "status", "--porcelain"))
+		}
+	}
+}
+
+// Against a release tag, the base is the tag: after v0.3.0 the removed
+// method is refused under a patch (v0.3.1), accepted under a v0 minor
+// (v0.4.0) and under a new major (v1.0.0), which is released and tagged.
+// (A major beyond v1 needs /vN module paths, which ValidateVersion
+// refuses; apicheck's own tests show v2.0.0 accepted against a v1 base.)
+func TestReleaseAPICheckAcceptsABreakUnderAMajor(t *testing.T) {
+	t.Parallel()
+	root, _ := withAPIBase(t)
+	testrepo.Git(t, root, "tag", "v0.3.0")
+	testrepo.Git(t, root, "tag", "lib/sub/v0.3.0")
+	dropLease(t, root)
+
+	var out bytes.Buffer
+	err := release.Run(context.Background(), release.Options{Root: root, Version: "v0.3.1", DryRun: true, Out: &out})
+	require.ErrorIs(t, err, release.ErrRefused)
+	require.ErrorContains(t, err, "example.com/tiny v0.3.1 would break the API of its base v0.3.0")
+	require.NotContains(t, err.Error(), "lib/sub v0.3.1", "lib/sub has no incompatible change")
+
+	out.Reset()
+	require.NoError(t, release.Run(context.Background(), release.Options{Root: root, Version: "v0.4.0", DryRun: true, Out: &out}), out.String())
+	require.Contains(t, out.String(), "example.com/tiny: base v0.3.0: 1 incompatible, 0 compatible changes\n  incompatible: example.com/tiny: (*R).Lease: removed\n")
+
+	out.Reset()
+	require.NoError(t, release.Run(context.Background(), release.Options{Root: root, Version: "v1.0.0", SkipTests: true, Out: &out}), out.String())
+	require.Equal(t, "lib/sub/v0.3.0\nlib/sub/v1.0.0\nv0.3.0\nv1.0.0", testrepo.Git(t, root, "tag", "--list"))
 }
