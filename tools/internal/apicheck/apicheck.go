@@ -370,7 +370,14 @@ func (c *checker) module(ctx context.Context, m repo.Module, mods []repo.Module)
 			r.Incompatible = append(r.Incompatible, p+": package removed")
 			continue
 		}
+		// apidiff may say one change twice (it did for a removed method of
+		// the generic dedup.Receiver): say it once.
+		seen := map[apidiff.Change]bool{}
 		for _, ch := range apidiff.Changes(old[p], np).Changes {
+			if seen[ch] {
+				continue
+			}
+			seen[ch] = true
 			if ch.Compatible {
 				r.Compatible = append(r.Compatible, p+": "+ch.Message)
 			} else {

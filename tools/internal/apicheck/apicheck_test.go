@@ -24,6 +24,7 @@ func tiny() map[string]string {
 	return map[string]string{
 		"go.mod":            "module example.com/tiny\n\ngo 1.26.0\n",
 		"tiny.go":           "package tiny\n\n// T is a thing.\ntype T struct{}\n\n// A is one method.\nfunc (T) A() string { return \"a\" }\n\n// B is another.\nfunc (T) B() string { return \"b\" }\n",
+		"g.go":              "package tiny\n\n// G is generic.\ntype G[M, R any] struct{}\n\n// F goes away.\nfunc (*G[M, R]) F() {}\n",
 		"tiny_test.go":      "package tiny\n\nfunc TestOnly() {}\n",
 		"extra/extra.go":    "package extra\n\n// X is extra.\nfunc X() int { return 1 }\n",
 		"internal/in/in.go": "package in\n\n// Hidden is internal.\nfunc Hidden() {}\n",
@@ -121,16 +122,17 @@ func TestCheckRemovedMethod(t *testing.T) {
 	testrepo.Commit(t, root, "drop T.B, add T.C", map[string]string{
 		"tiny.go":           "package tiny\n\n// T is a thing.\ntype T struct{}\n\n// A is one method.\nfunc (T) A() string { return \"a\" }\n\n// C is new.\nfunc (T) C() {}\n",
 		"tiny_test.go":      "package tiny\n",
+		"g.go":              "package tiny\n\n// G is generic.\ntype G[M, R any] struct{}\n",
 		"internal/in/in.go": "package in\n",
 		"examples/ex.go":    "package examples\n",
 	})
 	res, out := check(t, root)
 	r := byPath(t, res, "example.com/tiny")
-	require.Equal(t, []string{"example.com/tiny: T.B: removed"}, r.Incompatible, out)
+	require.Equal(t, []string{"example.com/tiny: (*G[M, R]).F: removed", "example.com/tiny: T.B: removed"}, r.Incompatible, out)
 	require.Equal(t, []string{"example.com/tiny: T.C: added"}, r.Compatible, out)
 	require.Empty(t, byPath(t, res, "example.com/tiny/lib/sub").Incompatible, out)
 	require.Contains(t, out, "example.com/tiny: base ")
-	require.Contains(t, out, ": 1 incompatible, 1 compatible changes\n  incompatible: example.com/tiny: T.B: removed\n  compatible:   example.com/tiny: T.C: added\n")
+	require.Contains(t, out, ": 2 incompatible, 1 compatible changes\n  incompatible: example.com/tiny: (*G[M, R]).F: removed\n  incompatible: example.com/tiny: T.B: removed\n  compatible:   example.com/tiny: T.C: added\n")
 
 	for _, v := range []string{"v1.1.0", "v1.0.1", "v1.0.0"} {
 		refused := apicheck.Refusals(res, v)
