@@ -168,8 +168,12 @@ func Refusals(results []Result, v string) []string {
 		if len(r.Incompatible) == 0 || BreakAllowed(r.Base.Version, v) {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s %s would break the API of its base %s (an incompatible change needs a new major version):\n      %s",
-			r.Module.Path, v, r.Base, strings.Join(r.Incompatible, "\n      ")))
+		needs := "a new major version"
+		if semver.Major(r.Base.Version) == "v0" {
+			needs = "a new minor or major version"
+		}
+		out = append(out, fmt.Sprintf("%s %s would break the API of its base %s (an incompatible change needs %s):\n      %s",
+			r.Module.Path, v, r.Base, needs, strings.Join(r.Incompatible, "\n      ")))
 	}
 	return out
 }

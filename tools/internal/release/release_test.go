@@ -339,7 +339,7 @@ func TestReleaseAPICheckRefusesABreakUnderAMinor(t *testing.T) {
 			err := release.Run(context.Background(), release.Options{Root: root, Version: v, DryRun: dry, Out: &out,
 				Test: func(context.Context, io.Writer) error { t.Error("tests ran"); return nil }})
 			require.ErrorIs(t, err, release.ErrRefused, out.String())
-			require.ErrorContains(t, err, "example.com/tiny "+v+" would break the API of its base "+base[:12])
+			require.ErrorContains(t, err, "example.com/tiny "+v+" would break the API of its base "+base[:12]+" ("+apicheck.BaseFile+", v1) (an incompatible change needs a new major version)")
 			require.ErrorContains(t, err, "example.com/tiny: (*R).Lease: removed")
 			require.Contains(t, out.String(), "  incompatible: example.com/tiny: (*R).Lease: removed\n")
 			require.Equal(t, head, testrepo.Git(t, root, "rev-parse", "HEAD"))
@@ -364,7 +364,7 @@ func TestReleaseAPICheckAcceptsABreakUnderAMajor(t *testing.T) {
 	var out bytes.Buffer
 	err := release.Run(context.Background(), release.Options{Root: root, Version: "v0.3.1", DryRun: true, Out: &out})
 	require.ErrorIs(t, err, release.ErrRefused)
-	require.ErrorContains(t, err, "example.com/tiny v0.3.1 would break the API of its base v0.3.0")
+	require.ErrorContains(t, err, "example.com/tiny v0.3.1 would break the API of its base v0.3.0 (an incompatible change needs a new minor or major version)")
 	require.NotContains(t, err.Error(), "lib/sub v0.3.1", "lib/sub has no incompatible change")
 
 	out.Reset()
