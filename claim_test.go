@@ -241,7 +241,7 @@ func TestForget(t *testing.T) {
 	res, err := rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.Equal(t, delivery.DeadLetter, adapter.Bind(rcv).Decide(res, err).Action)
 	fixed.Store(true)
-	res, err = rcv.Handle(t.Context(), order{ID: "o-1"})
+	_, err = rcv.Handle(t.Context(), order{ID: "o-1"})
 	require.ErrorIs(t, err, dedup.ErrAttemptsExhausted, "a redrive without Forget is dead-lettered again")
 	require.Equal(t, int64(2), calls.Load())
 

@@ -37,14 +37,13 @@ type memMsg struct {
 type memBroker struct {
 	name string
 
-	mu       sync.Mutex
-	next     int64
-	ready    []*memMsg
-	unacked  map[int64]*memMsg
-	dead     []adaptertest.DeadLetter
-	changed  chan struct{} // closed and replaced when ready or dead grows
-	timers   sync.WaitGroup
-	retiring atomic.Bool
+	mu      sync.Mutex
+	next    int64
+	ready   []*memMsg
+	unacked map[int64]*memMsg
+	dead    []adaptertest.DeadLetter
+	changed chan struct{} // closed and replaced when ready or dead grows
+	timers  sync.WaitGroup
 }
 
 func newBroker(name string) *memBroker {

@@ -157,13 +157,13 @@ func TestJetStreamOneEventPerDelivery(t *testing.T) {
 		require.NoError(t, c.Start(t.Context()))
 		stopAtCleanup(t, c)
 
-		events := obs.waitEvents(t, 6)
+		obs.waitEvents(t, 6)
 		settled(t, cons, 20*time.Second)
 		dead := deadLetters(t, js, n, 2, 10*time.Second)
 		require.NoError(t, c.Stop(t.Context()))
 		info, err := cons.Info(t.Context())
 		require.NoError(t, err)
-		events = obs.seen()
+		events := obs.seen()
 		require.Len(t, events, 6)
 		require.EqualValues(t, info.Delivered.Consumer, len(events), "one event per delivery the server made")
 

@@ -17,9 +17,9 @@ import (
 	"github.com/dedup-go/dedup/outbox"
 )
 
-// publishEach calls p.PublishEach and returns its error and each
-// message's report (absent: not reported).
-func publishEach(ctx context.Context, p outbox.AckPublisher, msgs []outbox.Message) (error, map[int]error) {
+// publishEach calls p.PublishEach and returns each message's report
+// (absent: not reported) and its error.
+func publishEach(ctx context.Context, p outbox.AckPublisher, msgs []outbox.Message) (map[int]error, error) {
 	var mu sync.Mutex
 	reports := map[int]error{}
 	err := p.PublishEach(ctx, msgs, func(i int, err error) {
@@ -29,7 +29,7 @@ func publishEach(ctx context.Context, p outbox.AckPublisher, msgs []outbox.Messa
 	})
 	mu.Lock()
 	defer mu.Unlock()
-	return err, reports
+	return reports, err
 }
 
 // TestOutboxPublisherEachTooLarge: through PublishEach, a message over the
@@ -46,7 +46,7 @@ func TestOutboxPublisherEachTooLarge(t *testing.T) {
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), n.stream) })
 	p, err := dedupnats.NewOutboxPublisher(js, nil)
 	require.NoError(t, err)
-	err, reports := publishEach(ctx, p, []outbox.Message{
+	reports, err := publishEach(ctx, p, []outbox.Message{
 		{ID: "small", Destination: n.subject, Body: []byte("x")},
 		{ID: "over-stream", Destination: n.subject, Body: make([]byte, 2048)},
 		{ID: "over-server", Destination: n.subject, Body: make([]byte, nc.MaxPayload()+1)},
@@ -75,14 +75,14 @@ func TestOutboxPublisherEachExpectStream(t *testing.T) {
 	msgs := []outbox.Message{{ID: "a", Destination: n.subject, Body: []byte("x"), Header: map[string]string{"Nats-Msg-Id": "not the id"}}}
 	wrong, err := dedupnats.NewOutboxPublisher(js, &dedupnats.OutboxOptions{ExpectStream: "NOT_" + n.stream})
 	require.NoError(t, err)
-	err, reports := publishEach(ctx, wrong, msgs)
+	reports, err := publishEach(ctx, wrong, msgs)
 	require.NoError(t, err)
 	require.Error(t, reports[0], "stored by another stream than the one expected")
 	require.NotErrorIs(t, reports[0], outbox.ErrPermanent)
 
 	right, err := dedupnats.NewOutboxPublisher(js, &dedupnats.OutboxOptions{ExpectStream: n.stream})
 	require.NoError(t, err)
-	err, reports = publishEach(ctx, right, msgs)
+	reports, err = publishEach(ctx, right, msgs)
 	require.NoError(t, err)
 	require.Equal(t, map[int]error{0: nil}, reports)
 	got, err := readStream(ctx, js, n.stream, 1)
@@ -130,7 +130,7 @@ func TestOutboxPublisherEachServerDown(t *testing.T) {
 		}
 		return msgs
 	}
-	err, reports := publishEach(ctx, p, batch(0))
+	reports, err := publishEach(ctx, p, batch(0))
 	require.NoError(t, err)
 	require.Equal(t, map[int]error{0: nil, 1: nil, 2: nil}, reports)
 
@@ -138,7 +138,7 @@ func TestOutboxPublisherEachServerDown(t *testing.T) {
 	srv.WaitForShutdown()
 	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancelShort()
-	err, reports = publishEach(short, p, batch(1))
+	reports, err = publishEach(short, p, batch(1))
 	for i, err := range reports {
 		// The client may refuse a publish while disconnected: a
 		// failure, not for good.
@@ -151,7 +151,7 @@ func TestOutboxPublisherEachServerDown(t *testing.T) {
 
 	srv = start()
 	require.Eventually(t, nc.IsConnected, testenv.WaitTimeout, 20*time.Millisecond, "reconnected")
-	err, reports = publishEach(ctx, p, batch(2))
+	reports, err = publishEach(ctx, p, batch(2))
 	require.NoError(t, err)
 	require.Equal(t, map[int]error{0: nil, 1: nil, 2: nil}, reports)
 }
@@ -174,7 +174,7 @@ func TestOutboxPublisherEachSilent(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	err, reports := publishEach(ctx, p, []outbox.Message{
+	reports, err := publishEach(ctx, p, []outbox.Message{
 		{ID: "stored", Destination: n.subject, Body: []byte("x")},
 		{ID: "unanswered", Destination: silent, Body: []byte("x")},
 	})

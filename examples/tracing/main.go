@@ -676,7 +676,7 @@ func attrs(kvs []attribute.KeyValue, keys ...string) string {
 				if b.Len() > 0 {
 					b.WriteByte(' ')
 				}
-				fmt.Fprintf(&b, "%s=%s", k, kv.Value.Emit())
+				fmt.Fprintf(&b, "%s=%s", k, kv.Value.String())
 				break
 			}
 		}
@@ -688,7 +688,7 @@ func attrs(kvs []attribute.KeyValue, keys ...string) string {
 func reasonOf(s tracetest.SpanStub) string {
 	for _, kv := range s.Attributes {
 		if kv.Key == "dedup.reason" {
-			return "dedup.reason=" + kv.Value.Emit()
+			return "dedup.reason=" + kv.Value.String()
 		}
 	}
 	return "no dedup.reason"

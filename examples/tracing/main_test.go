@@ -180,7 +180,7 @@ func eventNamed(s tracetest.SpanStub, name string) *sdktrace.Event {
 func attrMap(kvs []attribute.KeyValue) map[string]string {
 	out := make(map[string]string, len(kvs))
 	for _, kv := range kvs {
-		out[string(kv.Key)] = kv.Value.Emit()
+		out[string(kv.Key)] = kv.Value.String()
 	}
 	return out
 }

@@ -76,7 +76,7 @@ func TestNewMisconfigured(t *testing.T) {
 	requireMisconfigured(t, newWith(&mysqlstore.Options{Table: "short"}), "column key is varbinary(255)", "engine is MyISAM, the store needs InnoDB")
 
 	// Every column, but no unique key on key; or one on a prefix of it.
-	s = d.store(t, &mysqlstore.Options{Table: "nokey"})
+	d.store(t, &mysqlstore.Options{Table: "nokey"})
 	d.exec(t, "ALTER TABLE nokey DROP PRIMARY KEY")
 	requireMisconfigured(t, newWith(&mysqlstore.Options{Table: "nokey"}), "no primary key or unique key on the whole of key")
 	d.store(t, &mysqlstore.Options{Table: "prefixkey"})

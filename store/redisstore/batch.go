@@ -301,31 +301,6 @@ func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls
 	}
 }
 
-// redisKeys returns the Redis keys of n receiver's keys, key(0) to
-// key(n-1), cut from one string: three allocations, not one a key.
-func (s *Store) redisKeys(n int, key func(int) string) []string {
-	size := 0
-	for k := range n {
-		size += len(s.core.Prefix) + len(rediscore.Layout) + len(key(k))
-	}
-	var b strings.Builder
-	b.Grow(size)
-	ends := make([]int, n)
-	for k := range n {
-		b.WriteString(s.core.Prefix)
-		b.WriteString(rediscore.Layout)
-		b.WriteString(key(k))
-		ends[k] = b.Len()
-	}
-	all := b.String()
-	keys := make([]string, n)
-	start := 0
-	for k, end := range ends {
-		keys[k], start = all[start:end], end
-	}
-	return keys
-}
-
 // evalMany runs a multi-key script on the single server: EVALSHA with
 // keys, then args. The command is built here rather than by go-redis's
 // EvalSha, which boxes every key again; a key is passed as a *string,

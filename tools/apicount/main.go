@@ -12,9 +12,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -103,62 +105,67 @@ func countAll(root string) ([]count, error) {
 // countDir counts the package in dir; ok is false when there is none (or
 // it is a main package).
 func countDir(dir string) (count, bool, error) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, parser.SkipObjectResolution)
+	// The package's files as the go command selects them: build
+	// constraints applied, test files left out.
+	bp, err := build.ImportDir(dir, 0)
+	var noGo *build.NoGoError
+	if errors.As(err, &noGo) || err == nil && (bp.Name == "main" || len(bp.GoFiles) == 0) {
+		return count{}, false, nil
+	}
 	if err != nil {
 		return count{}, false, err
 	}
-	var c count
-	found := false
-	for name, pkg := range pkgs {
-		if name == "main" {
-			continue
+	fset := token.NewFileSet()
+	files := make([]*ast.File, 0, len(bp.GoFiles))
+	for _, name := range bp.GoFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution)
+		if err != nil {
+			return count{}, false, err
 		}
-		found = true
-		exportedTypes := map[string]bool{}
-		for _, f := range pkg.Files {
-			for _, decl := range f.Decls {
-				if g, ok := decl.(*ast.GenDecl); ok && g.Tok == token.TYPE {
-					for _, spec := range g.Specs {
-						if ts := spec.(*ast.TypeSpec); ts.Name.IsExported() {
-							exportedTypes[ts.Name.Name] = true
-						}
+		files = append(files, f)
+	}
+	var c count
+	exportedTypes := map[string]bool{}
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			if g, ok := decl.(*ast.GenDecl); ok && g.Tok == token.TYPE {
+				for _, spec := range g.Specs {
+					if ts := spec.(*ast.TypeSpec); ts.Name.IsExported() {
+						exportedTypes[ts.Name.Name] = true
 					}
 				}
 			}
 		}
-		for _, f := range pkg.Files {
-			for _, decl := range f.Decls {
-				switch d := decl.(type) {
-				case *ast.FuncDecl:
-					if !d.Name.IsExported() {
-						continue
-					}
-					if d.Recv == nil {
-						c.funcs++
-					} else if exportedTypes[receiverType(d.Recv.List[0].Type)] {
-						c.methods++
-					}
-				case *ast.GenDecl:
-					for _, spec := range d.Specs {
-						switch s := spec.(type) {
-						case *ast.TypeSpec:
-							if s.Name.IsExported() {
-								c.types++
-								c.methods += interfaceMethods(s)
+	}
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			switch d := decl.(type) {
+			case *ast.FuncDecl:
+				if !d.Name.IsExported() {
+					continue
+				}
+				if d.Recv == nil {
+					c.funcs++
+				} else if exportedTypes[receiverType(d.Recv.List[0].Type)] {
+					c.methods++
+				}
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					switch s := spec.(type) {
+					case *ast.TypeSpec:
+						if s.Name.IsExported() {
+							c.types++
+							c.methods += interfaceMethods(s)
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if !n.IsExported() {
+								continue
 							}
-						case *ast.ValueSpec:
-							for _, n := range s.Names {
-								if !n.IsExported() {
-									continue
-								}
-								if d.Tok == token.CONST {
-									c.consts++
-								} else {
-									c.vars++
-								}
+							if d.Tok == token.CONST {
+								c.consts++
+							} else {
+								c.vars++
 							}
 						}
 					}
@@ -166,7 +173,7 @@ func countDir(dir string) (count, bool, error) {
 			}
 		}
 	}
-	return c, found, nil
+	return c, true, nil
 }
 
 // interfaceMethods counts the exported methods an exported interface
