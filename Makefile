@@ -26,6 +26,7 @@ test: services
 services:
 	@[ -z "$(SERVICES)" ] || ./scripts/services.sh $(SERVICES) || true
 
+# gofmt, then go vet and staticcheck (pinned in tools/go.mod) in every module.
 lint:
 	@GO=$(GO) ./scripts/lint.sh $(MODULES)
 
