@@ -20,42 +20,11 @@ import (
 func TestConformance(t *testing.T) {
 	url := embedded(t)
 	t.Run("JetStream", func(t *testing.T) {
-		adaptertest.Run(t, adaptertest.Harness{NewSource: func(t *testing.T) adaptertest.Source {
-			nc, js := connect(t, url)
-			n := newNames()
-			streams(t, js, n)
-			cons := consumer(t, js, n, jetstream.ConsumerConfig{})
-			return adaptertest.Source{
-				Name: n.subject,
-				Publish: func(ctx context.Context, m adaptertest.Message) error {
-					return conformancePublish(ctx, js, n.subject, m)
-				},
-				NewConsumer: func(rcv *dedup.Receiver[*dedup.Message[adaptertest.Order], adaptertest.Receipt]) (dedup.Consumer, error) {
-					return dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DeadLetterSubject: n.dlq})
-				},
-				DeadLetters: func(ctx context.Context, want int) ([]adaptertest.DeadLetter, error) {
-					return conformanceLetters(ctx, nc, n.dlq, want)
-				},
-			}
-		}})
+		adaptertest.Run(t, adaptertest.Harness{NewSource: jetStreamSource(url, false)})
 	})
 	// Without a dead-letter subject, poison is terminated and counted.
 	t.Run("JetStreamDropPoison", func(t *testing.T) {
-		adaptertest.Run(t, adaptertest.Harness{DropPoison: true, NewSource: func(t *testing.T) adaptertest.Source {
-			_, js := connect(t, url)
-			n := newNames()
-			streams(t, js, n)
-			cons := consumer(t, js, n, jetstream.ConsumerConfig{})
-			return adaptertest.Source{
-				Name: n.subject,
-				Publish: func(ctx context.Context, m adaptertest.Message) error {
-					return conformancePublish(ctx, js, n.subject, m)
-				},
-				NewConsumer: func(rcv *dedup.Receiver[*dedup.Message[adaptertest.Order], adaptertest.Receipt]) (dedup.Consumer, error) {
-					return dedupnats.NewConsumer(js, cons, rcv, &dedupnats.Options{DropPoison: true})
-				},
-			}
-		}})
+		adaptertest.Run(t, adaptertest.Harness{DropPoison: true, NewSource: jetStreamSource(url, true)})
 	})
 	// Core NATS does not redeliver: a retry of a plain message is a dead
 	// letter (ReasonNoRedelivery), so the suite's retry and hard-stop rules
@@ -128,4 +97,34 @@ func conformanceLetters(ctx context.Context, nc *natsgo.Conn, subject string, wa
 		out = append(out, adaptertest.DeadLetter{Header: delivery.MapHeader(m.Headers()), Data: m.Data()})
 	}
 	return out, nil
+}
+
+// jetStreamSource makes each subtest's stream and consumer on the server at
+// url: with a dead-letter subject, or, with dropPoison, without one.
+func jetStreamSource(url string, dropPoison bool) func(t *testing.T) adaptertest.Source {
+	return func(t *testing.T) adaptertest.Source {
+		nc, js := connect(t, url)
+		n := newNames()
+		streams(t, js, n)
+		cons := consumer(t, js, n, jetstream.ConsumerConfig{})
+		opts := &dedupnats.Options{DeadLetterSubject: n.dlq}
+		if dropPoison {
+			opts = &dedupnats.Options{DropPoison: true}
+		}
+		src := adaptertest.Source{
+			Name: n.subject,
+			Publish: func(ctx context.Context, m adaptertest.Message) error {
+				return conformancePublish(ctx, js, n.subject, m)
+			},
+			NewConsumer: func(rcv *dedup.Receiver[*dedup.Message[adaptertest.Order], adaptertest.Receipt]) (dedup.Consumer, error) {
+				return dedupnats.NewConsumer(js, cons, rcv, opts)
+			},
+		}
+		if !dropPoison {
+			src.DeadLetters = func(ctx context.Context, want int) ([]adaptertest.DeadLetter, error) {
+				return conformanceLetters(ctx, nc, n.dlq, want)
+			}
+		}
+		return src
+	}
 }

@@ -116,8 +116,8 @@ func BenchmarkHandleOverhead(b *testing.B) {
 		})
 	})
 	b.Run("consumer", func(b *testing.B) {
-		rcv := newRcv(b)
-		c := &Consumer[overheadOrder, struct{}]{rcv: adapter.Bind(rcv), opts: (&Options{DropPoison: true}).withDefaults(adapter.Bind(rcv).Logger()), maxDeliver: 5}
+		rcv := adapter.Bind(newRcv(b))
+		c := &Consumer[overheadOrder, struct{}]{rcv: rcv, opts: (&Options{DropPoison: true}).withDefaults(rcv.Logger()), maxDeliver: 5}
 		parallel(b, func(ctx context.Context, msg *fakeMsg) { c.handle(ctx, msg) })
 	})
 }
