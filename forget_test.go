@@ -12,9 +12,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/delivery"
-	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store"
-	"github.com/dedup-go/dedup/store/redisstore"
 )
 
 // forgetStore is a store Forget is tested on, with the clock its leases
@@ -29,12 +27,6 @@ func forgetStores() []forgetStore {
 		{name: "memstore", new: func(t *testing.T) (store.Store, *dedup.Config, func() time.Time, func(time.Duration)) {
 			clk := clock.NewFake(epoch)
 			return newMemstore(t, clk), &dedup.Config{Clock: clk}, clk.Now, clk.Advance
-		}},
-		{name: "redisstore", new: func(t *testing.T) (store.Store, *dedup.Config, func() time.Time, func(time.Duration)) {
-			c := redistest.Client(t)
-			s, err := redisstore.New(t.Context(), c, &redisstore.Options{Prefix: redistest.Prefix(t, c)})
-			require.NoError(t, err)
-			return s, &dedup.Config{}, time.Now, time.Sleep // leases are on this process's clock
 		}},
 	}
 }

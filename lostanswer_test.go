@@ -13,9 +13,7 @@ import (
 	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/delivery"
-	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store"
-	"github.com/dedup-go/dedup/store/redisstore"
 )
 
 // answerLosingStore wraps a store: its next lose claims are written, and
@@ -80,17 +78,8 @@ func TestLostClaimAnswer(t *testing.T) {
 	t.Parallel()
 	stores := map[string]func(t *testing.T, clk clock.Clock) store.BatchStore{
 		"memstore": func(t *testing.T, clk clock.Clock) store.BatchStore { return newMemstore(t, clk) },
-		// On the real clock of a Redis server: the 30 s lease of the lost
-		// claim is not waited out on the fake clock; the grant comes at
-		// once or the test fails after 100 deliveries.
-		"redisstore": func(t *testing.T, _ clock.Clock) store.BatchStore {
-			c := redistest.Client(t)
-			s, err := redisstore.New(t.Context(), c, &redisstore.Options{Prefix: redistest.Prefix(t, c)})
-			require.NoError(t, err)
-			return s
-		},
 	}
-	for _, storeName := range []string{"memstore", "redisstore"} {
+	for _, storeName := range []string{"memstore"} {
 		for _, batch := range []bool{false, true} {
 			name := storeName + "/" + map[bool]string{false: "Handle", true: "HandleBatch"}[batch]
 			t.Run(name, func(t *testing.T) {

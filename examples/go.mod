@@ -29,4 +29,7 @@ require (
 replace (
 	github.com/dedup-go/dedup => ../
 	github.com/dedup-go/dedup/adapters/nats => ../adapters/nats
+	github.com/dedup-go/dedup/internal/redistest => ../internal/redistest
+	github.com/dedup-go/dedup/store/rediscore => ../store/rediscore
+	github.com/dedup-go/dedup/store/redisstore => ../store/redisstore
 )

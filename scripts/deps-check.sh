@@ -44,27 +44,34 @@ clients=(
 )
 
 # What the root module (the core) brings into every graph, since every
-# module requires it: go-redis, for store/redisstore, which is still in
-# the core. It goes when redisstore moves to a module of its own; then
-# this is empty and a pgstore user's graph holds pgx alone.
-root_share="go-redis"
+# module requires it: nothing. Its go.mod requires no client (redisstore,
+# on go-redis, is a module of its own), so a pgstore user's graph holds pgx
+# alone. Kept as a variable so that a client the core comes to require
+# fails every row at once, naming it here.
+root_share=""
 
 # The clients each library module's users may find in their graph, the
 # root's share aside. A module's go.mod requires what its packages and
 # their own unit tests need, so a client its tests alone use shows here,
 # with the reason.
 declare -A allowed=(
-	[.]="go-redis"                                 # store/redisstore (see root_share)
-	[adapters/nats]="nats.go nats-server"          # nats-server: the tests' embedded server (outages, restarts)
-	[adapters/rabbitmq]="amqp091-go"
-	[adapters/kafka]="kafka-go franz-go"           # franz-go: kfake, the tests' in-process Kafka
+	[.]=""
+	[store/redisstore]="go-redis"
+	[store/rediscore]=""                           # the Redis stores' shared layout and scripts: no client
+	[internal/redistest]="go-redis"                # the tests' Redis servers, shared by the modules below whose tests run Redis
+	# The adapters' and the middleware's outage tests run over redisstore
+	# (a Redis of their own, killed and restarted): go-redis is in their
+	# graph through their go.mod, never built.
+	[adapters/nats]="nats.go nats-server go-redis" # nats-server: the tests' embedded server (outages, restarts)
+	[adapters/rabbitmq]="amqp091-go go-redis"
+	[adapters/kafka]="kafka-go franz-go go-redis"  # franz-go: kfake, the tests' in-process Kafka
 	[store/pgstore]="pgx"
 	[store/pgoutbox]="pgx"                         # a broker only through an adapter's OutboxPublisher: its broker tests are store/pgoutbox/e2e
 	[store/mysqlstore]="mysql"
-	[store/rueidisstore]="rueidis"                 # go-redis is in its graph through the root only, never built
-	[middleware/http]=""
-	[middleware/grpc]="grpc otel-sdk"              # otel-sdk: google.golang.org/grpc's go.mod requires it (its stats/opentelemetry)
-	[middleware/grpc/gateway]="grpc grpc-gateway otel-sdk"
+	[store/rueidisstore]="rueidis go-redis"        # go-redis: its tests read records redisstore wrote (interop), never built
+	[middleware/http]="go-redis"
+	[middleware/grpc]="grpc otel-sdk go-redis"     # otel-sdk: google.golang.org/grpc's go.mod requires it (its stats/opentelemetry)
+	[middleware/grpc/gateway]="grpc grpc-gateway otel-sdk go-redis"
 	[otel]="otel-sdk"                              # the package uses the API only; its tests record with the SDK, which a user sets up anyway
 	# dedupctl: stores on Redis and PostgreSQL, redrive on the three brokers;
 	# nats-server through adapters/nats's go.mod, franz-go (kfake) in its
@@ -144,7 +151,7 @@ for d in "${mods[@]}"; do
 			done
 		} >"$u/go.mod"
 		# The modules' go.sum lines spare the checksum database lookups.
-		cat "$root"/go.sum "$dir"/go.sum 2>/dev/null | sort -u >"$u/go.sum"
+		for f in "$root/go.sum" "$dir/go.sum"; do [ ! -f "$f" ] || cat "$f"; done | sort -u >"$u/go.sum"
 		{
 			printf 'package main\n\nimport (\n'
 			for p in $pkgs; do printf '\t_ "%s"\n' "$p"; done

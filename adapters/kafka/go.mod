@@ -4,6 +4,8 @@ go 1.26.0
 
 require (
 	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/internal/redistest v0.1.0
+	github.com/dedup-go/dedup/store/redisstore v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/stretchr/testify v1.12.1
@@ -15,6 +17,7 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dedup-go/dedup/store/rediscore v0.1.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
@@ -22,9 +25,14 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 )
 
-// The adapter is developed against the root module in this repository; the
-// replace is ignored by users, who get the version they require.
-replace github.com/dedup-go/dedup => ../..
+// The adapter is developed against the other modules of this repository;
+// the replaces are ignored by users, who get the versions they require.
+replace (
+	github.com/dedup-go/dedup => ../..
+	github.com/dedup-go/dedup/internal/redistest => ../../internal/redistest
+	github.com/dedup-go/dedup/store/rediscore => ../../store/rediscore
+	github.com/dedup-go/dedup/store/redisstore => ../../store/redisstore
+)
 
 // github.com/twmb/franz-go is required at v1.22.2 for the tests' in-process
 // cluster (pkg/kfake): the version kfake's own go.mod asks for does not

@@ -4,6 +4,8 @@ go 1.26.0
 
 require (
 	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/internal/redistest v0.1.0
+	github.com/dedup-go/dedup/store/redisstore v0.1.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -14,6 +16,7 @@ require (
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dedup-go/dedup/store/rediscore v0.1.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
@@ -27,6 +30,11 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 )
 
-// The adapter is developed against the root module in this repository; the
-// replace is ignored by users, who get the version they require.
-replace github.com/dedup-go/dedup => ../..
+// The adapter is developed against the other modules of this repository;
+// the replaces are ignored by users, who get the versions they require.
+replace (
+	github.com/dedup-go/dedup => ../..
+	github.com/dedup-go/dedup/internal/redistest => ../../internal/redistest
+	github.com/dedup-go/dedup/store/rediscore => ../../store/rediscore
+	github.com/dedup-go/dedup/store/redisstore => ../../store/redisstore
+)

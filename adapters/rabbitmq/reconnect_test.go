@@ -16,7 +16,7 @@ import (
 	dedupamqp "github.com/dedup-go/dedup/adapters/rabbitmq"
 	"github.com/dedup-go/dedup/deduptest"
 	"github.com/dedup-go/dedup/idstrategy"
-	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/memstore"
 )
@@ -39,8 +39,8 @@ func TestConnectionCut(t *testing.T) {
 		top := declare(t, url, dedupamqp.Topology{Type: typ})
 		conn := dial(t, url)
 
-		var proxy atomic.Pointer[redistest.Proxy]
-		proxy.Store(redistest.StartProxy(t, target))
+		var proxy atomic.Pointer[tcpproxy.Proxy]
+		proxy.Store(tcpproxy.Start(t, target))
 		var dials atomic.Int64
 		dialer := func(ctx context.Context) (*amqp.Connection, error) {
 			dials.Add(1)
@@ -118,7 +118,7 @@ func TestConnectionCut(t *testing.T) {
 		})
 		atCut := charged.Len()
 		blocking.Store(false)
-		proxy.Store(redistest.StartProxy(t, target))
+		proxy.Store(tcpproxy.Start(t, target))
 		// Their redeliveries wait for them (one key, one process), so
 		// release them once the new session is there.
 		eventually(t, "the consumer on a new connection", func() bool { return c.Stats().Reconnects >= 1 })

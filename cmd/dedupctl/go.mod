@@ -7,9 +7,11 @@ require (
 	github.com/dedup-go/dedup/adapters/kafka v0.1.0
 	github.com/dedup-go/dedup/adapters/nats v0.1.0
 	github.com/dedup-go/dedup/adapters/rabbitmq v0.1.0
+	github.com/dedup-go/dedup/internal/redistest v0.1.0
 	github.com/dedup-go/dedup/middleware/grpc v0.1.0
 	github.com/dedup-go/dedup/middleware/http v0.1.0
 	github.com/dedup-go/dedup/store/pgstore v0.1.0
+	github.com/dedup-go/dedup/store/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/mattn/go-isatty v0.0.24
 	github.com/nats-io/nats.go v1.55.0
@@ -27,6 +29,7 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dedup-go/dedup/store/rediscore v0.1.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
@@ -60,9 +63,12 @@ replace (
 	github.com/dedup-go/dedup/adapters/kafka => ../../adapters/kafka
 	github.com/dedup-go/dedup/adapters/nats => ../../adapters/nats
 	github.com/dedup-go/dedup/adapters/rabbitmq => ../../adapters/rabbitmq
+	github.com/dedup-go/dedup/internal/redistest => ../../internal/redistest
 	github.com/dedup-go/dedup/middleware/grpc => ../../middleware/grpc
 	github.com/dedup-go/dedup/middleware/http => ../../middleware/http
 	github.com/dedup-go/dedup/store/pgstore => ../../store/pgstore
+	github.com/dedup-go/dedup/store/rediscore => ../../store/rediscore
+	github.com/dedup-go/dedup/store/redisstore => ../../store/redisstore
 )
 
 // github.com/twmb/franz-go is required at v1.22.2 for the tests' in-process

@@ -23,6 +23,9 @@ require (
 replace (
 	github.com/dedup-go/dedup => ../..
 	github.com/dedup-go/dedup/adapters/kafka => ../../adapters/kafka
+	github.com/dedup-go/dedup/internal/redistest => ../../internal/redistest
+	github.com/dedup-go/dedup/store/rediscore => ../../store/rediscore
+	github.com/dedup-go/dedup/store/redisstore => ../../store/redisstore
 )
 
 // github.com/twmb/franz-go is required at v1.22.2 for the tests' in-process

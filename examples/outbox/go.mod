@@ -39,6 +39,9 @@ replace (
 	github.com/dedup-go/dedup/adapters/kafka => ../../adapters/kafka
 	github.com/dedup-go/dedup/adapters/nats => ../../adapters/nats
 	github.com/dedup-go/dedup/adapters/rabbitmq => ../../adapters/rabbitmq
+	github.com/dedup-go/dedup/internal/redistest => ../../internal/redistest
 	github.com/dedup-go/dedup/store/pgoutbox => ../../store/pgoutbox
 	github.com/dedup-go/dedup/store/pgstore => ../../store/pgstore
+	github.com/dedup-go/dedup/store/rediscore => ../../store/rediscore
+	github.com/dedup-go/dedup/store/redisstore => ../../store/redisstore
 )

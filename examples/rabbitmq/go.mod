@@ -16,4 +16,7 @@ require go.yaml.in/yaml/v3 v3.0.5 // indirect
 replace (
 	github.com/dedup-go/dedup => ../..
 	github.com/dedup-go/dedup/adapters/rabbitmq => ../../adapters/rabbitmq
+	github.com/dedup-go/dedup/internal/redistest => ../../internal/redistest
+	github.com/dedup-go/dedup/store/rediscore => ../../store/rediscore
+	github.com/dedup-go/dedup/store/redisstore => ../../store/redisstore
 )

@@ -44,7 +44,10 @@ replace (
 	github.com/dedup-go/dedup/adapters/kafka => ../../adapters/kafka
 	github.com/dedup-go/dedup/adapters/nats => ../../adapters/nats
 	github.com/dedup-go/dedup/adapters/rabbitmq => ../../adapters/rabbitmq
+	github.com/dedup-go/dedup/internal/redistest => ../../internal/redistest
 	github.com/dedup-go/dedup/otel => ../../otel
+	github.com/dedup-go/dedup/store/rediscore => ../../store/rediscore
+	github.com/dedup-go/dedup/store/redisstore => ../../store/redisstore
 )
 
 // github.com/twmb/franz-go is required at v1.22.2 for the in-process Kafka

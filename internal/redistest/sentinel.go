@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 )
 
@@ -29,7 +30,7 @@ type Sentinel struct {
 	// start: Links[i].Cut() cuts Replicas[i] off, so that the master goes
 	// on acknowledging writes that the replica never gets (a SIGSTOPped
 	// replica would still find them in its socket buffer when resumed).
-	Links []*Proxy
+	Links []*tcpproxy.Proxy
 }
 
 // StartSentinel starts a master with the given number of replicas and
@@ -48,7 +49,7 @@ func StartSentinel(t testing.TB, replicas int, downAfter time.Duration) *Sentine
 	sync := []string{"--repl-diskless-sync-delay", "0"}
 	g := &Sentinel{Master: StartServer(t, sync...)}
 	for range replicas {
-		link := StartProxy(t, g.Master.Addr())
+		link := tcpproxy.Start(t, g.Master.Addr())
 		_, port, _ := net.SplitHostPort(link.Addr())
 		r := StartServer(t, append([]string{"--replicaof", "127.0.0.1", port}, sync...)...)
 		WaitLinkUp(t, r.Addr(), 30*time.Second)

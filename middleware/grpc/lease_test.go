@@ -16,6 +16,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	dedupgrpc "github.com/dedup-go/dedup/middleware/grpc"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -100,7 +101,7 @@ func TestLeaseExpiryTakeoverRedis(t *testing.T) {
 	t.Parallel()
 	shared := redistest.Client(t)
 	prefix := redistest.Prefix(t, shared)
-	proxy := redistest.StartProxy(t, testenv.Redis.Addr(t))
+	proxy := tcpproxy.Start(t, testenv.Redis.Addr(t))
 	cutOff := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = cutOff.Close() })
 

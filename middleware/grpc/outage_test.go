@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	dedupgrpc "github.com/dedup-go/dedup/middleware/grpc"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -27,7 +28,7 @@ const outageTimeout = 500 * time.Millisecond
 
 func TestStoreDownRedis(t *testing.T) {
 	t.Parallel()
-	proxy := redistest.StartProxy(t, testenv.Redis.Addr(t))
+	proxy := tcpproxy.Start(t, testenv.Redis.Addr(t))
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	st := newRedisStore(t, c, redistest.Prefix(t, redistest.Client(t)), outageTimeout)
@@ -105,7 +106,7 @@ func TestNotStoredMetadata(t *testing.T) {
 	t.Parallel()
 	shared := redistest.Client(t)
 	prefix := redistest.Prefix(t, shared)
-	proxy := redistest.StartProxy(t, testenv.Redis.Addr(t))
+	proxy := tcpproxy.Start(t, testenv.Redis.Addr(t))
 	cutOff := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = cutOff.Close() })
 

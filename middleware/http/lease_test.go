@@ -19,6 +19,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/clock"
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	deduphttp "github.com/dedup-go/dedup/middleware/http"
 	"github.com/dedup-go/dedup/store/memstore"
@@ -96,7 +97,7 @@ func TestLeaseExpiryTakeoverRedis(t *testing.T) {
 	t.Parallel()
 	shared := redistest.Client(t)
 	prefix := redistest.Prefix(t, shared)
-	proxy := redistest.StartProxy(t, shared.Options().Addr)
+	proxy := tcpproxy.Start(t, shared.Options().Addr)
 	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = viaProxy.Close() })
 	sa, err := redisstore.New(context.Background(), viaProxy, &redisstore.Options{Prefix: prefix, Timeout: 5 * time.Second}) // the cut fails calls at once

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	deduphttp "github.com/dedup-go/dedup/middleware/http"
 	"github.com/dedup-go/dedup/store"
@@ -94,7 +95,7 @@ func TestNotStoredHeader(t *testing.T) {
 	t.Parallel()
 	shared := redistest.Client(t)
 	prefix := redistest.Prefix(t, shared)
-	proxy := redistest.StartProxy(t, shared.Options().Addr)
+	proxy := tcpproxy.Start(t, shared.Options().Addr)
 	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = viaProxy.Close() })
 	sa, err := redisstore.New(context.Background(), viaProxy, &redisstore.Options{Prefix: prefix, Timeout: 200 * time.Millisecond})
@@ -149,7 +150,7 @@ func TestNotStoredHeader(t *testing.T) {
 func TestNotStoredTrailer(t *testing.T) {
 	t.Parallel()
 	shared := redistest.Client(t)
-	proxy := redistest.StartProxy(t, shared.Options().Addr)
+	proxy := tcpproxy.Start(t, shared.Options().Addr)
 	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = viaProxy.Close() })
 	s, err := redisstore.New(context.Background(), viaProxy, &redisstore.Options{Prefix: redistest.Prefix(t, shared), Timeout: 200 * time.Millisecond})

@@ -14,7 +14,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/delivery"
-	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/pgstore"
@@ -57,7 +57,7 @@ func TestConnectionCut(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 2)
 	db.store(t, nil) // the table
-	proxy := redistest.StartProxy(t, hostPortOf(t, db.dsn))
+	proxy := tcpproxy.Start(t, hostPortOf(t, db.dsn))
 	pool := lazyPool(t, strings.Replace(db.dsn, hostPortOf(t, db.dsn), proxy.Addr(), 1))
 	s, err := pgstore.New(t.Context(), pool, &pgstore.Options{Table: db.table("dedup_records"), Timeout: 500 * time.Millisecond})
 	require.NoError(t, err)

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup/store"
-	"github.com/dedup-go/dedup/store/internal/rediscore"
+	"github.com/dedup-go/dedup/store/rediscore"
 )
 
 // Get returns the record of key, in whatever state, or an error matching

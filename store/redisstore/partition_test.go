@@ -12,6 +12,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
@@ -25,7 +26,7 @@ import (
 func TestPartitionedWorkerStopsAtLeaseEnd(t *testing.T) {
 	t.Parallel()
 	shared := redistest.Client(t)
-	proxy := redistest.StartProxy(t, shared.Options().Addr)
+	proxy := tcpproxy.Start(t, shared.Options().Addr)
 	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = viaProxy.Close() })
 	prefix := redistest.Prefix(t, shared)

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup/store"
-	"github.com/dedup-go/dedup/store/internal/rediscore"
+	"github.com/dedup-go/dedup/store/rediscore"
 )
 
 // The operations with Options.MinReplicas: the same commands and scripts

@@ -3,7 +3,7 @@ package redisstore
 import (
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dedup-go/dedup/store/internal/rediscore"
+	"github.com/dedup-go/dedup/store/rediscore"
 )
 
 // The scripts, whose sources rediscore keeps for every Redis store: the

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedup-go/dedup/store"
-	"github.com/dedup-go/dedup/store/internal/rediscore"
+	"github.com/dedup-go/dedup/store/rediscore"
 )
 
 // ErrNotReplicated is matched by the error of a call whose write fewer

@@ -8,7 +8,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/dedup-go/dedup/store"
-	"github.com/dedup-go/dedup/store/internal/rediscore"
+	"github.com/dedup-go/dedup/store/rediscore"
 )
 
 // AcquireBatch runs Acquire for every request: one round trip of SET NX

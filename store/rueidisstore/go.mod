@@ -4,6 +4,9 @@ go 1.26.0
 
 require (
 	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/internal/redistest v0.1.0
+	github.com/dedup-go/dedup/store/rediscore v0.1.0
+	github.com/dedup-go/dedup/store/redisstore v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	github.com/stretchr/testify v1.12.1
@@ -17,6 +20,11 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 )
 
-// The store is developed against the root module in this repository; the
-// replace is ignored by users, who get the version they require.
-replace github.com/dedup-go/dedup => ../..
+// The store is developed against the other modules of this repository;
+// the replaces are ignored by users, who get the versions they require.
+replace (
+	github.com/dedup-go/dedup => ../..
+	github.com/dedup-go/dedup/internal/redistest => ../../internal/redistest
+	github.com/dedup-go/dedup/store/rediscore => ../../store/rediscore
+	github.com/dedup-go/dedup/store/redisstore => ../../store/redisstore
+)

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/dedup-go/dedup/store"
-	"github.com/dedup-go/dedup/store/internal/rediscore"
+	"github.com/dedup-go/dedup/store/rediscore"
 )
 
 // Get returns the record of key, in whatever state, or an error matching

@@ -3,7 +3,7 @@ package rueidisstore
 import (
 	"github.com/redis/rueidis"
 
-	"github.com/dedup-go/dedup/store/internal/rediscore"
+	"github.com/dedup-go/dedup/store/rediscore"
 )
 
 // The scripts, whose sources rediscore keeps for every Redis store: the

@@ -26,6 +26,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	dedupgrpc "github.com/dedup-go/dedup/middleware/grpc"
 	dedupgateway "github.com/dedup-go/dedup/middleware/grpc/gateway"
@@ -229,7 +230,7 @@ func TestGateway(t *testing.T) {
 // Redis cut off under fail-closed: 503 with Retry-After.
 func TestGatewayStoreDown(t *testing.T) {
 	t.Parallel()
-	proxy := redistest.StartProxy(t, testenv.Redis.Addr(t))
+	proxy := tcpproxy.Start(t, testenv.Redis.Addr(t))
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -250,7 +251,7 @@ func TestGatewayStoreDown(t *testing.T) {
 // caller gets the response with Idempotency-Not-Stored: true.
 func TestGatewayNotStored(t *testing.T) {
 	t.Parallel()
-	proxy := redistest.StartProxy(t, testenv.Redis.Addr(t))
+	proxy := tcpproxy.Start(t, testenv.Redis.Addr(t))
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

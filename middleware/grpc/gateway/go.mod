@@ -4,7 +4,9 @@ go 1.26.0
 
 require (
 	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/internal/redistest v0.1.0
 	github.com/dedup-go/dedup/middleware/grpc v0.1.0
+	github.com/dedup-go/dedup/store/redisstore v0.1.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
@@ -15,6 +17,7 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dedup-go/dedup/store/rediscore v0.1.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.61.0 // indirect
@@ -30,5 +33,8 @@ require (
 // (middleware/grpc) never has grpc-gateway in the module graph.
 replace (
 	github.com/dedup-go/dedup => ../../..
+	github.com/dedup-go/dedup/internal/redistest => ../../../internal/redistest
 	github.com/dedup-go/dedup/middleware/grpc => ..
+	github.com/dedup-go/dedup/store/rediscore => ../../../store/rediscore
+	github.com/dedup-go/dedup/store/redisstore => ../../../store/redisstore
 )

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 )
 
@@ -47,7 +48,7 @@ func TestScanStreams(t *testing.T) {
 	for i := range n {
 		completed(t, s, "s:"+strconv.Itoa(i), nil)
 	}
-	proxy := redistest.StartProxy(t, c.Options().Addr)
+	proxy := tcpproxy.Start(t, c.Options().Addr)
 
 	pr, pw := io.Pipe()
 	var errb bytes.Buffer

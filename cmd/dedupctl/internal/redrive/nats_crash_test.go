@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dedup-go/dedup/cmd/dedupctl/internal/redrive"
-	"github.com/dedup-go/dedup/internal/redistest"
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store/redisstore"
 )
@@ -70,7 +70,7 @@ func TestNATSStoreDown(t *testing.T) {
 	t.Parallel()
 	e := newNATSEnv(t)
 	e.deadLetter(t, orders("a"))
-	proxy := redistest.StartProxy(t, testenv.Redis.Addr(t))
+	proxy := tcpproxy.Start(t, testenv.Redis.Addr(t))
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	st, err := redisstore.New(t.Context(), c, &redisstore.Options{Prefix: e.st.flags[3]})

@@ -1,4 +1,6 @@
-package redistest
+// Package tcpproxy is a TCP proxy a test owns, to cut a client's connections
+// to a real server (Redis, PostgreSQL, a broker) without touching the server.
+package tcpproxy
 
 import (
 	"io"
@@ -19,13 +21,13 @@ type Proxy struct {
 	wg    sync.WaitGroup
 }
 
-// StartProxy listens on a free loopback port and forwards to target; it is
+// Start listens on a free loopback port and forwards to target; it is
 // closed when t ends.
-func StartProxy(t testing.TB, target string) *Proxy {
+func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("redistest: proxy: %v", err)
+		t.Fatalf("tcpproxy: %v", err)
 	}
 	p := &Proxy{ln: ln, target: target}
 	p.wg.Go(p.accept)

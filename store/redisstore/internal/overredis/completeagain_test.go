@@ -1,4 +1,4 @@
-package tieredstore_test
+package overredis_test
 
 import (
 	"context"

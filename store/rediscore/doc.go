@@ -10,8 +10,12 @@
 // may switch clients with no migration, and dedupctl reads either's
 // records. Each store sends the commands with its own client and turns its
 // client's replies into the plain values this package reads (a string and
-// whether it was there, an integer code).
+// whether it was there, an integer code). It imports no Redis client.
 //
-// It is internal: nothing here is a promise to users, who see the stores'
-// documentation.
+// It is a module of its own, so that each Redis store requires the version
+// of it that it was built with, whatever version of the core a user
+// selects. It is for those stores, not for applications: users see the
+// stores' documentation. Its API is checked like every module's (make
+// api-check), so a release of it never breaks a store that requires an
+// older one.
 package rediscore
