@@ -18,6 +18,10 @@
 # main at its root: cmd/dedupctl) is installed with go install, whose
 # graph is its own go.mod's: that is what is listed for it.
 #
+# It also fails when a library package of one module imports another
+# module's internal package (test helpers aside), which would let a release
+# of that module break it.
+#
 # Usage: scripts/deps-check.sh (GO from the environment).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -175,6 +179,43 @@ for d in "${mods[@]}"; do
 	bad=$(notIn "$inBuild" "${allowed[$d]}")
 	[ -z "$bad" ] || fail "$who: the build holds $bad, which $d does not need (allowed: ${allowed[$d]:-none})"
 done
+# No library package of one module imports another module's internal
+# package: a release of that module could break it. Test helpers shared by
+# several modules' tests (a package under internal/ whose name ends in
+# "test", or testenv) may.
+modPaths=()
+for m in "${mods[@]}"; do
+	if [ "$m" = . ]; then modPaths+=("$rootPath"); else modPaths+=("$rootPath/$m"); fi
+done
+# ownerOf prints the module of this repository that holds package $1: the
+# longest module path that is a prefix of it.
+ownerOf() {
+	local p=$1 best="" m
+	for m in "${modPaths[@]}" $(cd "$root" && find . -name go.mod -not -path './.git/*' -printf '%h\n' | sed "s#^\.#$rootPath#"); do
+		if [[ $p == "$m" || $p == "$m"/* ]] && [ ${#m} -gt ${#best} ]; then best=$m; fi
+	done
+	echo "$best"
+}
+crossings=0
+for d in "${mods[@]}"; do
+	dir=$root/$d
+	modPath=$(cd "$dir" && GOWORK=off "$GO" list -m)
+	while read -r pkg imports; do
+		base=${pkg##*/}
+		if [[ $pkg == */internal/* && ( $base == *test || $base == testenv ) ]]; then continue; fi
+		for imp in $imports; do
+			[[ $imp == "$rootPath"/*internal* ]] || continue
+			[[ $imp == */internal || $imp == */internal/* ]] || continue
+			owner=$(ownerOf "$imp")
+			if [ "$owner" != "$modPath" ]; then
+				fail "$pkg (module $modPath) imports $imp, an internal package of module $owner"
+				crossings=$((crossings + 1))
+			fi
+		done
+	done < <(cd "$dir" && GOWORK=off "$GO" list -e -f '{{.ImportPath}}{{range .Imports}} {{.}}{{end}}' ./...)
+done
+echo "deps-check: $crossings library packages import another module's internal package"
+
 if [ $status -eq 0 ]; then
 	echo "deps-check: ok, ${#mods[@]} library modules: no user's module graph holds a client its module does not need"
 fi
