@@ -236,7 +236,7 @@ func run(ctx context.Context, repoDir, version, from, work string) (err error) {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "release-check: %s: %v\n", u.name, err)
 			failed = append(failed, u.name)
-			summary = append(summary, fmt.Sprintf("FAIL %-8s %s@%s: %v (%s)", u.name, m.Path, version, firstLine(err), took))
+			summary = append(summary, fmt.Sprintf("FAIL %-8s %s@%s: %v (%s)", u.name, m.Path, version, errLine(err), took))
 			continue
 		}
 		summary = append(summary, fmt.Sprintf("ok   %-8s %s@%s: %s (%s)", u.name, m.Path, version, line, took))
@@ -254,7 +254,7 @@ func run(ctx context.Context, repoDir, version, from, work string) (err error) {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "release-check: %s: %v\n", name, err)
 			failed = append(failed, name)
-			summary = append(summary, fmt.Sprintf("FAIL %-8s %s@%s: %v (%s)", name, m.Path, version, firstLine(err), took))
+			summary = append(summary, fmt.Sprintf("FAIL %-8s %s@%s: %v (%s)", name, m.Path, version, errLine(err), took))
 			continue
 		}
 		summary = append(summary, fmt.Sprintf("ok   %-8s %s@%s: %s (%s)", name, m.Path, version, line, took))
@@ -270,7 +270,7 @@ func run(ctx context.Context, repoDir, version, from, work string) (err error) {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "release-check: %s: %v\n", name, err)
 			failed = append(failed, name)
-			summary = append(summary, fmt.Sprintf("FAIL %-8s go install %s@latest: %v (%s)", name, m.Path, firstLine(err), took))
+			summary = append(summary, fmt.Sprintf("FAIL %-8s go install %s@latest: %v (%s)", name, m.Path, errLine(err), took))
 			continue
 		}
 		summary = append(summary, fmt.Sprintf("ok   %-8s go install %s@latest: %s (%s)", name, m.Path, line, took))
@@ -645,9 +645,32 @@ func indent(s string) string {
 	return "  " + strings.ReplaceAll(s, "\n", "\n  ") + "\n"
 }
 
-func firstLine(err error) string {
-	s, _, _ := strings.Cut(err.Error(), "\n")
-	return s
+// errLine is the line of a failed check's error that says what failed:
+// the ambiguous import with its modules, or the go command's first line
+// of output.
+func errLine(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "ambiguous import") {
+			s := strings.TrimSpace(l)
+			for _, m := range lines[i+1:] {
+				if !strings.HasPrefix(m, "\t") {
+					break
+				}
+				s += " " + strings.TrimSpace(m)
+			}
+			return s
+		}
+	}
+	// The go command's progress lines say nothing of the failure.
+	for _, l := range lines[1:] {
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.HasPrefix(l, "go: downloading ") && !strings.HasPrefix(l, "go: finding ") &&
+			!strings.HasPrefix(l, "go: found ") && !strings.HasPrefix(l, "go: added ") && !strings.HasPrefix(l, "go: upgraded ") {
+			return l
+		}
+	}
+	return lines[0]
 }
 
 // removeAll removes dir, whose module cache may be read-only.

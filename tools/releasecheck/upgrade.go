@@ -315,7 +315,7 @@ func checkUpgrade(ctx context.Context, u upgrade) ([]string, bool) {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "release-check: upgrade %s: %v\n", step, err)
-		add(false, step+": "+u.errSummary(err))
+		add(false, step+": "+errLine(err))
 		return lines, ok
 	}
 	add(true, step+"; go build, run: "+vers)
@@ -333,14 +333,14 @@ func checkUpgrade(ctx context.Context, u upgrade) ([]string, bool) {
 	// (b) The carved-out modules first, then the others.
 	if line, err := u.upgradeCarvedFirst(ctx, get, p); err != nil {
 		fmt.Fprintf(os.Stderr, "release-check: upgrade %s: %v\n", line, err)
-		add(false, line+": "+u.errSummary(err))
+		add(false, line+": "+errLine(err))
 	} else {
 		add(true, line)
 	}
 	// (c) The modules the packages left, and the others; go mod tidy.
 	if line, err := u.upgradeThenTidy(ctx, tidy, p); err != nil {
 		fmt.Fprintf(os.Stderr, "release-check: upgrade %s: %v\n", line, err)
-		add(false, line+": "+u.errSummary(err))
+		add(false, line+": "+errLine(err))
 	} else {
 		add(true, line)
 	}
@@ -499,34 +499,6 @@ func (u upgrade) names(queries []string) string {
 		out = append(out, shortName(u.rootPath, q))
 	}
 	return strings.Join(out, " ")
-}
-
-// errSummary is the line of a failed step's error that says what failed:
-// the ambiguous import with its modules, or the go command's first line
-// of output.
-func (u upgrade) errSummary(err error) string {
-	lines := strings.Split(err.Error(), "\n")
-	for i, l := range lines {
-		if strings.Contains(l, "ambiguous import") {
-			s := strings.TrimSpace(l)
-			for _, m := range lines[i+1:] {
-				if !strings.HasPrefix(m, "\t") {
-					break
-				}
-				s += " " + strings.TrimSpace(m)
-			}
-			return s
-		}
-	}
-	// The go command's progress lines say nothing of the failure.
-	for _, l := range lines[1:] {
-		l = strings.TrimSpace(l)
-		if l != "" && !strings.HasPrefix(l, "go: downloading ") && !strings.HasPrefix(l, "go: finding ") &&
-			!strings.HasPrefix(l, "go: found ") && !strings.HasPrefix(l, "go: added ") && !strings.HasPrefix(l, "go: upgraded ") {
-			return l
-		}
-	}
-	return lines[0]
 }
 
 // at returns each module path of mods with @version.

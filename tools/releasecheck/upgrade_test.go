@@ -153,8 +153,7 @@ func TestPlanUnlistedCarveOut(t *testing.T) {
 	}
 }
 
-func TestErrSummary(t *testing.T) {
-	var u upgrade
+func TestErrLine(t *testing.T) {
 	err := strings.Join([]string{
 		"go build -trimpath -o user .: exit status 1",
 		"go: downloading github.com/dedup-go/dedup/middleware/grpc/gateway v1.0.0-rc.1",
@@ -162,14 +161,14 @@ func TestErrSummary(t *testing.T) {
 		"\tgithub.com/dedup-go/dedup/middleware/grpc v0.1.0 (/m/grpc@v0.1.0/gateway)",
 		"\tgithub.com/dedup-go/dedup/middleware/grpc/gateway v1.0.0-rc.1 (/m/gateway@v1.0.0-rc.1)",
 	}, "\n")
-	got := u.errSummary(errorString(err))
+	got := errLine(errorString(err))
 	want := "main.go:14:2: ambiguous import: found package github.com/dedup-go/dedup/middleware/grpc/gateway in multiple modules: " +
 		"github.com/dedup-go/dedup/middleware/grpc v0.1.0 (/m/grpc@v0.1.0/gateway) github.com/dedup-go/dedup/middleware/grpc/gateway v1.0.0-rc.1 (/m/gateway@v1.0.0-rc.1)"
 	if got != want {
-		t.Errorf("errSummary:\n%s\nwant\n%s", got, want)
+		t.Errorf("errLine:\n%s\nwant\n%s", got, want)
 	}
-	if got := u.errSummary(errorString("go get x: exit status 1\ngo: downloading x v1\ngo: x@v1: not found")); got != "go: x@v1: not found" {
-		t.Errorf("errSummary = %q", got)
+	if got := errLine(errorString("go get x: exit status 1\ngo: downloading x v1\ngo: x@v1: not found")); got != "go: x@v1: not found" {
+		t.Errorf("errLine = %q", got)
 	}
 }
 
