@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,6 +201,16 @@ func TestRebalanceStalls(t *testing.T) {
 	want := prod.stop()
 
 	eventually(t, time.Minute, func() bool { return len(read().firsts) >= len(want) }, "orders handled")
+	// Every partition committed to its end by the running group, before
+	// anyone stops: a commit kafka-go sends while a generation ends is
+	// refused (REBALANCE_IN_PROGRESS), and the next tick's commits it again;
+	// a consumer stopping rebalances the other, so checking only after both
+	// stop could find a last commit lost to that (the messages would be read
+	// again and answered as duplicates, never run twice).
+	ends := endOffsets(t, brokers, topic, rebalancePartitions)
+	eventually(t, time.Minute, func() bool {
+		return reflect.DeepEqual(ends, committed(t, brokers, group, topic, rebalancePartitions))
+	}, "every partition committed to its end")
 	for _, p := range []*process{b, c} {
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	}
@@ -216,7 +227,7 @@ func TestRebalanceStalls(t *testing.T) {
 	r := read()
 	r.counts.ExactlyOnce(want...).Check(t)
 	require.Contains(t, r.firsts, stuck, "the order the killed consumer held")
-	require.Equal(t, endOffsets(t, brokers, topic, rebalancePartitions), committed(t, brokers, group, topic, rebalancePartitions))
+	require.Equal(t, ends, committed(t, brokers, group, topic, rebalancePartitions))
 
 	joinStalls := r.stalls(joinAt, hangAt, true)
 	killStalls := r.stalls(hangAt, time.Now(), false)
