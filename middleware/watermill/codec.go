@@ -22,6 +22,10 @@ type produced struct {
 	taken atomic.Bool
 }
 
+// noneProduced is every duplicate's value when the handler produced
+// nothing.
+var noneProduced produced
+
 // The first byte of a kept record says what follows.
 const (
 	// kindMessages: uvarint count, then per message: uvarint length and
@@ -106,6 +110,10 @@ func (codec) Unmarshal(data []byte, v any) error {
 	}
 	if len(data) == 0 {
 		return errCorrupt
+	}
+	if len(data) == 2 && data[0] == kindMessages && data[1] == 0 {
+		*out = &noneProduced // never changed: take returns its nil msgs
+		return nil
 	}
 	p := &produced{}
 	switch data[0] {

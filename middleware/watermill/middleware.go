@@ -107,7 +107,10 @@ func (mw *Middleware) run(ctx context.Context, c *call) (*produced, error) {
 // handle hands msg to the receiver until it has an answer for the router:
 // the produced messages (processed, or a duplicate: the first delivery's),
 // a PoisonError (dead letter), or another error (nack) once a retry was
-// held in place as long as Options.MaxHold allows.
+// held in place as long as Options.MaxHold allows. Each hand-over is one
+// delivery, one event for the Observer (as for the HTTP and gRPC
+// middleware, the event carries Decide's answer and Settled is false:
+// what the router does with the answer is the router's).
 func (mw *Middleware) handle(msg *message.Message, h message.HandlerFunc) ([]*message.Message, error) {
 	if msg == nil {
 		return nil, errors.New("dedupwatermill: nil message")
@@ -116,30 +119,28 @@ func (mw *Middleware) handle(msg *message.Message, h message.HandlerFunc) ([]*me
 	c := &call{msg: msg, h: h, fp: mw.s.FingerprintPayload}
 	var held time.Duration
 	for {
-		d := mw.rcv.Deliver(ctx, c)
-		switch dec := d.Decision; dec.Action {
-		case delivery.Ack:
-			msgs, err := mw.answer(&d)
-			if err != nil {
-				var perr *PoisonError
-				errors.As(err, &perr)
-				d.Settled(adapter.Settlement{Decision: delivery.Decision{Action: delivery.DeadLetter, Reason: perr.Reason, Err: err}})
-				mw.markPoison(msg, &d, perr)
-				return nil, err
+		res, err := mw.rcv.Handle(ctx, c)
+		if err == nil && res.Status.Done() {
+			// The fast path: no Decide needed for an acknowledgement.
+			msgs, perr := answer(&res)
+			if perr != nil {
+				mw.markPoison(msg, &res, perr)
+				return nil, perr
 			}
-			d.Settled(adapter.Settlement{})
 			return msgs, nil
+		}
+		switch dec := mw.rcv.Decide(res, err); dec.Action {
 		case delivery.DeadLetter:
-			perr := &PoisonError{Reason: dec.Reason, Err: d.Err}
-			d.Settled(adapter.Settlement{})
-			mw.markPoison(msg, &d, perr)
+			perr := &PoisonError{Reason: dec.Reason, Err: err}
+			mw.markPoison(msg, &res, perr)
 			return nil, perr
 		default:
-			again, err := mw.retry(ctx, &d, &held)
-			if again {
-				continue
+			if !mw.retry(ctx, dec, &held) {
+				if err == nil { // in flight: Handle's answer is a status, not an error
+					err = fmt.Errorf("%w (held %v)", ErrInFlight, held.Round(time.Millisecond))
+				}
+				return nil, err
 			}
-			return nil, err
 		}
 	}
 }
@@ -147,18 +148,18 @@ func (mw *Middleware) handle(msg *message.Message, h message.HandlerFunc) ([]*me
 // answer returns what the router publishes for a delivery the receiver
 // acknowledges: the handler's messages, or a duplicate's kept ones. A
 // duplicate whose messages cannot be given back is poison.
-func (mw *Middleware) answer(d *adapter.Delivery[*produced]) ([]*message.Message, error) {
-	p := d.Result.Value
+func answer(res *dedup.Result[*produced]) ([]*message.Message, *PoisonError) {
+	p := res.Value
 	switch {
 	case p == nil:
 		// A duplicate whose kept messages did not decode (the receiver
 		// logged why): acknowledging it would drop them.
-		err := d.Result.Problem
+		err := res.Problem
 		if err == nil {
 			err = dedup.ErrResultUndecodable
 		}
 		return nil, &PoisonError{Reason: delivery.ReasonNotStored, Err: err}
-	case d.Result.Status == delivery.StatusDuplicate && p.notKept != "":
+	case res.Status == delivery.StatusDuplicate && p.notKept != "":
 		return nil, &PoisonError{Reason: delivery.ReasonNotStored, Err: fmt.Errorf("%w: %s", ErrResultNotKept, p.notKept)}
 	}
 	return p.take(), nil
@@ -181,34 +182,16 @@ func (p *produced) take() []*message.Message {
 // retry carries out a Retry decision: it holds the message for the
 // decision's delay (what remains of MaxHold at most), and reports true
 // when the receiver is to be asked again in place (the handler did not
-// run: in flight elsewhere, store down), else the error to nack with.
-func (mw *Middleware) retry(ctx context.Context, d *adapter.Delivery[*produced], held *time.Duration) (bool, error) {
-	dec := d.Decision
-	err := d.Err
-	if err == nil { // in flight: Handle's answer is a status, not an error
-		err = fmt.Errorf("%w (held %v)", ErrInFlight, held.Round(time.Millisecond))
-	}
+// run: in flight elsewhere, store down), false for a nack.
+func (mw *Middleware) retry(ctx context.Context, dec delivery.Decision, held *time.Duration) bool {
 	if dec.Reason == delivery.ReasonCanceled || ctx.Err() != nil {
-		d.Settled(adapter.Settlement{Decision: delivery.Decision{Action: delivery.Retry, Reason: dec.Reason, Err: dec.Err}})
-		return false, err
+		return false
 	}
-	left := mw.s.MaxHold - *held
-	wait := min(dec.Delay, left)
+	wait := min(dec.Delay, mw.s.MaxHold-*held)
 	began := time.Now()
 	full := hold(ctx, wait)
 	*held += time.Since(began)
-	again := full && wait == dec.Delay && notRun(dec.Reason)
-	if again {
-		d.Settled(adapter.Settlement{}) // a retry in place: the next try is a delivery of its own
-		return true, nil
-	}
-	done := dec
-	done.Delay = time.Since(began)
-	d.Settled(adapter.Settlement{Decision: done})
-	if d.Err == nil {
-		err = fmt.Errorf("%w (held %v)", ErrInFlight, held.Round(time.Millisecond))
-	}
-	return false, err
+	return full && wait == dec.Delay && notRun(dec.Reason)
 }
 
 // notRun reports whether a retry is for a delivery whose handler did not
@@ -236,7 +219,7 @@ func hold(ctx context.Context, d time.Duration) bool {
 
 // markPoison sets the dead-letter metadata (delivery.Header*) on msg, which
 // Watermill's PoisonQueue publishes as it is.
-func (mw *Middleware) markPoison(msg *message.Message, d *adapter.Delivery[*produced], perr *PoisonError) {
+func (mw *Middleware) markPoison(msg *message.Message, res *dedup.Result[*produced], perr *PoisonError) {
 	if msg.Metadata == nil {
 		msg.Metadata = message.Metadata{}
 	}
@@ -245,11 +228,11 @@ func (mw *Middleware) markPoison(msg *message.Message, d *adapter.Delivery[*prod
 	if perr.Err != nil {
 		md.Set(delivery.HeaderError, oneLine(perr.Err.Error()))
 	}
-	if d.Result.Key != "" {
-		md.Set(delivery.HeaderKey, d.Result.Key)
+	if res.Key != "" {
+		md.Set(delivery.HeaderKey, res.Key)
 	}
-	if d.Result.Attempt > 0 {
-		md.Set(delivery.HeaderAttempt, strconv.Itoa(d.Result.Attempt))
+	if res.Attempt > 0 {
+		md.Set(delivery.HeaderAttempt, strconv.Itoa(res.Attempt))
 	}
 	if topic := message.SubscribeTopicFromCtx(msg.Context()); topic != "" {
 		md.Set(delivery.HeaderSource, topic)
