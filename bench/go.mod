@@ -12,6 +12,7 @@ require (
 	github.com/dedup-go/dedup/adapters/nats v0.1.0
 	github.com/dedup-go/dedup/adapters/rabbitmq v0.1.0
 	github.com/dedup-go/dedup/internal/redistest v0.1.0
+	github.com/dedup-go/dedup/middleware/watermill v0.1.0
 	github.com/dedup-go/dedup/store/mysqlstore v0.1.0
 	github.com/dedup-go/dedup/store/pgoutbox v0.1.0
 	github.com/dedup-go/dedup/store/pgstore v0.1.0
@@ -90,6 +91,7 @@ replace (
 	github.com/dedup-go/dedup/adapters/nats => ../adapters/nats
 	github.com/dedup-go/dedup/adapters/rabbitmq => ../adapters/rabbitmq
 	github.com/dedup-go/dedup/internal/redistest => ../internal/redistest
+	github.com/dedup-go/dedup/middleware/watermill => ../middleware/watermill
 	github.com/dedup-go/dedup/store/rediscore => ../store/rediscore
 	github.com/dedup-go/dedup/store/redisstore => ../store/redisstore
 	github.com/dedup-go/dedup/store/rueidisstore => ../store/rueidisstore
