@@ -76,6 +76,7 @@ declare -A allowed=(
 	[middleware/http]="go-redis"
 	[middleware/grpc]="grpc otel-sdk go-redis"     # otel-sdk: google.golang.org/grpc's go.mod requires it (its stats/opentelemetry)
 	[middleware/grpc/gateway]="grpc grpc-gateway otel-sdk go-redis"
+	[middleware/watermill]="amqp091-go go-redis"   # the package needs Watermill alone; its router tests run watermill-amqp (amqp091-go) and redisstore
 	[otel]="otel-sdk"                              # the package uses the API only; its tests record with the SDK, which a user sets up anyway
 	# dedupctl: stores on Redis and PostgreSQL, redrive on the three brokers;
 	# nats-server through adapters/nats's go.mod, franz-go (kfake) in its
