@@ -33,17 +33,6 @@ func redisStore(t testing.TB, prefix string) store.Store {
 	return st
 }
 
-// countDeliveries is a middleware that counts what reaches it by UUID
-// before passing it on.
-func countDeliveries(c *counts) message.HandlerMiddleware {
-	return func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			c.add(msg.UUID)
-			return h(msg)
-		}
-	}
-}
-
 // transform is the handler of the first stage: it records its effect and
 // produces one message with a fresh UUID, naming its input in the
 // metadata.
