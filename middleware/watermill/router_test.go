@@ -101,7 +101,11 @@ func TestTwoRoutersProducerDuplicates(t *testing.T) {
 	for i := range 2 {
 		r := newRouter(t)
 		mw := newMiddleware(t, redisStore(t, prefix), "stage1", nil)
-		r.AddHandler(fmt.Sprintf("stage1-%d", i), in, subscriber(t, url), out, pub, transform(effects)).AddMiddleware(mw.Middleware)
+		// A publisher of its own: a router closes its handlers' publishers
+		// when it stops, and one shared with the other router would be
+		// closed under that router's publishes (watermill-amqp's Publish
+		// and Close then race).
+		r.AddHandler(fmt.Sprintf("stage1-%d", i), in, subscriber(t, url), out, publisher(t, url), transform(effects)).AddMiddleware(mw.Middleware)
 		startRouter(t, r)
 	}
 	ids := publishN(t, pub, in, n, 2)
