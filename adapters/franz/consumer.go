@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -135,7 +136,7 @@ func checkClientOpts(opts []kgo.Opt) error {
 	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g != "" {
 		return owned("ConsumerGroup")
 	}
-	if ts, _ := cl.OptValue(kgo.ConsumeTopics).([]string); len(ts) > 0 {
+	if v := reflect.ValueOf(cl.OptValue(kgo.ConsumeTopics)); (v.Kind() == reflect.Map || v.Kind() == reflect.Slice) && v.Len() > 0 {
 		return owned("ConsumeTopics")
 	}
 	if ps, _ := cl.OptValue(kgo.ConsumePartitions).(map[string]map[int32]kgo.Offset); len(ps) > 0 {
