@@ -28,7 +28,6 @@ type commitLog struct {
 
 type commitSeen struct {
 	member    string
-	topic     string
 	partition int32
 	offset    int64
 	at        time.Time
@@ -43,7 +42,7 @@ func watchCommits(c *kfake.Cluster) *commitLog {
 		l.mu.Lock()
 		for _, t := range r.Topics {
 			for _, p := range t.Partitions {
-				l.commits = append(l.commits, commitSeen{r.MemberID, t.Topic, p.Partition, p.Offset, now})
+				l.commits = append(l.commits, commitSeen{r.MemberID, p.Partition, p.Offset, now})
 			}
 		}
 		l.mu.Unlock()
@@ -52,14 +51,15 @@ func watchCommits(c *kfake.Cluster) *commitLog {
 	return l
 }
 
-// by returns the commits member sent for topic's partition part after
-// since.
-func (l *commitLog) by(member, topic string, part int32, since time.Time) []commitSeen {
+// by returns the commits member sent for partition part after since.
+// Recent OffsetCommit versions name topics by id, not name: the tests
+// using it read one topic.
+func (l *commitLog) by(member string, part int32, since time.Time) []commitSeen {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []commitSeen
 	for _, c := range l.commits {
-		if c.member == member && c.topic == topic && c.partition == part && !c.at.Before(since) {
+		if c.member == member && c.partition == part && !c.at.Before(since) {
 			out = append(out, c)
 		}
 	}
@@ -208,7 +208,8 @@ func TestRevokeFencesCommits(t *testing.T) {
 		offs, err := committed(context.Background(), addrs, "g-revoke", topic, 2)
 		return err == nil && offs[lostPart] == 6
 	}, "the revoked partition committed to its end by its new owner")
-	require.Empty(t, log.by(member, topic, lostPart, rev.at), "the old owner committed a partition after its revoke returned")
+	require.Empty(t, log.by(member, lostPart, rev.at), "the old owner committed a partition after its revoke returned")
+	require.NotEmpty(t, log.by(member, 1-lostPart, rev.at), "the old owner's commits of the partition it kept (the log sees its commits)")
 	// No handler of the revoked partition started on the old owner after
 	// the revoke: it handled its blocked order, nothing after it.
 	for _, id := range b.fx.order(int(lostPart)) {
@@ -254,7 +255,7 @@ func TestLostCommitsNothing(t *testing.T) {
 	// Rejoined, the member reads the partition again from the start: its
 	// orders are duplicates.
 	eventually(t, 15*time.Second, func() bool { return c.Stats().Delivered >= 4 }, "the partition read again after the rejoin")
-	require.Empty(t, log.by(member, topic, 0, lost.at.Add(-time.Second)), "the member committed a partition it lost")
+	require.Empty(t, log.by(member, 0, lost.at), "the member committed a partition it lost")
 	require.Equal(t, 1, b.fx.Count(orderID(0)))
 	require.Equal(t, 1, b.fx.Count(orderID(1)))
 }
