@@ -18,6 +18,7 @@ import (
 
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/deduptest"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/internal/adaptertest"
 )
 
@@ -204,4 +205,9 @@ var stopAtCleanup = adaptertest.StopAtCleanup
 func eventually(t testing.TB, within time.Duration, cond func() bool, what string, args ...any) {
 	t.Helper()
 	require.Eventually(t, cond, within, 10*time.Millisecond, append([]any{what}, args...)...)
+}
+
+// dedupObserver signals done once per settled delivery.
+func dedupObserver(done chan<- struct{}) delivery.Observer {
+	return adaptertest.OnSettled(func(delivery.Event) { done <- struct{}{} })
 }
