@@ -69,6 +69,7 @@ declare -A allowed=(
 	[adapters/nats]="nats.go nats-server go-redis" # nats-server: the tests' embedded server (outages, restarts)
 	[adapters/rabbitmq]="amqp091-go go-redis"
 	[adapters/kafka]="kafka-go franz-go go-redis"  # franz-go: kfake, the tests' in-process Kafka
+	[adapters/franz]="franz-go"                    # franz-go: kgo, and kfake in its tests
 	[store/pgstore]="pgx"
 	[store/pgoutbox]="pgx"                         # a broker only through an adapter's OutboxPublisher: its broker tests are store/pgoutbox/e2e
 	[store/mysqlstore]="mysql"
