@@ -333,7 +333,9 @@ func TestStaticMembership(t *testing.T) {
 	cluster := startCluster(t, 4, topic)
 	addrs := cluster.ListenAddrs()
 	st := newStore(t)
-	ok := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) { return Receipt{OrderID: m.Body.ID}, nil }
+	ok := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
+		return Receipt{OrderID: m.Body.ID}, nil
+	}
 	newMember := func(id string) *dedupfranz.Consumer[Order, Receipt] {
 		c, err := dedupfranz.NewConsumer(clientOpts(addrs, kgo.InstanceID(id), kgo.SessionTimeout(5*time.Second)), "g-static", []string{topic},
 			newReceiver(t, st, "static", ok), &dedupfranz.Options{DropPoison: true})

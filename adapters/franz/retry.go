@@ -182,4 +182,3 @@ func writeRetry(ctx context.Context, cl *kgo.Client, topic string, rl retryLette
 	}
 	return nil
 }
-
