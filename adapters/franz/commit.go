@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -25,7 +26,7 @@ import (
 // the member's current generation: a member that is no longer in the
 // group has its commit refused by the broker.
 type committer struct {
-	client *kgo.Client // set once, under mu, before any commit
+	client atomic.Pointer[kgo.Client] // set once the client is built (a callback may run before)
 	opts   Options
 	stats  *counters
 	owned  func() []*partition // the partitions this member owns; read under mu
@@ -41,12 +42,9 @@ func newCommitter(opts Options, stats *counters, owned func() []*partition) *com
 	return &committer{opts: opts, stats: stats, owned: owned, quit: make(chan struct{}), done: make(chan struct{})}
 }
 
-// setClient sets the client commits go through, before the first.
-func (cm *committer) setClient(cl *kgo.Client) {
-	cm.mu.Lock()
-	cm.client = cl
-	cm.mu.Unlock()
-}
+// setClient sets the client commits go through. It takes no lock: Start
+// holds the Consumer's, which a group callback holding mu may wait for.
+func (cm *committer) setClient(cl *kgo.Client) { cm.client.Store(cl) }
 
 // start runs the ticker until stop; the committer owns the goroutine.
 func (cm *committer) start() {
@@ -129,14 +127,15 @@ func (cm *committer) commit(ctx context.Context, parts []*partition) error {
 		}
 		p.mu.Unlock()
 	}
-	if len(from) == 0 || cm.client == nil {
+	cl := cm.client.Load()
+	if len(from) == 0 || cl == nil {
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, cm.opts.SettleTimeout)
 	defer cancel()
 	var err error
 	failed := map[tp]error{}
-	cm.client.CommitOffsetsSync(cctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, rerr error) {
+	cl.CommitOffsetsSync(cctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, rerr error) {
 		if rerr != nil {
 			err = rerr
 			return
