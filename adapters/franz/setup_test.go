@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -23,12 +22,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(brokerProcessEnv) != "" {
-		os.Exit(brokerProcessMain())
-	}
-	if os.Getenv(consumerProcessEnv) != "" {
-		os.Exit(consumerProcessMain())
-	}
 	goleak.VerifyTestMain(m)
 }
 
