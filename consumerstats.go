@@ -39,6 +39,17 @@ type ConsumerStats struct {
 	// (of a closed channel, of a partition taken away): the broker
 	// redelivers them.
 	StaleDeliveries uint64
+	// Trimmed counts entries the broker deleted while they were pending,
+	// before their outcome was recorded: a Redis stream trimmed (MAXLEN,
+	// MINID, XDEL) past entries a consumer group had not acknowledged.
+	// They are lost; each is logged at error level with its id and
+	// reported as an event (Redis Streams).
+	Trimmed uint64
+	// Lag is how many entries of the stream the consumer group has not
+	// read yet, as the broker last said (Redis Streams' XINFO GROUPS lag);
+	// -1 when the broker cannot tell (entries deleted from the middle of
+	// the stream). A gauge, not a counter; 0 on other brokers.
+	Lag int64
 }
 
 // inject writes the trace context of ctx through set when the Observer is
