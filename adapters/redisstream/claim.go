@@ -208,7 +208,7 @@ return 0
 
 // lockTTL is how long a consumer's name stays taken after its holder
 // stopped refreshing it (a crash).
-const lockTTL = 5 * time.Second
+const lockTTL = 3 * time.Second
 
 // nameLock keeps a consumer name to one live Consumer: a key, set with a
 // token of this Consumer's and a TTL, refreshed while it runs.
