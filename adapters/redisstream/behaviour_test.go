@@ -96,7 +96,7 @@ func TestLiveHolderNotRaced(t *testing.T) {
 	h := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
 		calls.Add(1)
 		select {
-		case <-time.After(800 * time.Millisecond): // 8 claim idle times
+		case <-time.After(1500 * time.Millisecond): // 5 claim idle times
 		case <-ctx.Done():
 			return Receipt{}, ctx.Err()
 		}
@@ -105,7 +105,7 @@ func TestLiveHolderNotRaced(t *testing.T) {
 	rcv := newReceiver(t, h, fastConfig("billing"))
 	opts := func(name string) *dedupredisstream.Options {
 		return &dedupredisstream.Options{Consumer: name, CreateGroup: true, DeadLetterStream: dl, Block: 50 * time.Millisecond,
-			ClaimIdle: 100 * time.Millisecond, ClaimInterval: 20 * time.Millisecond}
+			ClaimIdle: 300 * time.Millisecond, ClaimInterval: 20 * time.Millisecond}
 	}
 	a, err := dedupredisstream.NewConsumer(c, stream, "billing", rcv, opts("a"))
 	require.NoError(t, err)

@@ -44,22 +44,34 @@ func (c *Consumer[T, R]) maintain(ctx context.Context) {
 }
 
 // refresh resets the idle time of the entries this consumer holds that
-// have been idle half of ClaimIdle (XCLAIM ... JUSTID, which counts no
-// delivery), so that no other consumer takes them over while this one
-// lives. Only half-idle ones: an entry another consumer took over after
-// this one stalled has a short idle time, and stays with it.
+// have been idle half of ClaimIdle (takeScript: XCLAIM ... JUSTID, which
+// counts no delivery), so that no other consumer takes them over while this
+// one lives. Only half-idle ones: an entry another consumer took over after
+// this one stalled has a short idle time, and stays with it. A held entry
+// deleted from the stream is left pending: in a handler, its XACK ends it;
+// waiting for a retry, takeUp reports it.
 func (c *Consumer[T, R]) refresh(ctx context.Context) {
 	ids := c.held.snapshot()
 	for len(ids) > 0 && ctx.Err() == nil {
 		n := min(len(ids), 256)
-		err := c.client.XClaimJustID(ctx, &redis.XClaimArgs{Stream: c.stream, Group: c.group, Consumer: c.opts.Consumer,
-			MinIdle: c.opts.ClaimIdle / 2, Messages: ids[:n]}).Err()
-		if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
-			c.opts.Logger.WarnContext(ctx, "dedupredisstream: the idle time of held entries not reset", slog.Any("error", err))
+		err := takeScript.Run(ctx, c.client, []string{c.stream}, takeArgs(c.group, c.opts.Consumer, c.opts.ClaimIdle/2, ids[:n])...).Err()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			if ctx.Err() == nil {
+				c.opts.Logger.WarnContext(ctx, "dedupredisstream: the idle time of held entries not reset", slog.Any("error", err))
+			}
 			return
 		}
 		ids = ids[n:]
 	}
+}
+
+func takeArgs(group, consumer string, minIdle time.Duration, ids []string) []any {
+	args := make([]any, 0, 4+len(ids))
+	args = append(args, group, consumer, minIdle.Milliseconds(), "0")
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return args
 }
 
 // scan takes over the entries other consumers left idle past ClaimIdle,

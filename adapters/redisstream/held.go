@@ -3,8 +3,10 @@ package dedupredisstream
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -141,32 +143,34 @@ func (c *Consumer[T, R]) schedule(ctx context.Context) {
 }
 
 // takeUp checks, in one round trip, what became of entries not read as
-// new: whether each is still pending (XPENDING), still in the stream
-// (XRANGE), and when its next attempt is due (the group's hash of
-// next-attempt times), and takes them all for this consumer (XCLAIM
-// JUSTID, which resets their idle time without counting a delivery, and
-// drops from the group's pending list those deleted from the stream).
-// Then: an entry no longer pending but still in the stream was
-// acknowledged by another consumer (dropped); one no longer in the stream
-// was deleted before it was handled (reported, ErrTrimmed); one whose next
-// attempt is later waits for it; the others go to the workers.
+// new, and takes them for this consumer: takeScript tells, for each, in
+// one step, whether it is still pending (XPENDING) and still in the stream
+// (XRANGE), takes it (XCLAIM JUSTID, which resets its idle time without
+// counting a delivery) or drops one deleted from the stream from the
+// pending list (so that exactly one consumer reports it); beside it, the
+// group's hash of next-attempt times says when each is due. Then: an entry
+// no longer pending was acknowledged by another consumer, or reported
+// deleted by one (dropped); one deleted is reported (ErrTrimmed); one whose
+// next attempt is later waits for it; the others go to the workers.
 func (c *Consumer[T, R]) takeUp(ctx context.Context, batch []*entry) {
 	ids := make([]string, len(batch))
 	for i, e := range batch {
 		ids[i] = e.id
 	}
-	pending := make([]*redis.XPendingExtCmd, len(batch))
-	ranges := make([]*redis.XMessageSliceCmd, len(batch))
+	var took *redis.Cmd
 	var dues *redis.SliceCmd
-	_, err := c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			pending[i] = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.stream, Group: c.group, Start: id, End: id, Count: 1})
-			ranges[i] = p.XRange(ctx, c.stream, id, id)
-		}
-		dues = p.HMGet(ctx, c.retryKey, ids...)
-		p.XClaimJustID(ctx, &redis.XClaimArgs{Stream: c.stream, Group: c.group, Consumer: c.opts.Consumer, Messages: ids})
-		return nil
-	})
+	run := func(sha bool) error {
+		_, err := c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			took = takeScript.call(ctx, p, sha, c.stream, c.group, c.opts.Consumer, 0, true, ids)
+			dues = p.HMGet(ctx, c.retryKey, ids...)
+			return nil
+		})
+		return err
+	}
+	err := run(true)
+	if isNoScript(err) {
+		err = run(false)
+	}
 	if err != nil && !isNil(err) {
 		if ctx.Err() != nil {
 			return
@@ -177,21 +181,24 @@ func (c *Consumer[T, R]) takeUp(ctx context.Context, batch []*entry) {
 		}
 		return
 	}
+	states := parseTake(took.Val())
 	now := time.Now()
 	var trimmed []string
 	for i, e := range batch {
-		p, _ := pending[i].Result()
-		r, _ := ranges[i].Result()
-		switch {
-		case len(r) == 0:
+		st := states[e.id]
+		switch st.state {
+		case takeDeleted:
 			trimmed = append(trimmed, e.id)
 			continue
-		case len(p) == 0:
-			c.held.remove(e.id) // acknowledged by another consumer
+		case takeHeld:
+		default:
+			c.held.remove(e.id) // acknowledged, or reported deleted, by another consumer
 			continue
 		}
-		e.values, e.fields = r[0].Values, fieldsOf(r[0].Values)
-		e.count = max(int(p[0].RetryCount), e.count+1)
+		if st.values != nil {
+			e.values, e.fields = st.values, fieldsOf(st.values)
+		}
+		e.count = max(st.count, e.count+1)
 		if v, ok := dues.Val()[i].(string); ok {
 			e.retried = true
 			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && time.UnixMilli(ms).After(now) {
@@ -204,7 +211,100 @@ func (c *Consumer[T, R]) takeUp(ctx context.Context, batch []*entry) {
 			return
 		}
 	}
-	c.reportTrimmed(ctx, trimmed, "XRANGE after the entry was pending")
+	c.reportTrimmed(ctx, trimmed, "deleted while pending")
 }
 
-func isNil(err error) bool { return err == redis.Nil }
+func isNil(err error) bool { return errors.Is(err, redis.Nil) }
+
+func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+// The states takeScript reports of an entry.
+const (
+	takeGone    = 0 // not pending any more
+	takeHeld    = 1 // pending and in the stream: taken (when idle enough)
+	takeDeleted = 2 // pending, deleted from the stream: dropped from the pending list
+)
+
+// takeScript: KEYS[1] the stream; ARGV: group, consumer, min idle (ms),
+// "1" to return the entries' delivery counts and fields and to drop the
+// deleted ones from the pending list (else they are left to the one that
+// takes them up), then the ids.
+// Each reply element is {id, state[, delivery count, fields]}.
+var takeScript = script{redis.NewScript(`
+local out = {}
+for i = 5, #ARGV do
+  local id = ARGV[i]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+  if #p == 0 then
+    out[#out+1] = {id, 0}
+  else
+    local r = redis.call('XRANGE', KEYS[1], id, id)
+    if #r == 0 then
+      if ARGV[4] == '1' then redis.call('XACK', KEYS[1], ARGV[1], id) end
+      out[#out+1] = {id, 2}
+    else
+      if p[1][3] >= tonumber(ARGV[3]) then
+        redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'JUSTID')
+      end
+      if ARGV[4] == '1' then
+        out[#out+1] = {id, 1, p[1][4], r[1][2]}
+      else
+        out[#out+1] = {id, 1}
+      end
+    end
+  end
+end
+return out
+`)}
+
+// script runs a Lua script in a pipeline, by its hash or its source.
+type script struct{ *redis.Script }
+
+func (s script) call(ctx context.Context, p redis.Pipeliner, sha bool, stream, group, consumer string, minIdle time.Duration, entries bool, ids []string) *redis.Cmd {
+	args := make([]any, 0, 4+len(ids))
+	flag := "0"
+	if entries {
+		flag = "1"
+	}
+	args = append(args, group, consumer, minIdle.Milliseconds(), flag)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	if sha {
+		return s.EvalSha(ctx, p, []string{stream}, args...)
+	}
+	return s.Eval(ctx, p, []string{stream}, args...)
+}
+
+// taken is what takeScript says of one entry.
+type taken struct {
+	state  int
+	count  int
+	values map[string]any
+}
+
+func parseTake(v any) map[string]taken {
+	out := map[string]taken{}
+	rows, _ := v.([]any)
+	for _, row := range rows {
+		r, _ := row.([]any)
+		if len(r) < 2 {
+			continue
+		}
+		var t taken
+		st, _ := r[1].(int64)
+		t.state = int(st)
+		if len(r) >= 4 {
+			n, _ := r[2].(int64)
+			t.count = int(n)
+			if fv, ok := r[3].([]any); ok {
+				t.values = make(map[string]any, len(fv)/2)
+				for i := 0; i+1 < len(fv); i += 2 {
+					t.values[toString(fv[i])] = toString(fv[i+1])
+				}
+			}
+		}
+		out[toString(r[0])] = t
+	}
+	return out
+}
