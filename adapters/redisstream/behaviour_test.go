@@ -346,10 +346,22 @@ func TestBadInput(t *testing.T) {
 	c, stream, dl := streams(t)
 	rcv := newReceiver(t, func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) { return Receipt{}, nil }, fastConfig("billing"))
 	for name, f := range map[string]func() error{
-		"nil client":   func() error { _, err := dedupredisstream.NewConsumer(nil, stream, "g", rcv, &dedupredisstream.Options{DropPoison: true}); return err },
-		"no stream":    func() error { _, err := dedupredisstream.NewConsumer(c, "", "g", rcv, &dedupredisstream.Options{DropPoison: true}); return err },
-		"no group":     func() error { _, err := dedupredisstream.NewConsumer(c, stream, "", rcv, &dedupredisstream.Options{DropPoison: true}); return err },
-		"nil receiver": func() error { _, err := dedupredisstream.NewConsumer[Order, Receipt](c, stream, "g", nil, nil); return err },
+		"nil client": func() error {
+			_, err := dedupredisstream.NewConsumer(nil, stream, "g", rcv, &dedupredisstream.Options{DropPoison: true})
+			return err
+		},
+		"no stream": func() error {
+			_, err := dedupredisstream.NewConsumer(c, "", "g", rcv, &dedupredisstream.Options{DropPoison: true})
+			return err
+		},
+		"no group": func() error {
+			_, err := dedupredisstream.NewConsumer(c, stream, "", rcv, &dedupredisstream.Options{DropPoison: true})
+			return err
+		},
+		"nil receiver": func() error {
+			_, err := dedupredisstream.NewConsumer[Order, Receipt](c, stream, "g", nil, nil)
+			return err
+		},
 		"no dead letter": func() error {
 			_, err := dedupredisstream.NewConsumer(c, stream, "g", rcv, nil)
 			if !errors.Is(err, dedupredisstream.ErrNoDeadLetter) {
@@ -357,7 +369,10 @@ func TestBadInput(t *testing.T) {
 			}
 			return err
 		},
-		"own stream": func() error { _, err := dedupredisstream.NewConsumer(c, stream, "g", rcv, &dedupredisstream.Options{DeadLetterStream: stream}); return err },
+		"own stream": func() error {
+			_, err := dedupredisstream.NewConsumer(c, stream, "g", rcv, &dedupredisstream.Options{DeadLetterStream: stream})
+			return err
+		},
 		"missing group": func() error {
 			k, err := dedupredisstream.NewConsumer(c, stream, "g", rcv, &dedupredisstream.Options{DeadLetterStream: dl})
 			require.NoError(t, err)

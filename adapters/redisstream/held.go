@@ -41,13 +41,6 @@ func (h *heldSet) remove(id string) {
 	delete(h.ids, id)
 }
 
-func (h *heldSet) has(id string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, ok := h.ids[id]
-	return ok
-}
-
 func (h *heldSet) snapshot() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()

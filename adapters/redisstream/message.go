@@ -119,29 +119,6 @@ func validID(s string) bool {
 	return true
 }
 
-// compareIDs orders two entry ids.
-func compareIDs(a, b string) int {
-	am, as, _ := strings.Cut(a, "-")
-	bm, bs, _ := strings.Cut(b, "-")
-	an, _ := strconv.ParseUint(am, 10, 64)
-	bn, _ := strconv.ParseUint(bm, 10, 64)
-	if an != bn {
-		if an < bn {
-			return -1
-		}
-		return 1
-	}
-	asq, _ := strconv.ParseUint(as, 10, 64)
-	bsq, _ := strconv.ParseUint(bs, 10, 64)
-	switch {
-	case asq < bsq:
-		return -1
-	case asq > bsq:
-		return 1
-	}
-	return 0
-}
-
 // message is the envelope of an entry.
 func (c *Consumer[T, R]) message(e *entry) *dedup.Message[T] {
 	m := &dedup.Message[T]{
