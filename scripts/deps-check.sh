@@ -70,6 +70,7 @@ declare -A allowed=(
 	[adapters/rabbitmq]="amqp091-go go-redis"
 	[adapters/kafka]="kafka-go franz-go go-redis"  # franz-go: kfake, the tests' in-process Kafka
 	[adapters/franz]="franz-go"                    # franz-go: kgo, and kfake in its tests
+	[adapters/redisstream]="go-redis"              # the broker is Redis: go-redis is what the consumer reads streams with
 	[store/pgstore]="pgx"
 	[store/pgoutbox]="pgx"                         # a broker only through an adapter's OutboxPublisher: its broker tests are store/pgoutbox/e2e
 	[store/mysqlstore]="mysql"
