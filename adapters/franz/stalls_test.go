@@ -193,15 +193,19 @@ func TestStallsStaticRestart(t *testing.T) {
 	}
 	othersPart, othersWorst := stallsWorst(others)
 	_, bWorst := stallsWorst(bParts)
-	callbacks := 0
+	var heard []string
 	for _, name := range []string{"a", "c"} {
-		for _, at := range r.callbacks[name] {
-			if at.After(termAt) {
-				callbacks++
+		for _, cb := range r.callbacks[name] {
+			if cb.at.After(termAt) && cb.at.Before(s.endAt) { // not their own revokes when they stop at the end
+				heard = append(heard, fmt.Sprintf("%s: %v %v after the SIGTERM", name, cb, cb.at.Sub(termAt).Round(time.Millisecond)))
 			}
 		}
 	}
+	callbacks := len(heard)
 	firstB2 := r.firstOf("b2")
+	if callbacks > 0 {
+		t.Logf("callbacks heard by a and c after the SIGTERM: %s", strings.Join(heard, "; "))
+	}
 	t.Logf("restart of b with its instance id: stopped in %v, its first effect again %v after the SIGTERM; b's %d partitions stalled %v at most, the other %d %v (partition %d); callbacks heard by a and c: %d",
 		stoppedAt.Sub(termAt).Round(time.Millisecond), firstB2.Sub(termAt).Round(time.Millisecond), len(bParts), bWorst.Round(time.Millisecond),
 		len(others), othersWorst.Round(time.Millisecond), othersPart, callbacks)
@@ -467,22 +471,31 @@ type stallsEffect struct {
 	at   time.Time
 }
 
+// stallsCallback is a group callback of a process that named partitions.
+type stallsCallback struct {
+	event      string // assigned, revoked or lost
+	partitions int
+	at         time.Time
+}
+
+func (c stallsCallback) String() string { return fmt.Sprintf("%s %d", c.event, c.partitions) }
+
 // stallsRun is what the consumer processes wrote.
 type stallsRun struct {
-	counts    deduptest.Effects      // effects per order id
-	firsts    map[string]time.Time   // first effect per order id
-	handled   map[string]int         // effects per process
-	inFlight  map[string]uint64      // the receiver's Stats().InFlight per process, written when it stopped
-	parts     map[int][]stallsEffect // effects per partition, in time order
-	callbacks map[string][]time.Time // group callbacks that named partitions, per process
-	stuck     string                 // the order of the hanging handler
+	counts    deduptest.Effects           // effects per order id
+	firsts    map[string]time.Time        // first effect per order id
+	handled   map[string]int              // effects per process
+	inFlight  map[string]uint64           // the receiver's Stats().InFlight per process, written when it stopped
+	parts     map[int][]stallsEffect      // effects per partition, in time order
+	callbacks map[string][]stallsCallback // group callbacks that named partitions, per process
+	stuck     string                      // the order of the hanging handler
 	stuckAt   time.Time
 }
 
 func readStallsRun(t testing.TB, procs []*stallsProc) *stallsRun {
 	t.Helper()
 	r := &stallsRun{firsts: map[string]time.Time{}, handled: map[string]int{}, inFlight: map[string]uint64{},
-		parts: map[int][]stallsEffect{}, callbacks: map[string][]time.Time{}}
+		parts: map[int][]stallsEffect{}, callbacks: map[string][]stallsCallback{}}
 	ns := func(s string) time.Time {
 		v, err := strconv.ParseInt(s, 10, 64)
 		require.NoError(t, err)
@@ -504,7 +517,9 @@ func readStallsRun(t testing.TB, procs []*stallsProc) *stallsRun {
 			case l[0] == "S" && len(l) == 3:
 				r.stuck, r.stuckAt = l[1], ns(l[2])
 			case l[0] == "R" && len(l) == 4:
-				r.callbacks[p.name] = append(r.callbacks[p.name], ns(l[3]))
+				n, err := strconv.Atoi(l[2])
+				require.NoError(t, err)
+				r.callbacks[p.name] = append(r.callbacks[p.name], stallsCallback{l[1], n, ns(l[3])})
 			case l[0] == "T" && len(l) == 4:
 				v, err := strconv.ParseUint(l[3], 10, 64)
 				require.NoError(t, err)
