@@ -233,6 +233,7 @@ func TestRebalanceStalls(t *testing.T) {
 	killStalls := r.stalls(hangAt, time.Now(), false)
 	joinPart, joinWorst := worst(joinStalls)
 	killPart, killWorst := worst(killStalls)
+	figures := killFigures(t, procs, stuck, hangAt, killAt, r.firsts[stuck], killStalls)
 	delete(killStalls, killPart)
 	_, killOthers := worst(killStalls)
 	rate := func(from time.Time, d time.Duration) float64 {
@@ -244,9 +245,65 @@ func TestRebalanceStalls(t *testing.T) {
 	t.Logf("after the kill: longest stall %v (partition %d, whose order %s the dead consumer held), the other partitions %v; %.0f orders/s in the 5s after",
 		killWorst.Round(time.Millisecond), killPart, stuck, killOthers.Round(time.Millisecond), rate(killAt, 5*time.Second))
 	t.Logf("in-flight answers (looks at keys held elsewhere) of the consumers that stopped cleanly: b %d, c %d", r.inFlight["b"], r.inFlight["c"])
+	doubles, lost := 0, 0
+	for _, id := range want {
+		switch n := r.counts.Count(id); {
+		case n == 0:
+			lost++
+		case n > 1:
+			doubles++
+		}
+	}
+	// The figures in the one-line form scripts/kafka-stalls.sh reads, as
+	// dedupfranz's TestStallsJoinKill writes them.
+	t.Logf("STALLS adapter=dedupkafka join_worst=%s join_partition=%d %s orders=%d doubles=%d lost=%d committed_to_end=true",
+		secs(joinWorst), joinPart, figures, len(want), doubles, lost)
 	require.Less(t, joinWorst, 3*time.Second, "a partition stalled after the join")
 	require.LessOrEqual(t, killWorst, (30*time.Second)+time.Second, "a partition stalled after the kill")
 }
+
+// killFigures returns the figures of the kill in the form of
+// scripts/kafka-stalls.sh: the partition whose key the killed consumer a
+// held (order stuck, whose effect came at ran), how long it stalled and
+// how long after the kill its order ran, against the rest of the lease;
+// and the longest stall of the other partitions, of those a owned when it
+// hung (they move after the session timeout) and of the survivors' own.
+func killFigures(t testing.TB, procs []*process, stuck string, hangAt, killAt, ran time.Time, stalls map[int]time.Duration) string {
+	n, err := strconv.Atoi(strings.TrimPrefix(stuck, "o-"))
+	require.NoError(t, err)
+	held := n % rebalancePartitions
+	owners := map[int]string{} // the process of each partition's last effect before the hang
+	last := map[int]time.Time{}
+	for _, p := range procs {
+		for _, l := range lines(t, p.effects) {
+			if l[0] != "E" || len(l) != 6 {
+				continue
+			}
+			part, err := strconv.Atoi(l[3])
+			require.NoError(t, err)
+			v, err := strconv.ParseInt(l[5], 10, 64)
+			require.NoError(t, err)
+			if at := time.Unix(0, v); at.Before(hangAt) && at.After(last[part]) {
+				owners[part], last[part] = p.name, at
+			}
+		}
+	}
+	var others, dead, survivors time.Duration
+	for p, d := range stalls {
+		switch {
+		case p == held:
+		case owners[p] == "a":
+			dead, others = max(dead, d), max(others, d)
+		default:
+			survivors, others = max(survivors, d), max(others, d)
+		}
+	}
+	rest := hangAt.Add(30 * time.Second).Sub(killAt) // the default lease
+	return fmt.Sprintf("held_partition=%d held_stall=%s held_after_kill=%s rest_of_lease=%s held_over_lease=%s others_worst=%s others_dead_members=%s others_survivors=%s",
+		held, secs(stalls[held]), secs(ran.Sub(killAt)), secs(rest), secs(ran.Sub(killAt)-rest), secs(others), secs(dead), secs(survivors))
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.3fs", d.Seconds()) }
 
 // worst returns the partition with the longest stall.
 func worst(stalls map[int]time.Duration) (int, time.Duration) {
