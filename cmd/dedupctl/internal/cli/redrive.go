@@ -31,7 +31,8 @@ func newRedriveCmd(o *options) *cobra.Command {
 		Use:   "redrive",
 		Short: "Send dead letters back where they came from",
 		Long: `Send the dead letters of a dedup adapter back to where they came from: a
-NATS JetStream stream, a RabbitMQ queue or a Kafka topic (one command each).
+NATS JetStream stream, a RabbitMQ queue, a Kafka topic or a Redis stream (one
+command each).
 
 For each dead letter, in order: a letter that cannot come back is left in
 place and reported as skipped (no Dedup-* headers nor x-death, a truncated
@@ -55,7 +56,7 @@ refused, 2 usage, 3 the dead-letter destination does not exist, or nothing
 matches --reason/--since.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return usageErrorf("redrive: name the broker: redrive nats, redrive rabbitmq or redrive kafka")
+			return usageErrorf("redrive: name the broker: redrive nats, redrive rabbitmq, redrive kafka or redrive redisstream")
 		},
 	}
 	pf := cmd.PersistentFlags()
@@ -65,7 +66,7 @@ matches --reason/--since.`,
 	pf.BoolVar(&ro.dryRun, "dry-run", false, "list what would be done and change nothing")
 	pf.BoolVar(&ro.force, "force", false, "republish no-key, invalid-key, undecodable and key-reused dead letters too (never truncated ones)")
 	pf.StringVar(&ro.keyFrom, "key-from", "", "derive the key of RabbitMQ's own dead letters (x-death, no Dedup-Key) as the receiver does: `FROM` is message-id, header:NAME or json:FIELD, in --namespace")
-	cmd.AddCommand(ro.natsCmd(o), ro.rabbitMQCmd(o), ro.kafkaCmd(o))
+	cmd.AddCommand(ro.natsCmd(o), ro.rabbitMQCmd(o), ro.kafkaCmd(o), ro.redisStreamCmd(o))
 	return cmd
 }
 
