@@ -11,6 +11,7 @@ require (
 	github.com/dedup-go/dedup/adapters/kafka v0.1.0
 	github.com/dedup-go/dedup/adapters/nats v0.1.0
 	github.com/dedup-go/dedup/adapters/rabbitmq v0.1.0
+	github.com/dedup-go/dedup/adapters/redisstream v0.1.0
 	github.com/dedup-go/dedup/internal/redistest v0.1.0
 	github.com/dedup-go/dedup/middleware/watermill v0.1.0
 	github.com/dedup-go/dedup/store/mysqlstore v0.1.0
@@ -90,6 +91,7 @@ replace (
 	github.com/dedup-go/dedup/adapters/kafka => ../adapters/kafka
 	github.com/dedup-go/dedup/adapters/nats => ../adapters/nats
 	github.com/dedup-go/dedup/adapters/rabbitmq => ../adapters/rabbitmq
+	github.com/dedup-go/dedup/adapters/redisstream => ../adapters/redisstream
 	github.com/dedup-go/dedup/internal/redistest => ../internal/redistest
 	github.com/dedup-go/dedup/middleware/watermill => ../middleware/watermill
 	github.com/dedup-go/dedup/store/rediscore => ../store/rediscore
