@@ -23,8 +23,9 @@ import (
 // keyedStream is a stream of orders over many keys: order i belongs to
 // key i%keys, is that key's (i/keys)-th order, and goes to the key's
 // partition (key%partitions), so that each key's orders are in one
-// partition in their order. Every copyEvery-th order is produced again
-// copyLag orders later (a producer's retry: same id, another offset).
+// partition in their order. One order in copyEvery of each key (spread
+// over the keys, so over the partitions) is produced again copyLag orders
+// later (a producer's retry: same id, another offset).
 type keyedStream struct {
 	orders, keys       int
 	partitions         int32
@@ -35,14 +36,24 @@ func (s keyedStream) key(i int) int         { return i % s.keys }
 func (s keyedStream) seq(i int) int         { return i / s.keys }
 func (s keyedStream) partition(i int) int32 { return int32(s.key(i)) % s.partitions }
 func (s keyedStream) keyName(k int) string  { return fmt.Sprintf("k-%04d", k) }
-func (s keyedStream) copied(i int) bool     { return i%s.copyEvery == 0 }
-func (s keyedStream) copies() int           { return (s.orders + s.copyEvery - 1) / s.copyEvery }
-func (s keyedStream) ids() (ids []string)   { return s.idsTo(s.orders) }
-func (s keyedStream) idsTo(n int) (ids []string) {
-	for i := range n {
+func (s keyedStream) copied(i int) bool     { return (s.key(i)+s.seq(i))%s.copyEvery == 0 }
+
+// ids returns the ids of the stream's orders.
+func (s keyedStream) ids() (ids []string) {
+	for i := range s.orders {
 		ids = append(ids, orderID(i))
 	}
 	return ids
+}
+
+// copies returns how many orders are produced twice.
+func (s keyedStream) copies() (n int) {
+	for i := range s.orders {
+		if s.copied(i) {
+			n++
+		}
+	}
+	return n
 }
 
 // records returns the records of the stream, in produce order: each
