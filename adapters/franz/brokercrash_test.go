@@ -206,8 +206,12 @@ func TestBrokerCrash(t *testing.T) {
 		s.orders, s.copies(), len(records), stored, stored-int64(len(records)), r.effects, r.doubles, r.lost, r.unexpected, r.outOfOrder,
 		rs.get(delivery.ReasonDuplicate), rs.get(delivery.ReasonInFlight))
 	for i, at := range run.kills {
-		longest, resumed := l.stall(at)
-		t.Logf("crash %d: broker down %v (kill to ready); longest partition stall around it %v; last partition's first effect %v after the kill; committed before %v, after restart %v",
+		window := 10 * time.Second // up to the next crash
+		if i+1 < len(run.kills) {
+			window = run.kills[i+1].Sub(at)
+		}
+		longest, resumed := l.stall(at, window, at.Add(run.downtimes[i]))
+		t.Logf("crash %d: broker down %v (kill to ready); longest gap between two effects of a partition after the kill (until the next) %v; every partition had an effect again %v after the restart; committed before %v, after restart %v",
 			i+1, run.downtimes[i].Round(time.Millisecond), longest.Round(time.Millisecond), resumed.Round(time.Millisecond), run.committedBefore[i], run.after[i])
 	}
 	for p := range s.partitions {

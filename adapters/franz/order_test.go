@@ -168,19 +168,22 @@ func (l *ledger) tally(ids []string) tally {
 	return r
 }
 
-// stall returns, for the effects around at, the longest any partition
-// went without an effect (from its last effect before at to its first
-// after), and how long after at the last partition to resume did.
-func (l *ledger) stall(at time.Time) (longest, resumed time.Duration) {
+// stall returns the longest any partition went without an effect in the
+// window after from (the gap between two effects, the later one within
+// the window), and how long after ready the last partition to have an
+// effect again had its first.
+func (l *ledger) stall(from time.Time, window time.Duration, ready time.Time) (longest, resumed time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, ts := range l.times {
-		k, _ := slices.BinarySearchFunc(ts, at, func(a, b time.Time) int { return a.Compare(b) })
-		if k == 0 || k == len(ts) {
-			continue
+		for k := 1; k < len(ts); k++ {
+			if ts[k].After(from) && ts[k].Before(from.Add(window)) {
+				longest = max(longest, ts[k].Sub(ts[k-1]))
+			}
 		}
-		longest = max(longest, ts[k].Sub(ts[k-1]))
-		resumed = max(resumed, ts[k].Sub(at))
+		if k, _ := slices.BinarySearchFunc(ts, ready, func(a, b time.Time) int { return a.Compare(b) }); k < len(ts) {
+			resumed = max(resumed, ts[k].Sub(ready))
+		}
 	}
 	return longest, resumed
 }
