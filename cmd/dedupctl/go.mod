@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/adapters/franz v0.1.0
 	github.com/dedup-go/dedup/adapters/kafka v0.1.0
 	github.com/dedup-go/dedup/adapters/nats v0.1.0
 	github.com/dedup-go/dedup/adapters/rabbitmq v0.1.0
@@ -22,6 +23,7 @@ require (
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
+	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
@@ -42,7 +44,6 @@ require (
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
-	github.com/twmb/franz-go v1.22.2 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
@@ -61,6 +62,7 @@ require (
 // one without them (scripts/release.sh; docs/architecture.md, Layout).
 replace (
 	github.com/dedup-go/dedup => ../..
+	github.com/dedup-go/dedup/adapters/franz => ../../adapters/franz
 	github.com/dedup-go/dedup/adapters/kafka => ../../adapters/kafka
 	github.com/dedup-go/dedup/adapters/nats => ../../adapters/nats
 	github.com/dedup-go/dedup/adapters/rabbitmq => ../../adapters/rabbitmq
@@ -76,6 +78,10 @@ replace (
 // github.com/twmb/franz-go is required at v1.22.2 for the tests' in-process
 // Kafka cluster (pkg/kfake): the version kfake's own go.mod asks for does not
 // build with it.
+//
+// github.com/dedup-go/dedup/adapters/franz is required for the tests alone,
+// which redrive the dead letters its Consumer writes: the tool reads them
+// with kafka-go, and does not import it.
 //
 // github.com/dedup-go/dedup/middleware/grpc (and with it gRPC and protobuf)
 // is required for the tests alone, which hold the tool's copy of its record
