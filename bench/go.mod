@@ -8,6 +8,7 @@ require (
 	github.com/ThreeDotsLabs/watermill-amqp/v3 v3.1.0
 	github.com/ThreeDotsLabs/watermill-kafka/v3 v3.0.6
 	github.com/dedup-go/dedup v0.1.0
+	github.com/dedup-go/dedup/adapters/franz v0.1.0
 	github.com/dedup-go/dedup/adapters/kafka v0.1.0
 	github.com/dedup-go/dedup/adapters/nats v0.1.0
 	github.com/dedup-go/dedup/adapters/rabbitmq v0.1.0
@@ -27,6 +28,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	github.com/segmentio/kafka-go v0.4.51
+	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	golang.org/x/sync v0.24.0
 )
@@ -70,7 +72,6 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/rcrowley/go-metrics v0.0.0-20201227073835-cf1acfcdf475 // indirect
 	github.com/sony/gobreaker v1.0.0 // indirect
-	github.com/twmb/franz-go v1.22.2 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
 	go.opentelemetry.io/otel v1.29.0 // indirect
 	go.opentelemetry.io/otel/metric v1.29.0 // indirect
@@ -88,6 +89,7 @@ require (
 // The adapters are measured as they are in this repository.
 replace (
 	github.com/dedup-go/dedup => ../
+	github.com/dedup-go/dedup/adapters/franz => ../adapters/franz
 	github.com/dedup-go/dedup/adapters/kafka => ../adapters/kafka
 	github.com/dedup-go/dedup/adapters/nats => ../adapters/nats
 	github.com/dedup-go/dedup/adapters/rabbitmq => ../adapters/rabbitmq
