@@ -3,8 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -126,4 +126,3 @@ func init() {
 		},
 	})
 }
-
