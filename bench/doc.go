@@ -24,9 +24,13 @@
 // how long each side's closing took). Each cadence of Kafka commits is its
 // own row, with a bare reader committing at the same cadence as its
 // baseline and the same reader calling the receiver's Handle as the floor
-// of the dedupkafka Consumer; the Kafka rows add under each side the
-// process's CPU time per message (user + sys, kfake's included) over the
-// same span.
+// of the dedupkafka Consumer; the rows "Kafka consumer on franz-go" do the
+// same for the dedupfranz Consumer with a bare franz-go (kgo) group
+// consumer at the same cadence, and run dedupkafka's Consumer in the same
+// rounds. The Kafka rows add under each side the process's CPU time per
+// message (user + sys, kfake's included) over the same span. The outbox
+// rows to Kafka measure the relay over dedupkafka's and dedupfranz's
+// publishers, each beside a bare loop of its client.
 //
 // A row's ratio is to its first line, its baseline; a line "A over B" is
 // the median of the per-round ratios of side A to side B of the same row,
