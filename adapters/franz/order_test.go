@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dedup-go/dedup"
 	dedupfranz "github.com/dedup-go/dedup/adapters/franz"
@@ -209,36 +208,19 @@ func (r *reasons) get(reason delivery.Reason) int {
 	return r.n[reason]
 }
 
-// endOffsets returns the end offset of each partition of topic.
+// endOffsets returns the end offset of each partition of topic, which
+// has partitions of them.
 func endOffsets(ctx context.Context, addrs []string, topic string, partitions int32) (map[int32]int64, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	req := kmsg.NewPtrListOffsetsRequest()
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	for p := range partitions {
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition, rp.Timestamp = p, -1 // the end
-		rt.Partitions = append(rt.Partitions, rp)
+	ends, err := topicEnds(ctx, cl, topic)
+	if err == nil && len(ends) != int(partitions) {
+		err = fmt.Errorf("%s has %d partitions, not %d", topic, len(ends), partitions)
 	}
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			if p.ErrorCode != 0 {
-				return nil, fmt.Errorf("partition %d: error code %d", p.Partition, p.ErrorCode)
-			}
-			out[p.Partition] = p.Offset
-		}
-	}
-	return out, nil
+	return ends, err
 }
 
 // committedToEnd reports whether group has committed every partition of

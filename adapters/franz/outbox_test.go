@@ -461,7 +461,7 @@ func readTopic(ctx context.Context, addrs []string, topic string, n int) ([]*kgo
 	defer cl.Close()
 	var ends map[int32]int64
 	for {
-		if ends, err = endOffsets(ctx, cl, topic); err != nil {
+		if ends, err = topicEnds(ctx, cl, topic); err != nil {
 			return nil, err
 		}
 		total := int64(0)
@@ -511,8 +511,8 @@ func readTopic(ctx context.Context, addrs []string, topic string, n int) ([]*kgo
 	return out, nil
 }
 
-// endOffsets returns each partition's end offset of topic.
-func endOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
+// topicEnds returns each partition's end offset of topic, through cl.
+func topicEnds(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
 	meta := kmsg.NewPtrMetadataRequest()
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
