@@ -40,9 +40,15 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Cut closes every forwarded connection and refuses new ones, as a network
 // partition between the proxy's clients and the server would.
-func (p *Proxy) Cut() {
+func (p *Proxy) Cut() { p.drop(true) }
+
+// Reset closes every connection forwarded so far and goes on forwarding
+// new ones, as a connection reset would.
+func (p *Proxy) Reset() { p.drop(false) }
+
+func (p *Proxy) drop(cut bool) {
 	p.mu.Lock()
-	p.cut = true
+	p.cut = p.cut || cut
 	conns := p.conns
 	p.conns = nil
 	p.mu.Unlock()

@@ -3,10 +3,7 @@ package mysqlstore_test
 import (
 	"context"
 	"database/sql"
-	"io"
-	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +14,7 @@ import (
 	"github.com/dedup-go/dedup"
 	"github.com/dedup-go/dedup/adapter"
 	"github.com/dedup-go/dedup/delivery"
+	"github.com/dedup-go/dedup/internal/tcpproxy"
 	"github.com/dedup-go/dedup/internal/testenv"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/mysqlstore"
@@ -53,7 +51,7 @@ func TestConnectionCut(t *testing.T) {
 	t.Parallel()
 	d := newDB(t, 2)
 	d.store(t, nil) // the table
-	proxy := startResetProxy(t, d.cfg.Addr)
+	proxy := tcpproxy.Start(t, d.cfg.Addr)
 	db := open(t, d.with(nil, func(c *mysql.Config) { c.Addr = proxy.Addr() }), 2)
 	s := newStore(t, db, &mysqlstore.Options{Timeout: 500 * time.Millisecond})
 	ctx := t.Context()
@@ -150,80 +148,6 @@ func TestCallTimeoutBoundsALockWait(t *testing.T) {
 	require.Equal(t, "x", string(rec.Result))
 }
 
-// resetProxy forwards loopback TCP connections to a server; Reset closes
-// those open, as a network reset would, and new ones are forwarded again;
-// Cut closes them and refuses new ones, as a partition would.
-type resetProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-// Cut closes every connection and refuses new ones.
-func (p *resetProxy) Cut() {
-	p.mu.Lock()
-	p.cut = true
-	p.mu.Unlock()
-	p.Reset()
-}
-
-// startResetProxy listens on a free loopback port and forwards to target,
-// until t ends.
-func startResetProxy(t *testing.T, target string) *resetProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &resetProxy{ln: ln, target: target}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		_ = p.ln.Close()
-		p.Reset()
-		testenv.Wait(t, &p.wg, "the proxy's goroutines to end")
-	})
-	return p
-}
-
-func (p *resetProxy) Addr() string { return p.ln.Addr().String() }
-
-// Reset closes every connection forwarded so far.
-func (p *resetProxy) Reset() {
-	p.mu.Lock()
-	conns := p.conns
-	p.conns = nil
-	p.mu.Unlock()
-	for _, c := range conns {
-		_ = c.Close()
-	}
-}
-
-func (p *resetProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			_ = c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			_ = c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		p.wg.Go(func() { _, _ = io.Copy(up, c); _ = up.Close() })
-		p.wg.Go(func() { _, _ = io.Copy(c, up); _ = c.Close() })
-	}
-}
-
 // TestTxConnectionFailure: the database's connection breaking inside the
 // handler's transaction (a reset during its statement, or the server
 // killing its session) is the store being unavailable, not the handler
@@ -239,7 +163,7 @@ func TestTxConnectionFailure(t *testing.T) {
 			d := newDB(t, 4)
 			d.store(t, nil) // the table
 			payments := d.payments(t)
-			proxy := startResetProxy(t, d.cfg.Addr)
+			proxy := tcpproxy.Start(t, d.cfg.Addr)
 			db := open(t, d.with(nil, func(c *mysql.Config) { c.Addr = proxy.Addr() }), 4)
 			s := newStore(t, db, nil)
 
@@ -288,7 +212,7 @@ func TestTxConnectionFailure(t *testing.T) {
 // breaks it: how is "reset" (the proxy closes its connections; the
 // session is then killed too, as the server would once it noticed) or
 // "killed" (the server kills the session: KILL CONNECTION).
-func breakWhenSleeping(d *testDB, proxy *resetProxy, id int64, how string) error {
+func breakWhenSleeping(d *testDB, proxy *tcpproxy.Proxy, id int64, how string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
 	defer cancel()
 	for {
