@@ -29,16 +29,29 @@ type committer struct {
 	client atomic.Pointer[kgo.Client] // set once the client is built (a callback may run before)
 	opts   Options
 	stats  *counters
-	owned  func() []*partition // the partitions this member owns; read under mu
+	owned  func([]*partition) []*partition // appends the partitions this member owns; read under mu
 
 	mu sync.Mutex // serialises commits, and the changes of what is owned
+
+	// CommitEveryOutcome: the partitions waiting for their watermark's
+	// commit wait for the commit on its way (ended) rather than for mu, so
+	// that all those it took go on at once, and those it did not go out
+	// together in the next.
+	lmu     sync.Mutex    // guards leading and ended
+	leading bool          // a commitMark's commit is on its way
+	ended   chan struct{} // closed when that commit ends
+
+	// What a commit reuses; mu is held.
+	parts []*partition
+	from  []*partition
+	moves []uint64
 
 	quit     chan struct{}
 	done     chan struct{}
 	finalErr error // the last flush's error, read after done
 }
 
-func newCommitter(opts Options, stats *counters, owned func() []*partition) *committer {
+func newCommitter(opts Options, stats *counters, owned func([]*partition) []*partition) *committer {
 	return &committer{opts: opts, stats: stats, owned: owned, quit: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -79,19 +92,50 @@ func (cm *committer) stop() {
 func (cm *committer) flush(ctx context.Context) error {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
-	return cm.commit(ctx, cm.owned())
+	cm.parts = cm.owned(cm.parts[:0])
+	defer clear(cm.parts)
+	return cm.commit(ctx, cm.parts)
 }
 
 // commitMark returns once p's watermark move was committed, with what the
 // commit came to (CommitEveryOutcome). The partitions whose watermarks
 // moved while a commit was on its way go out together in the next.
+//
+// While a commit made here is on its way, the partitions whose watermarks
+// move wait for it to end, then each finds whether it took their move; one
+// of those it did not take makes the next commit, which takes every
+// watermark that moved meanwhile. So no partition waits behind a commit
+// that carries nothing of its own, and none waits for more than the commit
+// on its way and the next.
 func (cm *committer) commitMark(ctx context.Context, p *partition, move uint64) error {
+	for {
+		if tried, err := p.triedFor(move); tried {
+			return err
+		}
+		cm.lmu.Lock()
+		if !cm.leading {
+			break
+		}
+		ended := cm.ended
+		cm.lmu.Unlock()
+		<-ended
+	}
+	cm.leading, cm.ended = true, make(chan struct{})
+	cm.lmu.Unlock()
+	defer func() {
+		cm.lmu.Lock()
+		cm.leading = false
+		close(cm.ended)
+		cm.lmu.Unlock()
+	}()
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
-	if tried, err := p.triedFor(move); tried {
+	if tried, err := p.triedFor(move); tried { // a flush or a revoke took it meanwhile
 		return err
 	}
-	return cm.commit(ctx, cm.owned())
+	cm.parts = cm.owned(cm.parts[:0])
+	defer clear(cm.parts)
+	return cm.commit(ctx, cm.parts)
 }
 
 // release removes parts from what is owned (remove, under mu) and, when
@@ -111,8 +155,11 @@ func (cm *committer) release(ctx context.Context, parts []*partition, commit boo
 // commit, in one OffsetCommit; mu is held.
 func (cm *committer) commit(ctx context.Context, parts []*partition) error {
 	offsets := map[string]map[int32]kgo.EpochOffset{}
-	var from []*partition
-	var moves []uint64
+	from, moves := cm.from[:0], cm.moves[:0]
+	defer func() {
+		clear(from)
+		cm.from, cm.moves = from[:0], moves[:0]
+	}()
 	for _, p := range parts {
 		p.mu.Lock()
 		if p.marked {
@@ -134,7 +181,7 @@ func (cm *committer) commit(ctx context.Context, parts []*partition) error {
 	cctx, cancel := context.WithTimeout(ctx, cm.opts.SettleTimeout)
 	defer cancel()
 	var err error
-	failed := map[tp]error{}
+	var failed map[tp]error // the partitions the broker refused, made for the first
 	cl.CommitOffsetsSync(cctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, rerr error) {
 		if rerr != nil {
 			err = rerr
@@ -143,6 +190,9 @@ func (cm *committer) commit(ctx context.Context, parts []*partition) error {
 		for _, t := range resp.Topics {
 			for _, pr := range t.Partitions {
 				if perr := kerr.ErrorForCode(pr.ErrorCode); perr != nil {
+					if failed == nil {
+						failed = map[tp]error{}
+					}
 					failed[tp{t.Topic, pr.Partition}] = perr
 				}
 			}

@@ -242,11 +242,11 @@ func (c *Consumer[T, R]) Start(ctx context.Context) error {
 	return nil
 }
 
-// owned returns the partitions this member owns.
-func (c *Consumer[T, R]) owned() []*partition {
+// owned appends the partitions this member owns to parts.
+func (c *Consumer[T, R]) owned(parts []*partition) []*partition {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Collect(maps.Values(c.parts))
+	return slices.AppendSeq(parts, maps.Values(c.parts))
 }
 
 // poll hands polled records to their partitions until ctx ends. Polls
