@@ -291,7 +291,7 @@ func (c *Consumer[T, R]) dispatch(topic string, part int32, records []*kgo.Recor
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.isFenced {
+	if p.isFenced.Load() {
 		return
 	}
 	p.queue = append(p.queue, records...)
@@ -322,7 +322,7 @@ func (c *Consumer[T, R]) take(p *partition, batch []*kgo.Record, n int) []*kgo.R
 		default:
 		}
 	}
-	if p.paused && !p.isFenced && len(p.queue) <= c.opts.PartitionBuffer/2 {
+	if p.paused && !p.isFenced.Load() && len(p.queue) <= c.opts.PartitionBuffer/2 {
 		p.paused = false
 		c.client.ResumeFetchPartitions(map[string][]int32{p.id.topic: {p.id.partition}})
 	}

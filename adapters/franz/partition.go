@@ -2,6 +2,7 @@ package dedupfranz
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -30,7 +31,7 @@ type partition struct {
 	mu       sync.Mutex
 	queue    []*kgo.Record // fetched, not taken yet
 	paused   bool          // fetching is paused (kgo's PauseFetchPartitions)
-	isFenced bool          // fenced is closed: no delivery of this partition starts
+	isFenced atomic.Bool   // fenced is closed: no delivery of this partition starts; set under mu, read without it by open
 	mark     *kgo.Record   // the watermark's record
 	marked   bool          // mark is set and not committed yet
 	moves    uint64        // how many times the watermark moved: mark's number
@@ -47,21 +48,20 @@ func newPartition(id tp) *partition {
 func (p *partition) fence() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.isFenced {
+	if p.isFenced.Load() {
 		return true
 	}
-	p.isFenced = true
+	p.isFenced.Store(true)
 	p.queue = nil
 	close(p.fenced)
 	return false
 }
 
 // open reports whether p may start a delivery: it was not fenced. It is
-// asked right before each handing to the receiver.
+// asked right before each handing to the receiver. It takes no lock: once
+// fence returned, open reports false.
 func (p *partition) open() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return !p.isFenced
+	return !p.isFenced.Load()
 }
 
 // setMark moves the watermark to r, and returns the move's number.

@@ -68,6 +68,9 @@ func (c *Consumer[T, R]) work(ctx context.Context, p *partition) {
 // fetched records that were not started are left uncommitted, for the
 // next owner.
 func (c *Consumer[T, R]) nextBatch(p *partition, batch []*kgo.Record) []*kgo.Record {
+	// Records already waiting are taken at once, without waiting for the
+	// ready token (a token left behind makes one empty take later).
+	batch = c.take(p, batch, c.opts.BatchSize)
 	for len(batch) == 0 {
 		select {
 		case <-p.ready:
