@@ -186,15 +186,14 @@ done
 # package: a release of that module could break it. Test helpers shared by
 # several modules' tests (a package under internal/ whose name ends in
 # "test", or testenv) may.
-modPaths=()
-for m in "${mods[@]}"; do
-	if [ "$m" = . ]; then modPaths+=("$rootPath"); else modPaths+=("$rootPath/$m"); fi
-done
+# Every module of the repository (examples, tools and test-only ones too),
+# by path, read once.
+mapfile -t modPaths < <(cd "$root" && find . -name go.mod -not -path './.git/*' -printf '%h\n' | sed "s#^\.#$rootPath#")
 # ownerOf prints the module of this repository that holds package $1: the
 # longest module path that is a prefix of it.
 ownerOf() {
 	local p=$1 best="" m
-	for m in "${modPaths[@]}" $(cd "$root" && find . -name go.mod -not -path './.git/*' -printf '%h\n' | sed "s#^\.#$rootPath#"); do
+	for m in "${modPaths[@]}"; do
 		if [[ $p == "$m" || $p == "$m"/* ]] && [ ${#m} -gt ${#best} ]; then best=$m; fi
 	done
 	echo "$best"
