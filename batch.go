@@ -92,7 +92,7 @@ func (r *Receiver[M, R]) handleBatch(ctx context.Context, msgs []M, ctxs []conte
 	reqs := make([]store.AcquireRequest, 0, len(msgs))
 	now := r.cfg.Clock.Now()
 	for i, m := range msgs {
-		id, err := r.idOf(m)
+		id, err := r.checkID(m)
 		if err != nil {
 			out[i].Err = err
 			continue

@@ -176,9 +176,27 @@ func (r *Receiver[M, R]) Handle(ctx context.Context, msg M) (Result[R], error) {
 	if r.cfg.Observer != nil {
 		return r.handleObserved(ctx, msg)
 	}
-	return r.handle(ctx, msg, nil)
+	if r.peeker == nil {
+		return r.handle(ctx, msg, nil)
+	}
+	// handle's first steps, here so that a duplicate is answered in as few
+	// calls as it can be: each frame a Result is copied through costs.
+	id, err := r.idOf(msg)
+	if err != nil {
+		return Result[R]{}, err
+	}
+	if rec := r.peeker.Peek(r.prefix, id); rec != nil {
+		if (r.fingerprints == fingerprintNever || rec.Fingerprint == "") && (r.zeroSize || len(rec.Result) == 0) {
+			// replay with nothing to check or decode.
+			r.stats.duplicates.Add(1)
+			return Result[R]{Status: delivery.StatusDuplicate, Key: rec.Key, Attempt: rec.Attempt}, nil
+		}
+		return r.replay(ctx, msg, rec)
+	}
+	return r.handleUnknown(ctx, msg, id, nil)
 }
 
+// handle is Handle, timed by tm when it is not nil.
 func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[R], error) {
 	id, err := r.idOf(msg)
 	if err != nil {
@@ -188,6 +206,17 @@ func (r *Receiver[M, R]) handle(ctx context.Context, msg M, tm *timing) (Result[
 		if rec := r.peeker.Peek(r.prefix, id); rec != nil {
 			return r.replay(ctx, msg, rec)
 		}
+	}
+	return r.handleUnknown(ctx, msg, id, tm)
+}
+
+// handleUnknown handles msg, of id, which the store's Peek (when it has
+// one) did not find completed: it joins the key's flight, or claims it.
+func (r *Receiver[M, R]) handleUnknown(ctx context.Context, msg M, id string, tm *timing) (Result[R], error) {
+	// A completed record's id was checked when it was claimed: UTF-8 is
+	// checked only for an id the store does not know.
+	if err := validateUTF8(id); err != nil {
+		return Result[R]{}, err
 	}
 	key := r.prefix + id // the one allocation of a new message's key
 	fp, err := r.fingerprintOf(msg)
@@ -283,29 +312,44 @@ func handlingKey(ctx context.Context, key string) bool {
 	return ok && h.Key == key
 }
 
-// idOf returns the id of msg, validated.
+// idOf returns the id of msg, checked for presence and length; Handle
+// checks that it is UTF-8 only when the store does not know it (see
+// checkID for the whole check).
 func (r *Receiver[M, R]) idOf(msg M) (id string, err error) {
 	if r.nillable && isNil(msg) {
 		return "", fmt.Errorf("%w: the message is nil", ErrNoKey)
 	}
+	returned := false
 	defer func() {
 		// A key func that panics on one odd message must not crash-loop the
 		// consumer: the message is poison like any other without a usable id.
-		if p := recover(); p != nil {
-			id, err = "", fmt.Errorf("%w: %w", ErrInvalidKey, &PanicError{Func: "key func", Value: p, Stack: debug.Stack()})
+		// recover is asked only when the key func did not return.
+		if !returned {
+			id, err = "", fmt.Errorf("%w: %w", ErrInvalidKey, &PanicError{Func: "key func", Value: recover(), Stack: debug.Stack()})
 		}
 	}()
 	id, err = r.key(msg)
+	returned = true
 	if err != nil {
 		if errors.Is(err, ErrNoKey) || errors.Is(err, ErrInvalidKey) {
 			return "", err
 		}
 		return "", fmt.Errorf("%w: %w", ErrNoKey, err)
 	}
-	if err := validateID(id, r.cfg.MaxIDLength); err != nil {
+	if err := validateLength(id, r.cfg.MaxIDLength); err != nil {
 		return "", err
 	}
 	return id, nil
+}
+
+// checkID is idOf with the UTF-8 check: the whole validation, for the
+// paths that do not look the id up first.
+func (r *Receiver[M, R]) checkID(msg M) (string, error) {
+	id, err := r.idOf(msg)
+	if err != nil {
+		return "", err
+	}
+	return id, validateUTF8(id)
 }
 
 // fingerprintOf returns msg's fingerprint, or "" when it has none. A
