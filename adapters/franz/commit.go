@@ -118,7 +118,13 @@ func (cm *committer) commitMark(ctx context.Context, p *partition, move uint64) 
 		}
 		ended := cm.ended
 		cm.lmu.Unlock()
-		<-ended
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			// The move stays marked: the ticker's or the revoke's commit
+			// takes it, or the records are delivered again.
+			return fmt.Errorf("dedupfranz: waiting for the commit on its way: %w", context.Cause(ctx))
+		}
 	}
 	cm.leading, cm.ended = true, make(chan struct{})
 	cm.lmu.Unlock()
