@@ -115,7 +115,6 @@ func init() {
 	register(row{
 		name: "duplicate answered in process, memstore, empty result",
 		unit: "ns/op", n: 200_000, allocs: true,
-		aim: "dedup within 10% of the floor (83 ns when set), 0 allocs",
 		setup: func(tb testing.TB) []side {
 			rcv, st, prefix, id := completedOnce(tb, nothing)
 			return []side{
@@ -135,7 +134,6 @@ func init() {
 	}, row{
 		name: `duplicate answered in process, memstore, small JSON result ({"order":42,"status":"captured"})`,
 		unit: "ns/op", n: 200_000, allocs: true,
-		aim: "none set",
 		setup: func(tb testing.TB) []side {
 			want := receipt{Order: 42, Status: "captured"}
 			rcv, st, prefix, id := completedOnce(tb, func(context.Context, order) (receipt, error) { return want, nil })
@@ -163,7 +161,6 @@ func init() {
 	}, row{
 		name: "new message, memstore, through Handle",
 		unit: "ns/op", n: 100_000, allocs: true,
-		aim: "<= 1 µs, <= 5 allocs",
 		setup: func(tb testing.TB) []side {
 			return []side{
 				{name: "memstore Acquire + Complete", run: func(tb testing.TB, n int) sample {

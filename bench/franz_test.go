@@ -137,7 +137,6 @@ func init() {
 	register(row{
 		name: fmt.Sprintf("Kafka consumer on franz-go (kfake, %d partitions), commit after every message, memstore, trivial handler", kafkaPartitions),
 		unit: "msgs/s", n: 40000, cpu: true,
-		aim: "dedupfranz >= 0.90x bare franz-go",
 		setup: func(tb testing.TB) []side {
 			brokers := startKafka(tb)
 			return []side{
@@ -162,7 +161,6 @@ func init() {
 	}, row{
 		name: fmt.Sprintf("Kafka consumer on franz-go (kfake, %d partitions), commit every %v, memstore, trivial handler", kafkaPartitions, kafkaInterval),
 		unit: "msgs/s", n: 300_000, cpu: true,
-		aim: "dedupfranz >= 0.90x bare franz-go",
 		setup: func(tb testing.TB) []side {
 			brokers := startKafka(tb)
 			return []side{

@@ -166,7 +166,6 @@ func init() {
 	register(row{
 		name: "JetStream consumer, memstore, trivial handler",
 		unit: "msgs/s", n: 50000,
-		aim: "dedup >= 0.90x bare",
 		setup: func(tb testing.TB) []side {
 			js := startNATS(tb)
 			return []side{

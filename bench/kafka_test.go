@@ -317,7 +317,6 @@ func init() {
 	register(row{
 		name: fmt.Sprintf("Kafka consumer (kfake, %d partitions), commit after every message, memstore, trivial handler", kafkaPartitions),
 		unit: "msgs/s", n: 40000, cpu: true,
-		aim: "dedup >= 0.90x bare",
 		setup: func(tb testing.TB) []side {
 			brokers := startKafka(tb)
 			return []side{
@@ -336,7 +335,6 @@ func init() {
 	}, row{
 		name: fmt.Sprintf("Kafka consumer (kfake, %d partitions), commit every %v, memstore, trivial handler", kafkaPartitions, kafkaInterval),
 		unit: "msgs/s", n: 300_000, cpu: true, // the fastest side's run holds about 7 commit intervals
-		aim: "none set",
 		setup: func(tb testing.TB) []side {
 			brokers := startKafka(tb)
 			return []side{

@@ -78,7 +78,6 @@ func init() {
 	register(row{
 		name: fmt.Sprintf("outbox relay to Kafka on franz-go (kfake, %d partitions; PostgreSQL outbox, 1 relay)", kafkaPartitions),
 		unit: "msgs/s", n: 20000,
-		aim: "relay >= 0.7x bare; beside the kafka-go relay",
 		setup: func(tb testing.TB) []side {
 			brokers := startKafka(tb)
 			pool := openPostgres(tb)

@@ -91,7 +91,6 @@ func init() {
 	register(row{
 		name: "outbox relay to JetStream (PostgreSQL outbox, 1 relay)",
 		unit: "msgs/s", n: 20000,
-		aim: "relay >= 0.7x bare, with batches",
 		setup: func(tb testing.TB) []side {
 			js := sharedJetStream(tb)
 			pool := openPostgres(tb)

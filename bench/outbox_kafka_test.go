@@ -137,7 +137,6 @@ func init() {
 	register(row{
 		name: "outbox relay to Kafka (kfake, 3 partitions; PostgreSQL outbox, 1 relay)",
 		unit: "msgs/s", n: 20000,
-		aim: "relay >= 0.7x bare, with batches",
 		setup: func(tb testing.TB) []side {
 			brokers := startKafka(tb)
 			pool := openPostgres(tb)

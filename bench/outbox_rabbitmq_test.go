@@ -77,7 +77,6 @@ func init() {
 	register(row{
 		name: "outbox relay to RabbitMQ (PostgreSQL outbox, 1 relay)",
 		unit: "msgs/s", n: 20000,
-		aim: "relay >= 0.7x bare, with batches",
 		setup: func(tb testing.TB) []side {
 			url := testenv.RabbitMQ.Addr(tb)
 			conn, err := amqp.Dial(url)

@@ -242,7 +242,6 @@ func init() {
 	register(row{
 		name: "RabbitMQ consumer, memstore, trivial handler",
 		unit: "msgs/s", n: 20000,
-		aim: "dedup >= 0.90x bare",
 		setup: func(tb testing.TB) []side {
 			url := testenv.RabbitMQ.Addr(tb)
 			return []side{

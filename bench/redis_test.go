@@ -138,7 +138,6 @@ func init() {
 	register(row{
 		name: "new message on Redis, sequential",
 		unit: "ns/op", n: 3000,
-		aim: "dedup <= 2.3x one SET NX",
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)
@@ -166,7 +165,6 @@ func init() {
 	}, row{
 		name: "new messages on Redis, 16 goroutines",
 		unit: "msgs/s", n: 10000,
-		aim: "dedup >= 0.85x SET NX + SET",
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)
@@ -194,7 +192,6 @@ func init() {
 	}, row{
 		name: "HandleBatch(100) on Redis",
 		unit: "msgs/s", n: 20000,
-		aim: "dedup >= 0.60x the pipeline",
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)
@@ -250,7 +247,6 @@ func commandTimeRow(name string, workers int) row {
 	return row{
 		name: name,
 		unit: "µs", n: 3000,
-		aim: "dedup <= 10 µs (floor: SET NX + SET)",
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			st, err := redisstore.New(ctx, c, nil)
@@ -348,7 +344,6 @@ func cpuRow(name string, workers int) row {
 	return row{
 		name: name,
 		unit: "µs", n: 3000,
-		aim: "none set",
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)

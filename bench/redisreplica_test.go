@@ -62,7 +62,6 @@ func init() {
 	register(row{
 		name: "new message on Redis with a replica, sequential",
 		unit: "ns/op", n: 3000,
-		aim: "MinReplicas: the cost of two WAITs (claim, completion)",
 		setup: func(tb testing.TB) []side {
 			return sides(tb, func(rcv *dedup.Receiver[order, struct{}], keys []string, n int) sample {
 				return timed(n, func(i int) { handle(tb, rcv, keys[i]) })
@@ -71,7 +70,6 @@ func init() {
 	}, row{
 		name: "new messages on Redis with a replica, 16 goroutines",
 		unit: "msgs/s", n: 10000,
-		aim: "MinReplicas: the cost of two WAITs (claim, completion)",
 		setup: func(tb testing.TB) []side {
 			return sides(tb, func(rcv *dedup.Receiver[order, struct{}], keys []string, n int) sample {
 				return rate(n, func() { parallel(n, 16, func(i int) { handle(tb, rcv, keys[i]) }) })

@@ -251,7 +251,6 @@ func init() {
 	register(row{
 		name: "Redis Streams consumer, memstore, trivial handler",
 		unit: "msgs/s", n: 20000, cpu: true,
-		aim: "dedup >= 0.85x bare (both to the last XACK)",
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			return []side{
@@ -270,7 +269,6 @@ func init() {
 	}, row{
 		name: "Redis Streams consumer, redisstore on the same Redis",
 		unit: "msgs/s", n: 20000, cpu: true,
-		aim: "dedup beside the ceiling: the bare loop plus the store's own commands",
 		setup: func(tb testing.TB) []side {
 			c, k := startCountedRedis(tb)
 			st, err := redisstore.New(ctx, c, nil)

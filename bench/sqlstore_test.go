@@ -113,7 +113,6 @@ func init() {
 	register(row{
 		name: "new message in the handler's transaction, MariaDB 10.11 (mysqlstore)",
 		unit: "ns/op", n: 1000,
-		aim: "TxHandler <= 3x the bare transaction; a duplicate < 1x",
 		setup: func(tb testing.TB) []side {
 			db := openMariaDB(tb)
 			db.SetMaxIdleConns(4)
@@ -172,7 +171,6 @@ func init() {
 	}, row{
 		name: "new message in the handler's transaction, PostgreSQL (pgstore)",
 		unit: "ns/op", n: 1000,
-		aim: "TxHandler <= 3x the bare transaction; a duplicate < 1x",
 		setup: func(tb testing.TB) []side {
 			pool := openPostgres(tb)
 			if _, err := pool.Exec(ctx, ordersTable); err != nil {

@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"cmp"
+	"context"
 	"fmt"
 	"os"
 	"regexp"
@@ -12,10 +12,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dedup-go/dedup/bench/internal/perf"
+	"github.com/dedup-go/dedup/store"
+	"github.com/dedup-go/dedup/store/memstore"
 )
 
 // A row is one figure of the table: its sides measured in the same rounds,
-// the first side being the baseline the others are compared with.
+// the first side being the baseline the others are compared with. Its aim
+// is perf.Aims[name], in bench/internal/perf/aims.go.
 type row struct {
 	name string
 	// unit of what each side's run returns: "ns/op", "msgs/s" or another.
@@ -24,15 +29,22 @@ type row struct {
 	unit string
 	// n is how many operations one run of a side does.
 	n int
+	// chunk, when set, splits each side's n operations of a round into
+	// runs of chunk operations, the sides taking turns run by run, and
+	// sums each side's runs: a side's round then spans the same stretch of
+	// the machine's load as the others', not a stretch of its own (for
+	// ns/op rows of a few microseconds a call, which the machine's idle
+	// wake-ups and other work swing from one second to the next).
+	chunk int
 	// allocs shows allocations per operation (in-process rows).
 	allocs bool
 	// cpu adds under each side a line of the process's CPU time per
-	// operation (user + sys, from getrusage), which the side's run returns
-	// as sample.cpu: what stays stable on a shared machine whose other load
-	// makes the wall-clock figures noisy. A versus line gets one too.
+	// operation (user + sys, from getrusage): what stays stable on a
+	// shared machine whose other load makes the wall-clock figures noisy.
+	// A side's run may return it as sample.cpu, over the span of its own
+	// choosing; otherwise it is measured around the whole run. A versus
+	// line gets one too.
 	cpu bool
-	// aim is what the row should show, from the speed issue.
-	aim string
 	// setup makes the sides; its cleanups run when the row is done.
 	setup func(tb testing.TB) []side
 	// versus adds lines comparing two sides of the row with each other
@@ -96,95 +108,132 @@ func BenchmarkTable(b *testing.B) {
 	if v := os.Getenv("BENCH_ROWS"); v != "" {
 		filter = regexp.MustCompile(v)
 	}
-	var out strings.Builder
-	fmt.Fprintf(&out, "%d rounds per row, sides interleaved; median, min-max over rounds; ratio is the median of per-round ratios to the row's baseline (first line), or, on a line \"A over B\", of A's to B's.\n\n", rounds)
-	out.WriteString("| figure | side | median | min-max | ratio | allocs/op | aim |\n|---|---|---|---|---|---|---|\n")
+	run := perf.Run{Go: runtime.Version(), Procs: runtime.GOMAXPROCS(0), Rounds: rounds, Filter: os.Getenv("BENCH_ROWS")}
 	for _, r := range rows {
 		if filter != nil && !filter.MatchString(r.name) {
 			continue
 		}
 		b.Run(strings.ReplaceAll(r.name, " ", "_"), func(b *testing.B) {
+			aim, ok := perf.Aims[r.name]
+			if !ok {
+				b.Errorf("row %q has no aim in bench/internal/perf/aims.go", r.name)
+			}
 			sides := r.setup(b)
-			results := measure(b, r, sides, rounds)
+			results, ceiling := measure(b, r, sides, rounds, aim.Ceiling)
+			pr := perf.Row{Name: r.name, Unit: r.unit, N: r.n, Chunk: r.chunk, Allocs: r.allocs, CPU: r.cpu}
 			for i, s := range sides {
 				res := results[i]
-				fig, aim := "", ""
-				if i == 0 {
-					fig, aim = r.name, r.aim
-				}
-				ratio := "baseline"
-				if i > 0 {
-					ratio = fmt.Sprintf("%.2f", median(res.ratios))
-				}
-				allocs := ""
+				l := perf.Line{Kind: perf.Side, Name: s.name, Values: res.values, Ratios: res.ratios}
 				if r.allocs {
-					allocs = fmt.Sprintf("%.1f", median(res.allocs))
+					l.Allocs = res.allocs
 				}
-				fmt.Fprintf(&out, "| %s | %s | %s %s | %s-%s | %s | %s | %s |\n", fig, s.name,
-					format(median(res.values)), r.unit, format(slices.Min(res.values)), format(slices.Max(res.values)),
-					ratio, allocs, aim)
 				b.Logf("%s: %s per round: %s", s.name, r.unit, formatAll(res.values))
 				if r.cpu {
-					cpuRatio := "baseline"
-					if i > 0 {
-						cpuRatio = fmt.Sprintf("%.2f", median(res.cpuRatios))
-					}
-					us := func(ns float64) string { return format(ns / 1e3) }
-					fmt.Fprintf(&out, "|  | ↳ CPU per message (process, user + sys) | %s µs | %s-%s | %s |  |  |\n",
-						us(median(res.cpus)), us(slices.Min(res.cpus)), us(slices.Max(res.cpus)), cpuRatio)
+					l.CPU, l.CPURatios = res.cpus, res.cpuRatios
 					b.Logf("%s: CPU µs per message per round: %s", s.name, formatAll(scaled(res.cpus, 1e-3)))
 				}
 				if slices.ContainsFunc(res.closings, func(d time.Duration) bool { return d > 0 }) {
 					b.Logf("%s: closing after the last message (outside the clock), ms per round: %s", s.name, formatAll(millis(res.closings)))
 				}
+				pr.Lines = append(pr.Lines, l)
 			}
 			for _, v := range r.versus {
-				ratios := make([]float64, rounds)
-				cpuRatios := make([]float64, rounds)
-				for k := range ratios {
-					ratios[k] = results[v.a].values[k] / results[v.b].values[k]
+				l := perf.Line{Kind: perf.Versus, Name: v.name}
+				for k := range rounds {
+					l.Ratios = append(l.Ratios, results[v.a].values[k]/results[v.b].values[k])
 					if r.cpu {
-						cpuRatios[k] = results[v.a].cpus[k] / results[v.b].cpus[k]
+						l.CPURatios = append(l.CPURatios, results[v.a].cpus[k]/results[v.b].cpus[k])
 					}
 				}
-				fmt.Fprintf(&out, "|  | %s |  |  | %.2f |  |  |\n", v.name, median(ratios))
-				b.Logf("%s per round: %s", v.name, formatAll(ratios))
+				b.Logf("%s per round: %s", v.name, formatAll(l.Ratios))
 				if r.cpu {
-					fmt.Fprintf(&out, "|  | ↳ CPU per message, %s |  |  | %.2f |  |  |\n", v.name, median(cpuRatios))
-					b.Logf("%s, CPU per message, per round: %s", v.name, formatAll(cpuRatios))
+					b.Logf("%s, CPU per message, per round: %s", v.name, formatAll(l.CPURatios))
+				}
+				pr.Lines = append(pr.Lines, l)
+			}
+			if ceiling != nil {
+				pr.Lines = append(pr.Lines, *ceiling)
+				b.Logf("ceiling per round: %s (memstore Acquire + Complete, ns per message: %s)", formatAll(ceiling.Ratios), formatAll(ceiling.Values))
+			}
+			for _, g := range aim.Goals {
+				if !slices.ContainsFunc(pr.Lines, func(l perf.Line) bool { return l.Kind != perf.Ceiling && g.Matches(l.Name) }) {
+					b.Errorf("the aim's goal %q matches no line of the row", g.Side)
 				}
 			}
+			run.Rows = append(run.Rows, pr)
 		})
 	}
+	run.Date = time.Now().UTC().Format(time.RFC3339)
+	table := perf.Render([]perf.Run{run})
 	fmt.Println()
-	fmt.Print(out.String())
+	fmt.Print(table)
 	if path := os.Getenv("BENCH_OUT"); path != "" {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+		out := []byte(table)
+		if strings.HasSuffix(path, ".json") {
+			var err error
+			if out, err = run.Marshal(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(path, out, 0o644); err != nil {
 			b.Errorf("write %s: %v", path, err)
 		}
 	}
 }
 
 // measure runs every side of r once per round, each round starting with
-// the next side, so that no side always runs first or last.
-func measure(tb testing.TB, r row, sides []side, rounds int) []result {
+// the next side, so that no side always runs first or last; a row with a
+// chunk takes turns chunk by chunk within the round, each turn starting
+// with the next side. With ceiling, each round ends with memstore's own
+// Acquire + Complete of n keys, and the ceiling line has the ceiling its
+// time implies for the round's baseline.
+func measure(tb testing.TB, r row, sides []side, rounds int, ceiling bool) ([]result, *perf.Line) {
 	results := make([]result, len(sides))
 	// A warm-up run per side: connections, caches and JIT-like effects of
 	// the first round are not measured.
 	for _, s := range sides {
 		s.run(tb, max(r.n/10, 1))
 	}
+	var ceil *perf.Line
+	if ceiling {
+		ceil = &perf.Line{Kind: perf.Ceiling, Name: "ceiling: bare / (bare + memstore Acquire + Complete), per message"}
+		memstoreAcquireComplete(tb, max(r.n/10, 1))
+	}
+	chunk := r.n
+	if r.chunk > 0 && r.chunk < r.n {
+		chunk = r.chunk
+	}
 	for round := range rounds {
-		values := make([]float64, len(sides))
+		// Per side: the round's total time (ns or seconds, by unit), CPU
+		// (ns) and allocations, over its chunks.
+		spent := make([]float64, len(sides))
 		cpus := make([]float64, len(sides))
-		for k := range sides {
-			i := (round + k) % len(sides)
-			runtime.GC()
-			s := sides[i].run(tb, r.n)
-			values[i] = s.value
-			cpus[i] = s.cpu
-			results[i].allocs = append(results[i].allocs, s.allocs)
-			results[i].closings = append(results[i].closings, s.closing)
+		allocs := make([]float64, len(sides))
+		turn := 0
+		for done := 0; done < r.n; done += chunk {
+			m := min(chunk, r.n-done)
+			for k := range sides {
+				i := (round + turn + k) % len(sides)
+				if m == r.n {
+					runtime.GC()
+				}
+				before := processCPU()
+				s := sides[i].run(tb, m)
+				if r.cpu && s.cpu == 0 {
+					s.cpu = float64((processCPU() - before).Nanoseconds()) / float64(m)
+				}
+				spent[i] += perOp(r.unit, s.value) * float64(m)
+				cpus[i] += s.cpu * float64(m)
+				allocs[i] += s.allocs * float64(m)
+				results[i].closings = append(results[i].closings, s.closing)
+			}
+			turn++
+		}
+		values := make([]float64, len(sides))
+		for i := range sides {
+			values[i] = perOp(r.unit, spent[i]/float64(r.n))
+			cpus[i] /= float64(r.n)
+			results[i].allocs = append(results[i].allocs, allocs[i]/float64(r.n))
 		}
 		for i := range sides {
 			results[i].values = append(results[i].values, values[i])
@@ -192,8 +241,47 @@ func measure(tb testing.TB, r row, sides []side, rounds int) []result {
 			results[i].cpus = append(results[i].cpus, cpus[i])
 			results[i].cpuRatios = append(results[i].cpuRatios, cpus[i]/cpus[0])
 		}
+		if ceil != nil {
+			storeNs := memstoreAcquireComplete(tb, r.n)
+			bareNs := values[0] // ns/op
+			if r.unit == "msgs/s" {
+				bareNs = 1e9 / values[0]
+			}
+			ceil.Values = append(ceil.Values, storeNs)
+			ceil.Ratios = append(ceil.Ratios, bareNs/(bareNs+storeNs))
+		}
 	}
-	return results
+	return results, ceil
+}
+
+// perOp turns a msgs/s value into seconds per message and back (it is its
+// own inverse); a value of another unit is already per operation.
+func perOp(unit string, v float64) float64 {
+	if unit == "msgs/s" {
+		return 1 / v
+	}
+	return v
+}
+
+// memstoreAcquireComplete is memstore's own work for n new messages, in ns
+// per message: the store calls Handle makes for each, without the
+// receiver.
+func memstoreAcquireComplete(tb testing.TB, n int) float64 {
+	ctx := context.Background()
+	st, err := memstore.New(nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keys := ids("ceiling:o-", n)
+	return timed(n, func(i int) {
+		c, err := st.Acquire(ctx, store.AcquireRequest{Key: keys[i], Lease: 30 * time.Second})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := st.Complete(ctx, store.CompleteRequest{Key: keys[i], Token: c.Token, Retention: 24 * time.Hour}); err != nil {
+			tb.Fatal(err)
+		}
+	}).value
 }
 
 // timed runs op n times and returns nanoseconds per operation.
@@ -258,41 +346,7 @@ func millis(d []time.Duration) []float64 {
 func formatAll(v []float64) string {
 	out := make([]string, len(v))
 	for i, x := range v {
-		out[i] = format(x)
+		out[i] = perf.Format(x)
 	}
 	return strings.Join(out, ", ")
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.SortFunc(s, cmp.Compare)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// format prints a value with three significant digits, thousands grouped.
-func format(v float64) string {
-	switch {
-	case v >= 1000:
-		s := strconv.FormatFloat(v, 'f', 0, 64)
-		var b strings.Builder
-		for i, c := range s {
-			if i > 0 && (len(s)-i)%3 == 0 {
-				b.WriteByte(',')
-			}
-			b.WriteRune(c)
-		}
-		return b.String()
-	case v >= 100:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	case v >= 10:
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	default:
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	}
 }

@@ -153,7 +153,6 @@ func init() {
 	register(row{
 		name: "Watermill router over watermill-amqp/v3, 256-byte messages, trivial handler",
 		unit: "msgs/s", n: 20000,
-		aim: "dedupwatermill (memstore) >= 0.90x Watermill's Deduplicator",
 		setup: func(tb testing.TB) []side {
 			url := testenv.RabbitMQ.Addr(tb)
 			return []side{
@@ -168,7 +167,6 @@ func init() {
 	}, row{
 		name: "Watermill duplicate answered in process by the handler middleware, memstore, nothing produced",
 		unit: "ns/op", n: 200_000, allocs: true,
-		aim: "dedupwatermill fewer ns and allocs than Watermill's Deduplicator",
 		setup: func(tb testing.TB) []side {
 			return []side{
 				watermillDuplicates("UUID"),
