@@ -137,7 +137,7 @@ func init() {
 	}
 	register(row{
 		name: "new message on Redis, sequential",
-		unit: "ns/op", n: 3000,
+		unit: "ns/op", n: 3000, chunk: 100, cpu: true,
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			rcv := newRedisReceiver(tb, c)

@@ -61,7 +61,7 @@ func init() {
 	}
 	register(row{
 		name: "new message on Redis with a replica, sequential",
-		unit: "ns/op", n: 3000,
+		unit: "ns/op", n: 3000, chunk: 100, cpu: true,
 		setup: func(tb testing.TB) []side {
 			return sides(tb, func(rcv *dedup.Receiver[order, struct{}], keys []string, n int) sample {
 				return timed(n, func(i int) { handle(tb, rcv, keys[i]) })
