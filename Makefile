@@ -4,7 +4,11 @@
 # make quickstart  the main example; needs no external service
 # make bench       the benchmarks of every module, each beside its baseline
 # make release-check  a release of HEAD as its users meet it (part of make test)
-# make docs-check  links and complete Go programs of README.md and docs/ (part of make test)
+# make docs-check  links and complete Go programs of README.md and docs/, and
+#                  docs/performance.md's generated table against bench/results
+#                  and the aims (part of make test)
+# make perf-table  rewrites docs/performance.md's generated table from
+#                  bench/results/*.json (RUNS="a.json b.json" for others)
 # make api-check   every library module's API against its base: its latest
 #                  tag, or tools/apicheck/base (part of make test)
 
@@ -14,7 +18,7 @@ SERVICES ?= redis nats rabbitmq postgres prometheus mariadb
 # integration, each with its own go.mod.
 MODULES  := $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' | sort))
 
-.PHONY: test services quickstart bench fuzz lint deps-check release-check docs-check api-check
+.PHONY: test services quickstart bench fuzz lint deps-check release-check docs-check perf-table api-check
 
 # Every step runs whatever failed before it; the summary at the end gives
 # each module's result, and the exit status is non-zero if any failed.
@@ -43,9 +47,17 @@ release-check:
 	@./scripts/release-check.sh
 
 # Relative links and anchors of README.md and docs/ resolve, and every
-# ```go run block compiles against the repository's modules.
+# ```go run block compiles against the repository's modules; the table
+# between the perf-table markers of docs/performance.md is what
+# bench/results/*.json and bench/internal/perf/aims.go give.
 docs-check:
 	@$(GO) -C tools run ./docscheck ..
+	@GO=$(GO) ./scripts/perf-table.sh --check
+
+# The comparison table of docs/performance.md, merged from the run files
+# (BenchmarkTable with BENCH_OUT=bench/results/NAME.json).
+perf-table:
+	@GO=$(GO) ./scripts/perf-table.sh $(RUNS)
 
 # No library module breaks the API of its base (its latest release tag, or
 # the commit in tools/apicheck/base while it has none).

@@ -4,14 +4,35 @@
 // of the comparison table in interleaved rounds (baseline, subject;
 // subject, baseline; ...), so that a shared, noisy machine slows both sides
 // of a pair alike, and prints one markdown table of medians, spreads and
-// ratios, which the repository's README quotes:
+// ratios, which docs/performance.md holds (merged from run files):
 //
 //	go -C bench test -run '^$' -bench Table -benchtime 1x -timeout 30m
 //
 // BENCH_ROUNDS sets the number of rounds (default 7), BENCH_ROWS a regular
 // expression selecting rows by name, and BENCH_OUT a file to write the
-// table to as well. The rows that need a service find it like the tests
-// do, and fail when it is missing: RabbitMQ is the shared broker, and
+// table to as well; a BENCH_OUT ending in .json gets the run file instead:
+// every round of every line of every row run, which the perftable command
+// merges. docs/performance.md's table is three whole-table runs merged:
+//
+//	BENCH_OUT=$PWD/bench/results/run-1.json go -C bench test -run '^$' -bench Table -benchtime 1x -timeout 90m
+//	(twice more, run-2.json and run-3.json)
+//	scripts/perf-table.sh           # rewrites the table from bench/results/*.json
+//	scripts/perf-table.sh --check   # fails if it differs (make docs-check)
+//
+// Every row's aim is in internal/perf/aims.go, the one place aims are
+// written (TestAims fails on a row without one): typed goals, each a line
+// of the row, a ratio or value, a comparison and a limit, which the table
+// marks met or missed. A broker row over memstore gets a ceiling line:
+// memstore's own Acquire + Complete, run each round for the row's number of
+// messages, and the ceiling it implies, bare time per message / (bare +
+// memstore's). A row with a chunk (the sequential Redis rows) alternates
+// its sides every chunk of operations within a round, so that the
+// machine's swings of load fall on every side alike. Each line shows the
+// spread of its ratio (of its value, on a baseline) over the rounds: the
+// interquartile range and the range.
+//
+// The rows that need a service find it like the tests do, and fail when
+// it is missing: RabbitMQ is the shared broker, and
 // PostgreSQL and MariaDB the shared databases (each SQL row works in a
 // schema or database of its own); Redis, NATS (an embedded nats-server)
 // and Kafka (kfake, in process) are started by their rows. The broker rows
@@ -34,7 +55,8 @@
 //
 // A row's ratio is to its first line, its baseline; a line "A over B" is
 // the median of the per-round ratios of side A to side B of the same row,
-// and the verbose output (-v) logs every round's value of every side.
+// and the verbose output (-v) logs every round's value of every side. The
+// sequential Redis rows add the client process's CPU per message too.
 //
 // It is a module of its own so that the peers it measures (Watermill and
 // its AMQP and Kafka subscribers, sarama, an embedded nats-server, kfake)

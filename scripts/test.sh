@@ -28,10 +28,19 @@ step() { # name command...
 
 gotest() { (cd "$1" && "$GO" test "${flags[@]}" ./...); }
 
+# make docs-check: the docs' links and programs, and the generated table
+# of docs/performance.md.
+docs_check() {
+	local status=0
+	"$GO" -C tools run ./docscheck .. || status=1
+	./scripts/perf-table.sh --check || status=1
+	return $status
+}
+
 step lint ./scripts/lint.sh "$@"
 step deps-check ./scripts/deps-check.sh
 step release-check ./scripts/release-check.sh
-step docs-check "$GO" -C tools run ./docscheck ..
+step docs-check docs_check
 step api-budget "$GO" -C tools run ./apicount -max 90 ..
 step api-check "$GO" -C tools run ./apicheck ..
 for m in "$@"; do
