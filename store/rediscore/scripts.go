@@ -160,33 +160,41 @@ return 1
 // type, as complete's does), and turns the expiry into bytes and text once
 // per distinct retention, not once per key. MGET reads every key before
 // the first is written, so KEYS must not repeat a key: a batch that does
-// runs completeEachScript instead.
+// runs completeEachScript instead. The loop decodes the creation time and
+// encodes done in place, with the string functions in locals, and prints
+// numbers with string.format('%d'), as completeOneLua does.
 const completeManyLua = `
-local vals = redis.call('MGET', unpack(KEYS))
+local sub, byte, char, call = string.sub, string.byte, string.char, redis.call
+local vals = call('MGET', unpack(KEYS))
 local out, retained, last, last48 = {}, nil, nil, nil
 for i = 1, #KEYS do
 	local key, j = KEYS[i], i * 3 - 2
 	local token = ARGV[j]
-	local v = vals[i] or redis.call('GET', key)
+	local v = vals[i] or call('GET', key)
 	local answer = 0
-	if v and string.sub(v, 2, 17) == token then
-		local state = string.byte(v)
+	if v and sub(v, 2, 17) == token then
+		local state = byte(v)
 		if state == 113 or state == 112 then
 			if ARGV[j + 2] ~= retained then
 				retained = ARGV[j + 2]
 				last = now + retained - 1
-				last48, last = t48(last), tostring(last)
+				last48, last = t48(last), string.format('%d', last)
 			end
-			local done = now - n48(v, 24)
+			local a, b, c, d, e, f = byte(v, 24, 29)
+			local done = now - (((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f)
 			local rec
 			if state == 113 and done >= -8388608 and done < 8388608 then
-				rec = 'C' .. token .. last48 .. string.sub(v, 24, 29) .. d24(done) .. ARGV[j + 1]
+				a = done + 8388608
+				c = a % 256
+				a = (a - c) / 256
+				b = a % 256
+				rec = 'C' .. token .. last48 .. sub(v, 24, 29) .. char((a - b) / 256, b, c) .. ARGV[j + 1]
 			elseif state == 113 then
-				rec = 'c' .. token .. last48 .. string.sub(v, 24, 29) .. done .. ',1,0,0,' .. ARGV[j + 1]
+				rec = 'c' .. token .. last48 .. sub(v, 24, 29) .. string.format('%d', done) .. ',1,0,0,' .. ARGV[j + 1]
 			else
-				rec = 'c' .. token .. last48 .. string.sub(v, 24, 29) .. done .. string.sub(v, 30) .. ARGV[j + 1]
+				rec = 'c' .. token .. last48 .. sub(v, 24, 29) .. string.format('%d', done) .. sub(v, 30) .. ARGV[j + 1]
 			end
-			redis.call('SET', key, rec, 'PXAT', last)
+			call('SET', key, rec, 'PXAT', last)
 			answer = 1
 		elseif state == 67 or state == 99 then
 			answer = 2
