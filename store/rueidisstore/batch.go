@@ -2,6 +2,7 @@ package rueidisstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -70,9 +71,10 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []store.AcquireRequest) [
 	return out
 }
 
-// CompleteBatch runs Complete for every request in one round trip: one
-// script run for all of them on a single server (one reading of the
-// server's clock, one MGET), one run per key on a Cluster.
+// CompleteBatch runs Complete for every request: on a single server, a
+// transaction in two round trips from 8 keys on (completeWatched), else
+// one script run for all of them (one reading of the server's clock, one
+// MGET) in one; one run per key on a Cluster.
 func (s *Store) CompleteBatch(ctx context.Context, reqs []store.CompleteRequest) []error {
 	errs := make([]error, len(reqs))
 	s.completeBatch(ctx, reqs, errs, nil)
@@ -98,6 +100,9 @@ func (s *Store) completeBatch(ctx context.Context, reqs []store.CompleteRequest,
 		}
 		calls = append(calls, scriptCall{index: i, key: req.Key, args: []string{
 			string(req.Token[:]), string(req.Result), strconv.FormatInt(rediscore.MS(req.Retention), 10)}})
+	}
+	if s.completeWatched(ctx, reqs, calls, errs, done) {
+		return
 	}
 	// MGET reads every key before the first is written: a run that repeats
 	// a key takes the per-key form.
@@ -209,4 +214,129 @@ func (s *Store) run(ctx context.Context, op string, one *rueidis.Lua, many func(
 			}
 		}
 	}
+}
+
+// watchedMin is the smallest batch that completeWatched completes: it
+// takes two round trips where the script takes one, which the Redis time
+// it saves pays for from a few keys on.
+const watchedMin = 8
+
+// completeWatched completes calls, requests of reqs, in a transaction on
+// one connection, and reports whether it did: WATCH the keys, MGET them and
+// read TIME; decide on each record as the completion script would
+// (rediscore.Completion); then MULTI, a SET ... PXAT of every record to
+// write, EXEC. A key changed or expired between the reads and EXEC aborts
+// the transaction, which writes nothing, so a record is written only if
+// its token held it when EXEC ran, as in the script. It leaves the batch
+// to the script (reporting false, having written nothing) on a Cluster,
+// for fewer than watchedMin keys or more than rediscore.MaxMany, for keys
+// that repeat, for a key with no string of this package (absent, another
+// type or another program's), and when EXEC aborts. A failed round trip
+// fails every call, as a failed script run does.
+func (s *Store) completeWatched(ctx context.Context, reqs []store.CompleteRequest, calls []scriptCall, errs []error, done []store.Completion) bool {
+	if s.cluster || len(calls) < watchedMin || len(calls) > rediscore.MaxMany || ctx.Err() != nil {
+		return false
+	}
+	keys := s.core.RedisKeys(len(calls), func(k int) string { return calls[k].key })
+	if rediscore.Repeats(keys) {
+		return false
+	}
+	answers := make([]int64, len(calls))
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	wrote := false
+	failed := s.client.Dedicated(func(c rueidis.DedicatedClient) (err error) {
+		rs := c.DoMulti(cctx, c.B().Watch().Key(keys...).Build(), c.B().Mget().Key(keys...).Build(), c.B().Time().Build())
+		if err := rs[0].Error(); err != nil {
+			return err
+		}
+		// Every way out but EXEC takes the WATCH back, so that the
+		// connection goes back to the client's pool as it came.
+		sent := false
+		defer func() {
+			if !sent {
+				if uerr := c.Do(cctx, c.B().Unwatch().Build()).Error(); err == nil {
+					err = uerr
+				}
+			}
+		}()
+		vals, err := rs[1].ToArray()
+		if err != nil {
+			return err
+		}
+		clock, err := rs[2].AsStrSlice()
+		if err != nil {
+			return err
+		}
+		if len(clock) != 2 || len(vals) != len(keys) {
+			return nil
+		}
+		now, ok := rediscore.ServerTime(clock[0], clock[1])
+		cmds := make(rueidis.Commands, 0, len(calls)+2)
+		cmds = append(cmds, c.B().Multi().Build())
+		for k, call := range calls {
+			if !ok {
+				return nil
+			}
+			v, err := vals[k].ToString()
+			if err != nil {
+				return nil // absent, or not a string: the script answers it
+			}
+			req := reqs[call.index]
+			var rec string
+			var last int64
+			rec, last, answers[k], ok = rediscore.Completion(v, req.Token, req.Result, req.Retention, now)
+			if ok && answers[k] == 1 {
+				cmds = append(cmds, c.B().Set().Key(keys[k]).Value(rec).PxatMillisecondsTimestamp(last).Build())
+			}
+		}
+		if !ok {
+			return nil
+		}
+		if len(cmds) == 1 {
+			wrote = true // nothing to write: every answer is 0 or 2
+			return nil
+		}
+		sent = true
+		cmds = append(cmds, c.B().Exec().Build())
+		rs = c.DoMulti(cctx, cmds...)
+		m, err := rs[len(rs)-1].ToMessage()
+		switch {
+		case rueidis.IsRedisNil(err) || (err == nil && m.IsNil()):
+			return nil // aborted: a key changed; the script decides
+		case err != nil:
+			return err
+		}
+		replies, err := m.ToArray()
+		if err != nil || len(replies) != len(cmds)-2 {
+			return fmt.Errorf("EXEC answered %s", describe(&m))
+		}
+		for _, r := range replies {
+			if err := r.Error(); err != nil {
+				return err
+			}
+		}
+		wrote = true
+		return nil
+	})
+	if failed != nil {
+		for _, c := range calls {
+			errs[c.index] = s.fail(ctx, "complete", c.key, failed)
+			if done != nil {
+				done[c.index] = store.CompletionUnknown
+			}
+		}
+		return true
+	}
+	if !wrote {
+		return false
+	}
+	for k, c := range calls {
+		completion, err := s.core.Completed(c.key, answers[k])
+		errs[c.index] = err
+		if done != nil {
+			done[c.index] = completion
+		}
+	}
+	return true
 }
