@@ -216,23 +216,36 @@ func (s *Store) run(ctx context.Context, op string, one *rueidis.Lua, many func(
 	}
 }
 
+// refused is nil for an error that Redis answered (a command the user's
+// ACL does not allow, EXECABORT), which wrote nothing and leaves the batch
+// to the script, and err for any other (a connection lost, a timeout),
+// which fails it.
+func refused(err error) error {
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return nil
+	}
+	return err
+}
+
 // watchedMin is the smallest batch that completeWatched completes: it
 // takes two round trips where the script takes one, which the Redis time
 // it saves pays for from a few keys on.
 const watchedMin = 8
 
 // completeWatched completes calls, requests of reqs, in a transaction on
-// one connection, and reports whether it did: WATCH the keys, MGET them and
-// read TIME; decide on each record as the completion script would
-// (rediscore.Completion); then MULTI, a SET ... PXAT of every record to
-// write, EXEC. A key changed or expired between the reads and EXEC aborts
+// one connection, and reports whether it did: WATCH the keys, MGET them,
+// read TIME and open the transaction (MULTI); decide on each record as the
+// completion script would (rediscore.Completion); then a SET ... PXAT of
+// every record to write, and EXEC. A key changed or expired between the reads and EXEC aborts
 // the transaction, which writes nothing, so a record is written only if
 // its token held it when EXEC ran, as in the script. It leaves the batch
 // to the script (reporting false, having written nothing) on a Cluster,
 // for fewer than watchedMin keys or more than rediscore.MaxMany, for keys
 // that repeat, for a key with no string of this package (absent, another
-// type or another program's), and when EXEC aborts. A failed round trip
-// fails every call, as a failed script run does.
+// type or another program's), when EXEC aborts, and when Redis refuses a
+// command (a user whose ACL allows the scripts but not WATCH, MULTI or
+// EXEC). A failed round trip fails every call, as a failed script run
+// does.
 func (s *Store) completeWatched(ctx context.Context, reqs []store.CompleteRequest, calls []scriptCall, errs []error, done []store.Completion) bool {
 	if s.cluster || len(calls) < watchedMin || len(calls) > rediscore.MaxMany || ctx.Err() != nil {
 		return false
@@ -246,34 +259,45 @@ func (s *Store) completeWatched(ctx context.Context, reqs []store.CompleteReques
 	defer cancel()
 	wrote := false
 	failed := s.client.Dedicated(func(c rueidis.DedicatedClient) (err error) {
-		rs := c.DoMulti(cctx, c.B().Watch().Key(keys...).Build(), c.B().Mget().Key(keys...).Build(), c.B().Time().Build())
-		if err := rs[0].Error(); err != nil {
-			return err
-		}
-		// Every way out but EXEC takes the WATCH back, so that the
-		// connection goes back to the client's pool as it came.
-		sent := false
+		// MULTI goes with the reads, so that no SET is sent before Redis
+		// has opened the transaction (a SET that a refused MULTI left
+		// outside one would run unguarded).
+		rs := c.DoMulti(cctx, c.B().Watch().Key(keys...).Build(), c.B().Mget().Key(keys...).Build(),
+			c.B().Time().Build(), c.B().Multi().Build())
+		// Every way out but EXEC ends the transaction (DISCARD) or takes
+		// the WATCH back (UNWATCH), so that the connection goes back to
+		// the client's pool as it came.
+		sent, open := false, rs[3].Error() == nil
 		defer func() {
-			if !sent {
-				if uerr := c.Do(cctx, c.B().Unwatch().Build()).Error(); err == nil {
-					err = uerr
-				}
+			if sent {
+				return
+			}
+			end := c.B().Unwatch().Build()
+			if open {
+				end = c.B().Discard().Build()
+			}
+			if eerr := c.Do(cctx, end).Error(); err == nil {
+				err = eerr
 			}
 		}()
+		for _, r := range rs {
+			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+				return refused(err)
+			}
+		}
 		vals, err := rs[1].ToArray()
 		if err != nil {
-			return err
+			return refused(err)
 		}
 		clock, err := rs[2].AsStrSlice()
 		if err != nil {
-			return err
+			return refused(err)
 		}
 		if len(clock) != 2 || len(vals) != len(keys) {
 			return nil
 		}
 		now, ok := rediscore.ServerTime(clock[0], clock[1])
-		cmds := make(rueidis.Commands, 0, len(calls)+2)
-		cmds = append(cmds, c.B().Multi().Build())
+		cmds := make(rueidis.Commands, 0, len(calls)+1)
 		for k, call := range calls {
 			if !ok {
 				return nil
@@ -293,7 +317,7 @@ func (s *Store) completeWatched(ctx context.Context, reqs []store.CompleteReques
 		if !ok {
 			return nil
 		}
-		if len(cmds) == 1 {
+		if len(cmds) == 0 {
 			wrote = true // nothing to write: every answer is 0 or 2
 			return nil
 		}
@@ -305,10 +329,12 @@ func (s *Store) completeWatched(ctx context.Context, reqs []store.CompleteReques
 		case rueidis.IsRedisNil(err) || (err == nil && m.IsNil()):
 			return nil // aborted: a key changed; the script decides
 		case err != nil:
-			return err
+			// EXECABORT (a command refused as it was queued) wrote
+			// nothing either.
+			return refused(err)
 		}
 		replies, err := m.ToArray()
-		if err != nil || len(replies) != len(cmds)-2 {
+		if err != nil || len(replies) != len(cmds)-1 {
 			return fmt.Errorf("EXEC answered %s", describe(&m))
 		}
 		for _, r := range replies {

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/rueidisstore"
 )
@@ -147,6 +149,39 @@ func TestCompleteBatchTransactionContended(t *testing.T) {
 			require.False(t, taken[i].IsZero(), "%s: lease lost with no takeover", reqs[i].Key)
 			require.Equal(t, store.StateProcessing, rec.State, reqs[i].Key)
 			require.Equal(t, taken[i], rec.Token, reqs[i].Key)
+		}
+	}
+}
+
+// TestCompleteBatchTransactionRefused: a user whose ACL allows the scripts
+// but not the commands of a transaction (WATCH, MULTI, EXEC) completes its
+// batches as before, through the script; no SET runs outside a
+// transaction, and the connection goes back to the pool with no WATCH or
+// MULTI open.
+func TestCompleteBatchTransactionRefused(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := t.Context()
+	for _, denied := range []string{"-watch", "-multi", "-exec"} {
+		user := "u" + denied[1:]
+		require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", denied).Err())
+		c := connect(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: user, Password: "pw"})
+		s, err := rueidisstore.New(ctx, c, &rueidisstore.Options{Prefix: "refused:"})
+		require.NoError(t, err)
+		for round := range 3 {
+			var reqs []store.CompleteRequest
+			for i := range 10 {
+				key := fmt.Sprintf("%s:%d:%d", user, round, i)
+				cl, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: time.Minute})
+				require.NoError(t, err)
+				reqs = append(reqs, store.CompleteRequest{Key: key, Token: cl.Token, Result: []byte("ok"), Retention: time.Hour})
+			}
+			for i, o := range s.CompleteBatchReport(ctx, reqs) {
+				require.NoError(t, o.Err, "%s: %s", denied, reqs[i].Key)
+				require.Equal(t, store.CompletionWrote, o.Completion, "%s: %s", denied, reqs[i].Key)
+			}
 		}
 	}
 }
