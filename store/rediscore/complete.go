@@ -9,9 +9,11 @@ import (
 
 // Completion is the completion script's work done by the client, for a
 // store that completes a batch in a transaction (WATCH, then MULTI and
-// EXEC) instead: in a script, Redis spends about 7 µs a key on a batch's
-// completion (the SET each key calls from Lua, the Lua), against about 3
-// for the same SETs sent in a transaction. It decides on the record v,
+// EXEC) instead: Redis spends about half the time on a batch's completion
+// in a transaction as in the script, whose every key pays a SET called
+// from Lua and the Lua around it (INFO commandstats, batches of 100 on a
+// busy 2-core machine: 6 to 15 µs a key against 11 to 36, in alternating
+// runs). It decides on the record v,
 // which the caller read under WATCH, at now, the server's clock (TIME, read
 // with it), exactly as completeLua does: the answer (1 wrote, 2 completed
 // already by token, 0 lease lost), and when it is 1 the record to SET with

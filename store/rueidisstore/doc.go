@@ -64,7 +64,8 @@
 // (WATCH, MGET and TIME; then MULTI, a SET of each record written, EXEC),
 // which decides on each record as the script does: two round trips
 // where the script takes one, and about half the time in Redis, whose
-// Lua spends about 7 µs a key on a batch's completion. A transaction that
+// Lua pays a SET called from the script and the Lua around it for every
+// key of a batch's completion. A transaction that
 // a change of one of its keys aborts (a takeover, an expiry) writes
 // nothing and leaves the batch to the script, as do keys that repeat, an
 // absent key and a value this package did not write. On a Cluster, one
