@@ -53,7 +53,7 @@ type heartbeat struct {
 type heartbeatEntry struct {
 	key   string
 	token store.Token
-	beat  func(context.Context) error
+	beat  heartbeater // the message's own heartbeat, or nil
 	hctx  *handlerContext // set once the handler starts, until finish
 	// confirmed is when the claim, or its last extension that the store
 	// confirmed, was sent, on the local clock: the lease holds until a
@@ -94,7 +94,7 @@ func (h *heartbeat) firstBeat() time.Time {
 
 // add registers a claim before start and returns its index. claimed is
 // when the Acquire that made the claim was sent, on the local clock.
-func (h *heartbeat) add(key string, token store.Token, beat func(context.Context) error, claimed time.Time) int {
+func (h *heartbeat) add(key string, token store.Token, beat heartbeater, claimed time.Time) int {
 	h.entries = append(h.entries, heartbeatEntry{key: key, token: token, beat: beat, confirmed: claimed})
 	return len(h.entries) - 1
 }
@@ -293,11 +293,11 @@ func (h *heartbeat) extended(ctx context.Context, i int, sent time.Time, err err
 
 // callBeat calls a message's Heartbeat, which runs on the heartbeat's
 // timer goroutine: a panic there would kill the process, so it is an error.
-func callBeat(ctx context.Context, beat func(context.Context) error) (err error) {
+func callBeat(ctx context.Context, beat heartbeater) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &PanicError{Func: "Heartbeat", Value: p, Stack: debug.Stack()}
 		}
 	}()
-	return beat(ctx)
+	return beat.Heartbeat(ctx)
 }

@@ -753,14 +753,15 @@ func isNil[M any](msg M) bool {
 	return !v.IsValid() || v.IsNil()
 }
 
-// beaterOf returns msg's Heartbeat method, if it has one. Other messages
-// are not boxed into an interface to find out.
-func (r *Receiver[M, R]) beaterOf(msg M) func(context.Context) error {
+// beaterOf returns msg as a heartbeater, if it is one (nil otherwise):
+// an interface holding a pointer message costs no allocation, where its
+// method value would.
+func (r *Receiver[M, R]) beaterOf(msg M) heartbeater {
 	if !r.heartbeats {
 		return nil
 	}
 	if b, ok := any(msg).(heartbeater); ok {
-		return b.Heartbeat
+		return b
 	}
 	return nil
 }
