@@ -165,7 +165,7 @@ func dedupJetStream(tb testing.TB, js jetstream.JetStream, cons jetstream.Consum
 func init() {
 	register(row{
 		name: "JetStream consumer, memstore, trivial handler",
-		unit: "msgs/s", n: 50000,
+		unit: "msgs/s", n: 50000, cpu: true,
 		setup: func(tb testing.TB) []side {
 			js := startNATS(tb)
 			return []side{

@@ -241,7 +241,7 @@ func runWatermill(tb testing.TB, topic string, sub message.Subscriber, handlers 
 func init() {
 	register(row{
 		name: "RabbitMQ consumer, memstore, trivial handler",
-		unit: "msgs/s", n: 20000,
+		unit: "msgs/s", n: 20000, cpu: true,
 		setup: func(tb testing.TB) []side {
 			url := testenv.RabbitMQ.Addr(tb)
 			return []side{
