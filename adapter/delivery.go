@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/dedup-go/dedup"
@@ -65,5 +66,17 @@ func (d *Delivery[R]) Settled(s Settlement) {
 	}
 	d.ev.Decision = s.Decision
 	d.ev.Settled, d.ev.SettleDuration, d.ev.SettleErr = true, s.Duration, s.Err
-	d.settler.Settle(d.ctx, &d.ev, d.observed)
+	// The receiver is handed a pooled copy, not &d.ev: a pointer into d
+	// passed through the settler interface would move every Delivery (544
+	// bytes) an adapter holds to the heap, one allocation per message. The
+	// receiver reads e while Settle runs and keeps nothing of it (the
+	// Observer gets a copy).
+	e := eventPool.Get().(*delivery.Event)
+	*e = d.ev
+	d.settler.Settle(d.ctx, e, d.observed)
+	*e = delivery.Event{}
+	eventPool.Put(e)
 }
+
+// eventPool holds the Events Settled hands the receiver.
+var eventPool = sync.Pool{New: func() any { return new(delivery.Event) }}
