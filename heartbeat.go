@@ -53,7 +53,7 @@ type heartbeat struct {
 type heartbeatEntry struct {
 	key   string
 	token store.Token
-	beat  heartbeater // the message's own heartbeat, or nil
+	beat  heartbeater     // the message's own heartbeat, or nil
 	hctx  *handlerContext // set once the handler starts, until finish
 	// confirmed is when the claim, or its last extension that the store
 	// confirmed, was sent, on the local clock: the lease holds until a
