@@ -51,6 +51,30 @@ func TestHandleProcessesOnceAndReplays(t *testing.T) {
 	require.Equal(t, uint64(1), st.Duplicates)
 }
 
+// TestDuplicateWithoutResult: a duplicate of a handler that returns
+// nothing (answered without decoding a result) has the record's key and
+// attempt, and is counted.
+func TestDuplicateWithoutResult(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	var calls atomic.Int64
+	rcv := newReceiver(t, newMemstore(t, clk), func(ctx context.Context, o order) (struct{}, error) {
+		calls.Add(1)
+		return struct{}{}, ctx.Err()
+	}, &dedup.Config{Namespace: "billing", Clock: clk})
+	for range 3 {
+		_, err := rcv.Handle(t.Context(), order{ID: "o-1"})
+		require.NoError(t, err)
+	}
+	dup, err := rcv.Handle(t.Context(), order{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, dedup.Result[struct{}]{Status: delivery.StatusDuplicate, Key: "billing:o-1", Attempt: 1}, dup)
+	require.Equal(t, int64(1), calls.Load())
+	st := rcv.Stats()
+	require.Equal(t, uint64(1), st.Processed)
+	require.Equal(t, uint64(3), st.Duplicates)
+}
+
 func TestNamespacesDoNotShareRecords(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(epoch)
