@@ -58,6 +58,13 @@
 // and the verbose output (-v) logs every round's value of every side. The
 // sequential Redis rows add the client process's CPU per message too.
 //
+// TestSQLScale is no row of the table: it loads pgstore's and mysqlstore's
+// tables to DEDUP_SQL_SCALE records (ten million, say) and measures them
+// beside tables of 10,000 records in the same rounds, and skips unless
+// that is set, since loading takes minutes (docs/stores.md, "At scale"):
+//
+//	DEDUP_SQL_SCALE=10000000 go -C bench test -run '^TestSQLScale$' -v -count=1 -timeout 2h
+//
 // It is a module of its own so that the peers it measures (Watermill and
 // its AMQP and Kafka subscribers, sarama, an embedded nats-server, kfake)
 // never enter the build of a user of dedup.
