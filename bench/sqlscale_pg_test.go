@@ -134,6 +134,24 @@ func (pg *scalePG) analyze(tb testing.TB, table string) {
 	pg.exec(tb, "VACUUM (ANALYZE) "+pg.qualified(table))
 }
 
+// warm reads the primary key in an index-only scan, in one transaction
+// whose planner may not choose the heap instead.
+func (pg *scalePG) warm(tb testing.TB, table string) {
+	ctx := context.Background()
+	tx, err := pg.admin.Begin(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var n int64
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		tb.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, "SELECT count(key) FROM "+pg.qualified(table)).Scan(&n); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 func (pg *scalePG) sizes(tb testing.TB, table string) scaleSizes {
 	var s scaleSizes
 	err := pg.admin.QueryRow(context.Background(), `SELECT pg_total_relation_size(c.oid), pg_relation_size(c.oid), pg_indexes_size(c.oid),
