@@ -10,11 +10,13 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,6 +56,7 @@ import (
 //	DEDUP_SQL_CHURN_SERVER         own: servers of the run's own; shared: the shared ones [own]
 //	DEDUP_SQL_CHURN_PG_CONF        settings of the own PostgreSQL, name=value,... [none]
 //	DEDUP_SQL_CHURN_PG_TABLE       storage parameters of the PostgreSQL table, name=value,... [none]
+//	DEDUP_SQL_CHURN_MYSQL_CONF     options of the own mariadbd, name=value,... [none]
 //
 // Each store runs on a server of the run's own, with the stock settings
 // of the installed PostgreSQL or MariaDB, its data directory removed at
@@ -74,18 +77,32 @@ import (
 func TestSQLChurn(t *testing.T) {
 	cfg := churnConfigFromEnv(t)
 	t.Logf("churn: %s", cfg)
-	var report churnReport
-	report.Config = cfg.fields()
+	// An interrupt, or the test's -timeout coming near, stops the run and
+	// fails it, with its servers stopped and removed and its series
+	// written: a test that panics at its timeout leaves them behind.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-time.Minute))
+		defer cancel()
+	}
+	report := churnReport{Config: cfg.fields()}
 	for _, name := range cfg.stores {
 		t.Run(name, func(t *testing.T) {
-			target := openChurnTarget(t, name, cfg)
-			run := runChurn(t, cfg, target)
-			report.Runs = append(report.Runs, run)
-			if cfg.out != "" {
-				if err := report.write(cfg.out); err != nil {
-					t.Errorf("write %s: %v", cfg.out, err)
-				}
+			if ctx.Err() != nil {
+				t.Fatalf("%s: not run: %v", name, context.Cause(ctx))
 			}
+			report.Runs = append(report.Runs, churnRun{Store: name})
+			run := &report.Runs[len(report.Runs)-1]
+			if cfg.out != "" {
+				defer func() {
+					if err := report.write(cfg.out); err != nil {
+						t.Errorf("write %s: %v", cfg.out, err)
+					}
+				}()
+			}
+			runChurn(t, ctx, cfg, openChurnTarget(t, name, cfg), run)
 		})
 	}
 }
@@ -107,6 +124,7 @@ type churnConfig struct {
 	server      string
 	pgConf      []string
 	pgTable     []string
+	mysqlConf   []string
 }
 
 func churnConfigFromEnv(t *testing.T) churnConfig {
@@ -136,6 +154,7 @@ func churnConfigFromEnv(t *testing.T) churnConfig {
 		server:      cmpOr(os.Getenv("DEDUP_SQL_CHURN_SERVER"), "own"),
 		pgConf:      churnList(os.Getenv("DEDUP_SQL_CHURN_PG_CONF")),
 		pgTable:     churnList(os.Getenv("DEDUP_SQL_CHURN_PG_TABLE")),
+		mysqlConf:   churnList(os.Getenv("DEDUP_SQL_CHURN_MYSQL_CONF")),
 	}
 	if s := os.Getenv("DEDUP_SQL_CHURN_STORES"); s != "" {
 		cfg.stores = nil
@@ -157,8 +176,8 @@ func churnConfigFromEnv(t *testing.T) churnConfig {
 		t.Fatalf("DEDUP_SQL_CHURN_KEYS=%q: want random or sequential", cfg.keys)
 	case cfg.server != "own" && cfg.server != "shared":
 		t.Fatalf("DEDUP_SQL_CHURN_SERVER=%q: want own or shared", cfg.server)
-	case cfg.server == "shared" && len(cfg.pgConf) > 0:
-		t.Fatal("DEDUP_SQL_CHURN_PG_CONF changes the server's settings: only on a server of the run's own (DEDUP_SQL_CHURN_SERVER=own)")
+	case cfg.server == "shared" && len(cfg.pgConf)+len(cfg.mysqlConf) > 0:
+		t.Fatal("DEDUP_SQL_CHURN_PG_CONF and _MYSQL_CONF set the server's settings: only on a server of the run's own (DEDUP_SQL_CHURN_SERVER=own)")
 	}
 	return cfg
 }
@@ -183,7 +202,7 @@ func (c churnConfig) fields() map[string]any {
 		"records": c.total, "rate": c.rate, "floor": c.floor, "retention_s": c.retention.Seconds(),
 		"cleanup_s": c.cleanup.Seconds(), "cleanup_batch": c.batchSize, "workers": c.workers,
 		"handle_batch": c.handleBatch, "keys": c.keys, "sample_s": c.sample.Seconds(), "server": c.server,
-		"pg_conf": c.pgConf, "pg_table": c.pgTable,
+		"pg_conf": c.pgConf, "pg_table": c.pgTable, "mysql_conf": c.mysqlConf,
 	}
 }
 
@@ -283,19 +302,20 @@ type churnStats struct {
 
 // churnSample is one line of the series.
 type churnSample struct {
-	Phase      string  `json:"phase"` // write or drain
-	Elapsed    float64 `json:"elapsed_s"`
-	Written    int64   `json:"written"`
-	Rate       float64 `json:"rate"` // records a second over the interval
-	Deleted    int64   `json:"deleted"`
-	DeleteRate float64 `json:"deleted_per_s"` // over the interval
-	Cleanups   int64   `json:"cleanup_runs"`
-	CleanupMax float64 `json:"cleanup_max_s"` // the longest Cleanup that ended in the interval
-	ClaimP50   float64 `json:"claim_p50_ms"`
-	ClaimP99   float64 `json:"claim_p99_ms"`
-	HandleP50  float64 `json:"handle_p50_ms"`
-	HandleP99  float64 `json:"handle_p99_ms"`
-	Errors     int64   `json:"errors"`
+	Phase       string  `json:"phase"` // write or drain
+	Elapsed     float64 `json:"elapsed_s"`
+	Written     int64   `json:"written"`
+	Rate        float64 `json:"rate"` // records a second over the interval
+	Deleted     int64   `json:"deleted"`
+	DeleteRate  float64 `json:"deleted_per_s"` // over the interval
+	Cleanups    int64   `json:"cleanup_runs"`
+	CleanupMax  float64 `json:"cleanup_max_s"`  // the longest Cleanup that ended in the interval
+	CleanupBusy float64 `json:"cleanup_busy_s"` // the time spent in Cleanup so far
+	ClaimP50    float64 `json:"claim_p50_ms"`
+	ClaimP99    float64 `json:"claim_p99_ms"`
+	HandleP50   float64 `json:"handle_p50_ms"`
+	HandleP99   float64 `json:"handle_p99_ms"`
+	Errors      int64   `json:"errors"`
 	churnStats
 
 	claim, handle *churnHist
@@ -328,7 +348,7 @@ func (r churnReport) write(path string) error {
 		return err
 	}
 	w := csv.NewWriter(f)
-	_ = w.Write([]string{"store", "phase", "elapsed_s", "written", "rate", "deleted", "deleted_per_s", "cleanup_runs", "cleanup_max_s",
+	_ = w.Write([]string{"store", "phase", "elapsed_s", "written", "rate", "deleted", "deleted_per_s", "cleanup_runs", "cleanup_max_s", "cleanup_busy_s",
 		"claim_p50_ms", "claim_p99_ms", "handle_p50_ms", "handle_p99_ms", "errors", "rows", "backlog", "table_bytes", "index_bytes",
 		"expiry_index_bytes", "total_bytes", "file_bytes", "free_bytes", "n_live_tup", "n_dead_tup", "autovacuum_count",
 		"last_autovacuum_age_s", "history_list_length", "log_bytes", "data_dir_bytes"})
@@ -337,7 +357,7 @@ func (r churnReport) write(path string) error {
 			f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 			i := func(v int64) string { return strconv.FormatInt(v, 10) }
 			_ = w.Write([]string{run.Store, s.Phase, f(s.Elapsed), i(s.Written), f(s.Rate), i(s.Deleted), f(s.DeleteRate), i(s.Cleanups),
-				f(s.CleanupMax), f(s.ClaimP50), f(s.ClaimP99), f(s.HandleP50), f(s.HandleP99), i(s.Errors), i(s.Rows), i(s.Backlog),
+				f(s.CleanupMax), f(s.CleanupBusy), f(s.ClaimP50), f(s.ClaimP99), f(s.HandleP50), f(s.HandleP99), i(s.Errors), i(s.Rows), i(s.Backlog),
 				i(s.TableBytes), i(s.IndexBytes), i(s.ExpiryIdx), i(s.TotalBytes), i(s.FileBytes), i(s.FreeBytes), i(s.LiveTup),
 				i(s.DeadTup), i(s.Autovacs), f(s.LastAutovac), i(s.History), i(s.LogBytes), i(s.DataDir)})
 		}
@@ -394,16 +414,18 @@ type churnCleanup struct {
 	deleted int64
 	runs    int64
 	longest time.Duration // of the runs since the last sample
+	busy    time.Duration // of all the runs
 	errs    int64
 	lastErr error
 }
 
-// runChurn writes cfg.total records through target and samples it until
-// it has drained, then checks the bounds.
-func runChurn(t *testing.T, cfg churnConfig, target churnTarget) churnRun {
-	ctx, cancel := context.WithCancel(context.Background())
+// runChurn writes cfg.total records through target and samples it into
+// run until it has drained, then checks the bounds. It fails t when
+// parent ends first.
+func runChurn(t *testing.T, parent context.Context, cfg churnConfig, target churnTarget, run *churnRun) {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	run := churnRun{Store: target.name, Settings: target.settings}
+	run.Settings = target.settings
 	t.Logf("%s: %s", target.name, target.settings)
 
 	rcv, err := dedup.NewReceiver(target.store, func(m churnMsg) (string, error) { return m.ID, nil },
@@ -438,6 +460,7 @@ func runChurn(t *testing.T, cfg churnConfig, target churnTarget) churnRun {
 			cl.deleted += n
 			cl.runs++
 			cl.longest = max(cl.longest, took)
+			cl.busy += took
 			if err != nil && ctx.Err() == nil {
 				cl.errs++
 				cl.lastErr = err
@@ -522,6 +545,9 @@ func runChurn(t *testing.T, cfg churnConfig, target churnTarget) churnRun {
 	writing := writersDone
 	for {
 		select {
+		case <-parent.Done():
+			t.Fatalf("%s: stopped after %.0f s, %d records written: %v (an interrupt, or the test's -timeout a minute away: run with -timeout 0)",
+				target.name, time.Since(began).Seconds(), written.Load(), context.Cause(parent))
 		case <-ticker.C:
 		case <-writing:
 			if phase == "write" {
@@ -545,7 +571,7 @@ func runChurn(t *testing.T, cfg churnConfig, target churnTarget) churnRun {
 			w.drainInto(s.claim, s.handle)
 		}
 		cl.mu.Lock()
-		s.Deleted, s.Cleanups, s.CleanupMax = cl.deleted, cl.runs, cl.longest.Seconds()
+		s.Deleted, s.Cleanups, s.CleanupMax, s.CleanupBusy = cl.deleted, cl.runs, cl.longest.Seconds(), cl.busy.Seconds()
 		cl.longest = 0
 		cl.mu.Unlock()
 		dt := now.Sub(prevAt).Seconds()
@@ -575,7 +601,6 @@ func runChurn(t *testing.T, cfg churnConfig, target churnTarget) churnRun {
 	for _, line := range run.Summary {
 		t.Logf("%s: %s", target.name, line)
 	}
-	return run
 }
 
 // churnID is the id of record seq: UUID-like and random, or the run's

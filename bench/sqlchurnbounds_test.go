@@ -48,9 +48,10 @@ func (v *pgVacuumSettings) deadBound(live, rate float64) float64 {
 //   - purge (MariaDB): the history list length at most R·C (fewer undo
 //     logs waiting than the records that one interval writes, each of
 //     which is a transaction that updates).
-//   - drift: the claim latency's p99 over the last quarter of the writing
-//     phase at most twice that of the first quarter plus 1 ms, and the
-//     same of p50.
+//   - drift: the claim latency's p99 over the last quarter of the steady
+//     state (of the writing phase, when the steady state has fewer than
+//     eight samples) at most twice that of its first quarter plus 1 ms,
+//     and the same of p50.
 func churnBounds(t *testing.T, cfg churnConfig, target churnTarget, before churnStats, samples []churnSample, wrote, took time.Duration) []string {
 	var out []string
 	check := func(ok bool, format string, args ...any) {
@@ -144,7 +145,8 @@ func churnBounds(t *testing.T, cfg churnConfig, target churnTarget, before churn
 	for _, s := range samples {
 		cleanupMax = max(cleanupMax, s.CleanupMax)
 	}
-	note("cleanup: %d runs deleted %d records; the longest run took %.2f s (interval %v)", last.Cleanups, last.Deleted, cleanupMax, cfg.cleanup)
+	note("cleanup: %d runs deleted %d records in %.1f s of work, %.1f%% of the run's time: %.0f records a second while it ran, against %.0f written a second; the longest run took %.2f s (interval %v)",
+		last.Cleanups, last.Deleted, last.CleanupBusy, 100*last.CleanupBusy/took.Seconds(), float64(last.Deleted)/max(last.CleanupBusy, 1e-9), rate, cleanupMax, cfg.cleanup)
 
 	// Dead tuples, or the purge backlog.
 	if v := target.vacuum; v != nil {
@@ -175,28 +177,28 @@ func churnBounds(t *testing.T, cfg churnConfig, target churnTarget, before churn
 			worst.History, worst.Elapsed, rate*C)
 	}
 
-	// Drift.
-	q1, q4 := &churnHist{}, &churnHist{}
-	var n1, n4 int
-	prevEnd := 0.0
-	for _, s := range write {
-		switch {
-		case s.Elapsed <= wrote.Seconds()/4:
-			q1.merge(s.claim)
-			n1++
-		case prevEnd >= 3*wrote.Seconds()/4:
-			q4.merge(s.claim)
-			n4++
-		}
-		prevEnd = s.Elapsed
+	// Drift: over the steady state when it has eight samples or more (the
+	// writing phase's first quarter has no deletion yet, nor the
+	// cleanup's load), else over the whole writing phase.
+	window, over := write, "the writing phase"
+	if len(steady) >= 8 {
+		window, over = steady, fmt.Sprintf("the steady state (from %.0f s)", steady[0].Elapsed)
+	} else {
+		note("drift: fewer than eight samples of the steady state, so the writing phase's first quarter is before the first expiry")
 	}
-	if n1 == 0 || n4 == 0 {
+	if q := len(window) / 4; q == 0 {
 		note("drift: the writing phase has too few samples for its first and last quarters")
 	} else {
-		p50a, p99a, p50b, p99b := q1.quantile(0.5), q1.quantile(0.99), q4.quantile(0.5), q4.quantile(0.99)
+		first, end := quarter(window[:q]), quarter(window[len(window)-q:])
+		p50a, p99a, p50b, p99b := first.quantile(0.5), first.quantile(0.99), end.quantile(0.5), end.quantile(0.99)
 		check(p99b <= 2*p99a+time.Millisecond && p50b <= 2*p50a+time.Millisecond,
-			"drift: claim p50/p99 %.2f/%.2f ms over the first quarter (%d samples), %.2f/%.2f ms over the last (%d samples)",
-			ms(p50a), ms(p99a), n1, ms(p50b), ms(p99b), n4)
+			"drift: claim p50/p99 %.2f/%.2f ms over the first quarter of %s, %.2f/%.2f ms over its last (%d samples each)",
+			ms(p50a), ms(p99a), over, ms(p50b), ms(p99b), q)
+		if len(steady) >= 8 {
+			q := len(write) / 4
+			first := quarter(write[:q])
+			note("claim p50/p99 over the writing phase's first quarter (%d samples): %.2f/%.2f ms", q, ms(first.quantile(0.5)), ms(first.quantile(0.99)))
+		}
 	}
 
 	// Time and disk.
@@ -221,4 +223,13 @@ func churnBounds(t *testing.T, cfg churnConfig, target churnTarget, before churn
 			target.dataDir, float64(maxDir-before.DataDir)/mib, float64(last.DataDir-before.DataDir)/mib, shared)
 	}
 	return out
+}
+
+// quarter merges the claim latencies of samples.
+func quarter(samples []churnSample) *churnHist {
+	h := &churnHist{}
+	for _, s := range samples {
+		h.merge(s.claim)
+	}
+	return h
 }

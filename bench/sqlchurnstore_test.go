@@ -193,7 +193,7 @@ func openChurnMariaDB(t *testing.T, cfg churnConfig) churnTarget {
 	var db *sql.DB
 	var dataDir string
 	if cfg.server == "own" {
-		mc, dir := startChurnMariaDB(t)
+		mc, dir := startChurnMariaDB(t, cfg.mysqlConf)
 		dataDir = dir
 		admin, err := sql.Open("mysql", mc.FormatDSN())
 		if err != nil {
@@ -229,7 +229,7 @@ func openChurnMariaDB(t *testing.T, cfg churnConfig) churnTarget {
 	err = db.QueryRowContext(ctx, `SELECT VERSION(), CONCAT_WS(' ',
 	CONCAT('innodb_purge_threads=', @@innodb_purge_threads), CONCAT('innodb_purge_batch_size=', @@innodb_purge_batch_size),
 	CONCAT('innodb_max_purge_lag=', @@innodb_max_purge_lag), CONCAT('innodb_buffer_pool_size=', @@innodb_buffer_pool_size),
-	CONCAT('innodb_flush_log_at_trx_commit=', @@innodb_flush_log_at_trx_commit),
+	CONCAT('innodb_flush_log_at_trx_commit=', @@innodb_flush_log_at_trx_commit), CONCAT('innodb_log_file_size=', @@innodb_log_file_size),
 	CONCAT('innodb_stats_auto_recalc=', @@innodb_stats_auto_recalc), CONCAT('innodb_file_per_table=', @@innodb_file_per_table))`).
 		Scan(&version, &settings)
 	if err != nil {
@@ -304,9 +304,10 @@ func quotePG(v string) string { return "'" + strings.ReplaceAll(v, "'", "''") + 
 // startChurnMariaDB starts a MariaDB server of the run's own on a free
 // loopback port, with the stock settings but the ones it needs to run
 // apart (its data directory, port and socket; no grant tables, so root
-// connects with every privilege), and returns its driver config and data
+// connects with every privilege) and the options given (name=value, each
+// passed as --name=value), and returns its driver config and data
 // directory. It is killed, and its folder removed, when t ends.
-func startChurnMariaDB(t *testing.T) (*mysql.Config, string) {
+func startChurnMariaDB(t *testing.T, options []string) (*mysql.Config, string) {
 	t.Helper()
 	const install = "scripts/services.sh mariadb (apt-get install mariadb-server)"
 	bin := testenv.Binary(t, "mariadbd", install)
@@ -329,6 +330,9 @@ func startChurnMariaDB(t *testing.T) (*mysql.Config, string) {
 	args = append([]string{"--no-defaults", "--datadir=" + data, "--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1",
 		"--socket=" + filepath.Join(dir, "sock"), "--pid-file=" + filepath.Join(dir, "pid"), "--skip-grant-tables",
 		"--log-error=" + filepath.Join(dir, "log")}, root...)
+	for _, o := range options {
+		args = append(args, "--"+o)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
