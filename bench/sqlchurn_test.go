@@ -38,7 +38,7 @@ import (
 // It is a long run, outside make test: it skips unless DEDUP_SQL_CHURN
 // gives the number of records to write through each store:
 //
-//	DEDUP_SQL_CHURN=3000000 go -C bench test -run '^TestSQLChurn$' -v -timeout 0
+//	DEDUP_SQL_CHURN=3000000 go -C bench test -run '^TestSQLChurn$' -count 1 -v -timeout 0
 //
 // Other knobs (the defaults in brackets):
 //
@@ -132,7 +132,7 @@ func churnConfigFromEnv(t *testing.T) churnConfig {
 	v := os.Getenv("DEDUP_SQL_CHURN")
 	if v == "" {
 		t.Skip("DEDUP_SQL_CHURN is not set: it is the number of records the churn run writes through each SQL store, " +
-			"e.g. DEDUP_SQL_CHURN=3000000 go -C bench test -run '^TestSQLChurn$' -v -timeout 0 (the other knobs: TestSQLChurn's documentation)")
+			"e.g. DEDUP_SQL_CHURN=3000000 go -C bench test -run '^TestSQLChurn$' -count 1 -v -timeout 0 (the other knobs: TestSQLChurn's documentation)")
 	}
 	total, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || total <= 0 {
@@ -148,10 +148,10 @@ func churnConfigFromEnv(t *testing.T) churnConfig {
 		batchSize:   churnEnvInt(t, "DEDUP_SQL_CHURN_CLEANUP_BATCH", 0),
 		workers:     churnEnvInt(t, "DEDUP_SQL_CHURN_WORKERS", 8),
 		handleBatch: churnEnvInt(t, "DEDUP_SQL_CHURN_HANDLE_BATCH", 1),
-		keys:        cmpOr(os.Getenv("DEDUP_SQL_CHURN_KEYS"), "random"),
+		keys:        churnOr(os.Getenv("DEDUP_SQL_CHURN_KEYS"), "random"),
 		sample:      churnEnvDuration(t, "DEDUP_SQL_CHURN_SAMPLE", 15*time.Second),
 		out:         os.Getenv("DEDUP_SQL_CHURN_OUT"),
-		server:      cmpOr(os.Getenv("DEDUP_SQL_CHURN_SERVER"), "own"),
+		server:      churnOr(os.Getenv("DEDUP_SQL_CHURN_SERVER"), "own"),
 		pgConf:      churnList(os.Getenv("DEDUP_SQL_CHURN_PG_CONF")),
 		pgTable:     churnList(os.Getenv("DEDUP_SQL_CHURN_PG_TABLE")),
 		mysqlConf:   churnList(os.Getenv("DEDUP_SQL_CHURN_MYSQL_CONF")),
@@ -217,7 +217,7 @@ func churnList(v string) []string {
 	return out
 }
 
-func cmpOr(v, def string) string {
+func churnOr(v, def string) string {
 	if v == "" {
 		return def
 	}
@@ -276,7 +276,7 @@ type churnTarget struct {
 	settings string
 	// vacuum is PostgreSQL's autovacuum settings for the table (nil on
 	// MariaDB).
-	vacuum *pgVacuumSettings
+	vacuum *churnVacuum
 	// dataDir is the server's data directory, when it is on this machine.
 	dataDir string
 }
@@ -577,8 +577,8 @@ func runChurn(t *testing.T, parent context.Context, cfg churnConfig, target chur
 		dt := now.Sub(prevAt).Seconds()
 		s.Rate = float64(s.Written-prev.Written) / dt
 		s.DeleteRate = float64(s.Deleted-prev.Deleted) / dt
-		s.ClaimP50, s.ClaimP99 = ms(s.claim.quantile(0.5)), ms(s.claim.quantile(0.99))
-		s.HandleP50, s.HandleP99 = ms(s.handle.quantile(0.5)), ms(s.handle.quantile(0.99))
+		s.ClaimP50, s.ClaimP99 = churnMs(s.claim.quantile(0.5)), churnMs(s.claim.quantile(0.99))
+		s.HandleP50, s.HandleP99 = churnMs(s.handle.quantile(0.5)), churnMs(s.handle.quantile(0.99))
 		run.Samples = append(run.Samples, s)
 		t.Logf("%s: %s", target.name, s.line(target.vacuum != nil))
 		prev, prevAt = s, now
@@ -613,9 +613,9 @@ func churnID(keys, prefix string, seq int64, rng *rand.Rand) string {
 	return fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x", a>>32, (a>>16)&0xffff, a&0xfff, (b>>48)&0x3fff|0x8000, b&0xffffffffffff)
 }
 
-func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+func churnMs(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
 
-const mib = 1 << 20
+const churnMiB = 1 << 20
 
 // churnHeader names the columns of a sample line: what was written and
 // deleted, the sizes, PostgreSQL's tuples and autovacuum runs or
@@ -630,7 +630,7 @@ func churnHeader(pg bool) string {
 }
 
 func (s churnSample) line(pg bool) string {
-	server := fmt.Sprintf("%9.1f %7d", float64(s.FreeBytes)/mib, s.History)
+	server := fmt.Sprintf("%9.1f %7d", float64(s.FreeBytes)/churnMiB, s.History)
 	if pg {
 		last := "-"
 		if s.LastAutovac >= 0 {
@@ -640,13 +640,13 @@ func (s churnSample) line(pg bool) string {
 	}
 	return fmt.Sprintf("%8.0f %-5s %10d %7.0f %9d %7d %6.0f %10.2f | %6.1f %7.1f %7.1f %7.1f %7.1f       | %s | %6.2f/%-6.2f %6.2f/%-6.2f %7d",
 		s.Elapsed, s.Phase, s.Written, s.Rate, s.Rows, s.Backlog, s.DeleteRate, s.CleanupMax,
-		float64(s.TableBytes)/mib, float64(s.IndexBytes)/mib, float64(s.ExpiryIdx)/mib, float64(s.TotalBytes)/mib, float64(s.FileBytes)/mib,
+		float64(s.TableBytes)/churnMiB, float64(s.IndexBytes)/churnMiB, float64(s.ExpiryIdx)/churnMiB, float64(s.TotalBytes)/churnMiB, float64(s.FileBytes)/churnMiB,
 		server, s.ClaimP50, s.ClaimP99, s.HandleP50, s.HandleP99, s.Errors)
 }
 
-// dirSize is the bytes of the files under dir, or -1 when it cannot be
+// churnDirSize is the bytes of the files under dir, or -1 when it cannot be
 // read (the server is elsewhere).
-func dirSize(dir string) int64 {
+func churnDirSize(dir string) int64 {
 	if dir == "" {
 		return -1
 	}

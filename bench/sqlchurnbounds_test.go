@@ -9,7 +9,7 @@ import (
 // churnSizeSlack is what a table takes on disk beyond its rows however
 // few they are: InnoDB grows its file by extents of up to several MiB,
 // PostgreSQL's free space and visibility maps.
-const churnSizeSlack = 16 * mib
+const churnSizeSlack = 16 * churnMiB
 
 // deadBound is the most dead tuples autovacuum lets pile up with live
 // tuples live and rate records a second written: its threshold, reached
@@ -17,7 +17,7 @@ const churnSizeSlack = 16 * mib
 // the launcher to get to the table, one for the vacuum itself) of two
 // dead tuples a record (the row version that the completion replaces, the
 // row the cleanup deletes).
-func (v *pgVacuumSettings) deadBound(live, rate float64) float64 {
+func (v *churnVacuum) deadBound(live, rate float64) float64 {
 	return v.threshold + v.scale*live + 2*rate*2*v.naptime.Seconds()
 }
 
@@ -112,7 +112,7 @@ func churnBounds(t *testing.T, cfg churnConfig, target churnTarget, before churn
 		bound := 2*(live+waiting)*perRow + churnSizeSlack
 		check(float64(peak.FileBytes) <= bound,
 			"size: peak %.1f MiB at %.0f s (%d rows); bound %.1f MiB = 2·(%.0f records within retention + %.0f waiting for vacuum)·%.0f bytes a record (measured at %.0f s, %d rows) + %d MiB",
-			float64(peak.FileBytes)/mib, peak.Elapsed, peak.Rows, bound/mib, live, waiting, perRow, fresh.Elapsed, fresh.Rows, churnSizeSlack/mib)
+			float64(peak.FileBytes)/churnMiB, peak.Elapsed, peak.Rows, bound/churnMiB, live, waiting, perRow, fresh.Elapsed, fresh.Rows, churnSizeSlack/churnMiB)
 	}
 	var steady []churnSample
 	for _, s := range write {
@@ -124,7 +124,7 @@ func churnBounds(t *testing.T, cfg churnConfig, target churnTarget, before churn
 		first, end := steady[0], steady[len(steady)-1]
 		check(float64(end.FileBytes) <= 1.5*float64(first.FileBytes),
 			"growth: %.1f MiB at %.0f s (the steady state's start), %.1f MiB at %.0f s (the writing's end): %.2f times",
-			float64(first.FileBytes)/mib, first.Elapsed, float64(end.FileBytes)/mib, end.Elapsed, float64(end.FileBytes)/float64(first.FileBytes))
+			float64(first.FileBytes)/churnMiB, first.Elapsed, float64(end.FileBytes)/churnMiB, end.Elapsed, float64(end.FileBytes)/float64(first.FileBytes))
 	} else {
 		note("growth: fewer than four samples from %.0f s on (2·(retention+cleanup)): write more records to see the steady state", 2*(T+C))
 	}
@@ -189,15 +189,15 @@ func churnBounds(t *testing.T, cfg churnConfig, target churnTarget, before churn
 	if q := len(window) / 4; q == 0 {
 		note("drift: the writing phase has too few samples for its first and last quarters")
 	} else {
-		first, end := quarter(window[:q]), quarter(window[len(window)-q:])
+		first, end := churnQuarter(window[:q]), churnQuarter(window[len(window)-q:])
 		p50a, p99a, p50b, p99b := first.quantile(0.5), first.quantile(0.99), end.quantile(0.5), end.quantile(0.99)
 		check(p99b <= 2*p99a+time.Millisecond && p50b <= 2*p50a+time.Millisecond,
 			"drift: claim p50/p99 %.2f/%.2f ms over the first quarter of %s, %.2f/%.2f ms over its last (%d samples each)",
-			ms(p50a), ms(p99a), over, ms(p50b), ms(p99b), q)
+			churnMs(p50a), churnMs(p99a), over, churnMs(p50b), churnMs(p99b), q)
 		if len(steady) >= 8 {
 			q := len(write) / 4
-			first := quarter(write[:q])
-			note("claim p50/p99 over the writing phase's first quarter (%d samples): %.2f/%.2f ms", q, ms(first.quantile(0.5)), ms(first.quantile(0.99)))
+			first := churnQuarter(write[:q])
+			note("claim p50/p99 over the writing phase's first quarter (%d samples): %.2f/%.2f ms", q, churnMs(first.quantile(0.5)), churnMs(first.quantile(0.99)))
 		}
 	}
 
@@ -208,8 +208,8 @@ func churnBounds(t *testing.T, cfg churnConfig, target churnTarget, before churn
 		logName = "redo log"
 	}
 	note("disk: the table at most %.1f MiB on disk (%.1f MiB at the writing's end, %.1f MiB drained); %s written: %.1f MiB (%.0f bytes a record)",
-		float64(peak.FileBytes)/mib, float64(lastWrite.FileBytes)/mib, float64(last.FileBytes)/mib, logName,
-		float64(last.LogBytes-before.LogBytes)/mib, float64(last.LogBytes-before.LogBytes)/float64(max(written, 1)))
+		float64(peak.FileBytes)/churnMiB, float64(lastWrite.FileBytes)/churnMiB, float64(last.FileBytes)/churnMiB, logName,
+		float64(last.LogBytes-before.LogBytes)/churnMiB, float64(last.LogBytes-before.LogBytes)/float64(max(written, 1)))
 	if before.DataDir >= 0 {
 		var maxDir int64
 		for _, s := range samples {
@@ -220,13 +220,13 @@ func churnBounds(t *testing.T, cfg churnConfig, target churnTarget, before churn
 			shared = "; what other users of the shared server wrote meanwhile counts too"
 		}
 		note("disk: the server's data directory %s grew by at most %.1f MiB (%.1f MiB at the end)%s",
-			target.dataDir, float64(maxDir-before.DataDir)/mib, float64(last.DataDir-before.DataDir)/mib, shared)
+			target.dataDir, float64(maxDir-before.DataDir)/churnMiB, float64(last.DataDir-before.DataDir)/churnMiB, shared)
 	}
 	return out
 }
 
-// quarter merges the claim latencies of samples.
-func quarter(samples []churnSample) *churnHist {
+// churnQuarter merges the claim latencies of samples.
+func churnQuarter(samples []churnSample) *churnHist {
 	h := &churnHist{}
 	for _, s := range samples {
 		h.merge(s.claim)

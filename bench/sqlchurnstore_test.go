@@ -41,9 +41,9 @@ func openChurnTarget(t *testing.T, name string, cfg churnConfig) churnTarget {
 	return openChurnMariaDB(t, cfg)
 }
 
-// pgVacuumSettings are the autovacuum settings in force for the table:
+// churnVacuum are the autovacuum settings in force for the table:
 // the server's, or the table's own storage parameters.
-type pgVacuumSettings struct {
+type churnVacuum struct {
 	on        bool
 	naptime   time.Duration
 	threshold float64
@@ -68,7 +68,7 @@ func openChurnPostgres(t *testing.T, cfg churnConfig) churnTarget {
 			}
 			for _, kv := range cfg.pgConf {
 				k, v, _ := strings.Cut(kv, "=")
-				if _, err := conn.Exec(ctx, "ALTER SYSTEM SET "+pgx.Identifier{k}.Sanitize()+" = "+quotePG(v)); err != nil {
+				if _, err := conn.Exec(ctx, "ALTER SYSTEM SET "+pgx.Identifier{k}.Sanitize()+" = "+churnQuotePG(v)); err != nil {
 					t.Fatalf("DEDUP_SQL_CHURN_PG_CONF: %s: %v", kv, err)
 				}
 			}
@@ -97,10 +97,10 @@ func openChurnPostgres(t *testing.T, cfg churnConfig) churnTarget {
 		}
 	}
 	if cfg.server != "own" {
-		dataDir = localDir(func(dir *string) error { return pool.QueryRow(ctx, "SHOW data_directory").Scan(dir) })
+		dataDir = churnLocalDir(func(dir *string) error { return pool.QueryRow(ctx, "SHOW data_directory").Scan(dir) })
 	}
 
-	var vac pgVacuumSettings
+	var vac churnVacuum
 	var naptime, version string
 	var relopts []string
 	err = pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('autovacuum')::bool, current_setting('autovacuum_naptime'),
@@ -110,7 +110,7 @@ func openChurnPostgres(t *testing.T, cfg churnConfig) churnTarget {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if vac.naptime, err = pgInterval(naptime); err != nil {
+	if vac.naptime, err = churnPGInterval(naptime); err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range relopts {
@@ -167,14 +167,14 @@ FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = $1::
 			Scan(&st.TableBytes, &st.IndexBytes, &st.ExpiryIdx, &st.TotalBytes, &st.LiveTup, &st.DeadTup, &st.Autovacs,
 				&st.LastAutovac, &st.LogBytes)
 		st.FileBytes = st.TotalBytes
-		st.DataDir = dirSize(target.dataDir)
+		st.DataDir = churnDirSize(target.dataDir)
 		return st, err
 	}
 	return target
 }
 
-// pgInterval parses a setting such as "1min", "30s" or "500ms".
-func pgInterval(v string) (time.Duration, error) {
+// churnPGInterval parses a setting such as "1min", "30s" or "500ms".
+func churnPGInterval(v string) (time.Duration, error) {
 	for _, u := range []struct {
 		suffix string
 		unit   time.Duration
@@ -243,7 +243,7 @@ func openChurnMariaDB(t *testing.T, cfg churnConfig) churnTarget {
 		dataDir:  dataDir,
 	}
 	if cfg.server != "own" {
-		target.dataDir = localDir(func(dir *string) error { return db.QueryRowContext(ctx, "SELECT @@datadir").Scan(dir) })
+		target.dataDir = churnLocalDir(func(dir *string) error { return db.QueryRowContext(ctx, "SELECT @@datadir").Scan(dir) })
 	}
 	target.stats = func(ctx context.Context) (churnStats, error) {
 		var st churnStats
@@ -279,15 +279,15 @@ WHERE t.TABLE_SCHEMA = DATABASE() AND t.TABLE_NAME = ?`, table).Scan(&st.TableBy
 				st.LogBytes = v
 			}
 		}
-		st.DataDir = dirSize(target.dataDir)
+		st.DataDir = churnDirSize(target.dataDir)
 		return st, rows.Err()
 	}
 	return target
 }
 
-// localDir is the server's data directory as read reports it, when it is
+// churnLocalDir is the server's data directory as read reports it, when it is
 // a directory of this machine, else "".
-func localDir(read func(*string) error) string {
+func churnLocalDir(read func(*string) error) string {
 	var dir string
 	if err := read(&dir); err != nil {
 		return ""
@@ -298,8 +298,8 @@ func localDir(read func(*string) error) string {
 	return dir
 }
 
-// quotePG quotes v as a string literal of PostgreSQL.
-func quotePG(v string) string { return "'" + strings.ReplaceAll(v, "'", "''") + "'" }
+// churnQuotePG quotes v as a string literal of PostgreSQL.
+func churnQuotePG(v string) string { return "'" + strings.ReplaceAll(v, "'", "''") + "'" }
 
 // startChurnMariaDB starts a MariaDB server of the run's own on a free
 // loopback port, with the stock settings but the ones it needs to run
