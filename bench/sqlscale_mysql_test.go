@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -44,14 +43,7 @@ type scaleMaria struct {
 // openScaleMariaDB connects to the shared MariaDB and makes the harness's
 // database.
 func openScaleMariaDB(tb testing.TB) scaleBackend {
-	u, err := url.Parse(mariaDB.Addr(tb))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg := mysql.NewConfig()
-	cfg.Net, cfg.Addr, cfg.User = "tcp", u.Host, u.User.Username()
-	cfg.Passwd, _ = u.User.Password()
-	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	cfg := mariaDBConfig(tb)
 	first, err := sql.Open("mysql", cfg.FormatDSN())
 	if err != nil {
 		tb.Fatal(err)

@@ -36,9 +36,9 @@ var mariaDB = testenv.Service{
 	Start:   "scripts/services.sh mariadb",
 }
 
-// openMariaDB creates a database of its own for a row and returns a pool
-// on it; the database is dropped when tb ends.
-func openMariaDB(tb testing.TB) *sql.DB {
+// mariaDBConfig is the shared MariaDB's connection settings, on the
+// database its URL names.
+func mariaDBConfig(tb testing.TB) *mysql.Config {
 	u, err := url.Parse(mariaDB.Addr(tb))
 	if err != nil {
 		tb.Fatal(err)
@@ -47,6 +47,13 @@ func openMariaDB(tb testing.TB) *sql.DB {
 	cfg.Net, cfg.Addr, cfg.User = "tcp", u.Host, u.User.Username()
 	cfg.Passwd, _ = u.User.Password()
 	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	return cfg
+}
+
+// openMariaDB creates a database of its own for a row and returns a pool
+// on it; the database is dropped when tb ends.
+func openMariaDB(tb testing.TB) *sql.DB {
+	cfg := mariaDBConfig(tb)
 	admin, err := sql.Open("mysql", cfg.FormatDSN())
 	if err != nil {
 		tb.Fatal(err)
