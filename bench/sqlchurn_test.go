@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"math/bits"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -224,43 +223,34 @@ func churnOr(v, def string) string {
 	return v
 }
 
-func churnEnvInt(t *testing.T, name string, def int) int {
+// churnEnv is the environment variable name parsed by parse, def when
+// it is unset; a value parse refuses fails t.
+func churnEnv[T any](t *testing.T, name string, def T, parse func(string) (T, error)) T {
 	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
 		return def
 	}
-	n, err := strconv.Atoi(v)
+	x, err := parse(v)
 	if err != nil {
 		t.Fatalf("%s=%q: %v", name, v, err)
 	}
-	return n
+	return x
+}
+
+func churnEnvInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	return churnEnv(t, name, def, strconv.Atoi)
 }
 
 func churnEnvFloat(t *testing.T, name string, def float64) float64 {
 	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		t.Fatalf("%s=%q: %v", name, v, err)
-	}
-	return f
+	return churnEnv(t, name, def, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) })
 }
 
 func churnEnvDuration(t *testing.T, name string, def time.Duration) time.Duration {
 	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		t.Fatalf("%s=%q: %v", name, v, err)
-	}
-	return d
+	return churnEnv(t, name, def, time.ParseDuration)
 }
 
 // churnTarget is one store under churn, with what the run reads of its
@@ -318,7 +308,7 @@ type churnSample struct {
 	Errors      int64   `json:"errors"`
 	churnStats
 
-	claim, handle *churnHist
+	claim, handle latencies
 }
 
 // churnRun is one store's run: its settings, its series and its verdict.
@@ -389,22 +379,22 @@ type churnResult struct {
 // interval.
 type churnWorker struct {
 	mu            sync.Mutex
-	claim, handle churnHist
+	claim, handle latencies
 }
 
-func (w *churnWorker) record(h func(*churnWorker) *churnHist, d time.Duration) {
+func (w *churnWorker) record(l func(*churnWorker) *latencies, d time.Duration) {
 	w.mu.Lock()
-	h(w).add(d)
+	*l(w) = append(*l(w), d)
 	w.mu.Unlock()
 }
 
 // drainInto adds the worker's latencies to claim and handle and starts
 // its next interval.
-func (w *churnWorker) drainInto(claim, handle *churnHist) {
+func (w *churnWorker) drainInto(claim, handle *latencies) {
 	w.mu.Lock()
-	claim.merge(&w.claim)
-	handle.merge(&w.handle)
-	w.claim, w.handle = churnHist{}, churnHist{}
+	*claim = append(*claim, w.claim...)
+	*handle = append(*handle, w.handle...)
+	w.claim, w.handle = w.claim[:0], w.handle[:0]
 	w.mu.Unlock()
 }
 
@@ -429,8 +419,11 @@ func runChurn(t *testing.T, parent context.Context, cfg churnConfig, target chur
 	t.Logf("%s: %s", target.name, target.settings)
 
 	rcv, err := dedup.NewReceiver(target.store, func(m churnMsg) (string, error) { return m.ID, nil },
-		func(_ context.Context, m churnMsg) (churnResult, error) {
-			m.w.record(func(w *churnWorker) *churnHist { return &w.claim }, time.Since(m.start))
+		func(ctx context.Context, m churnMsg) (churnResult, error) {
+			if err := ctx.Err(); err != nil {
+				return churnResult{}, err
+			}
+			m.w.record(func(w *churnWorker) *latencies { return &w.claim }, time.Since(m.start))
 			return churnResult{Seq: m.Seq, OK: true}, nil
 		}, &dedup.Config{Namespace: "churn", Retention: cfg.retention})
 	if err != nil {
@@ -511,7 +504,7 @@ func runChurn(t *testing.T, parent context.Context, cfg churnConfig, target chur
 					outcomes = rcv.HandleBatch(ctx, batch)
 				}
 				took := time.Since(now)
-				w.record(func(w *churnWorker) *churnHist { return &w.handle }, took)
+				w.record(func(w *churnWorker) *latencies { return &w.handle }, took)
 				for i, o := range outcomes {
 					if o.Err != nil || o.Result.Status != delivery.StatusProcessed {
 						if ctx.Err() != nil {
@@ -566,9 +559,9 @@ func runChurn(t *testing.T, parent context.Context, cfg churnConfig, target chur
 			t.Fatalf("%s: stats: %v", target.name, err)
 		}
 		s := churnSample{Phase: phase, Elapsed: now.Sub(began).Seconds(), Written: written.Load(), Errors: failed.Load(),
-			churnStats: st, claim: &churnHist{}, handle: &churnHist{}}
+			churnStats: st}
 		for _, w := range workers {
-			w.drainInto(s.claim, s.handle)
+			w.drainInto(&s.claim, &s.handle)
 		}
 		cl.mu.Lock()
 		s.Deleted, s.Cleanups, s.CleanupMax, s.CleanupBusy = cl.deleted, cl.runs, cl.longest.Seconds(), cl.busy.Seconds()
@@ -666,85 +659,4 @@ func churnDirSize(dir string) int64 {
 		return -1
 	}
 	return total
-}
-
-// churnHist counts durations in microseconds, in buckets about 1.6% wide
-// (64 a power of two).
-type churnHist struct {
-	counts [churnBuckets]uint64
-	n      uint64
-}
-
-// churnBuckets covers up to 2^40 µs (12 days).
-const churnBuckets = 64 * 35
-
-func churnBucket(us int64) int {
-	if us < 64 {
-		return int(max(us, 0))
-	}
-	shift := bits.Len64(uint64(us)) - 7
-	return min(64*shift+int(us>>shift), churnBuckets-1)
-}
-
-// churnBucketValue is the middle of bucket i, in microseconds.
-func churnBucketValue(i int) float64 {
-	if i < 128 {
-		return float64(i)
-	}
-	shift := i/64 - 1
-	low := int64(i-64*shift) << shift
-	return float64(low) + float64(int64(1)<<shift)/2
-}
-
-func (h *churnHist) add(d time.Duration) {
-	h.counts[churnBucket(d.Microseconds())]++
-	h.n++
-}
-
-func (h *churnHist) merge(o *churnHist) {
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
-	h.n += o.n
-}
-
-// quantile is the q-quantile of the durations counted, 0 when none.
-func (h *churnHist) quantile(q float64) time.Duration {
-	if h.n == 0 {
-		return 0
-	}
-	rank := uint64(math.Ceil(q * float64(h.n)))
-	rank = max(rank, 1)
-	var seen uint64
-	for i, c := range h.counts {
-		seen += c
-		if seen >= rank {
-			return time.Duration(churnBucketValue(i) * float64(time.Microsecond))
-		}
-	}
-	return time.Duration(churnBucketValue(churnBuckets-1) * float64(time.Microsecond))
-}
-
-// TestChurnHist checks the churn run's latency histogram: its quantiles
-// are within a bucket (1.6%) of the exact ones.
-func TestChurnHist(t *testing.T) {
-	var h churnHist
-	if h.quantile(0.99) != 0 {
-		t.Fatal("an empty histogram has a quantile")
-	}
-	for us := 1; us <= 100_000; us++ {
-		h.add(time.Duration(us) * time.Microsecond)
-	}
-	for _, q := range []float64{0.01, 0.5, 0.99, 1} {
-		want := q * 100_000 * float64(time.Microsecond)
-		if got := float64(h.quantile(q)); math.Abs(got-want) > 0.016*want {
-			t.Errorf("quantile %v: %v, want %v", q, time.Duration(got), time.Duration(want))
-		}
-	}
-	var m churnHist
-	m.merge(&h)
-	m.add(time.Hour)
-	if m.n != h.n+1 || m.quantile(1) < 59*time.Minute {
-		t.Errorf("merged: %d counted, max %v", m.n, m.quantile(1))
-	}
 }

@@ -225,11 +225,11 @@ func churnBounds(t *testing.T, cfg churnConfig, target churnTarget, before churn
 	return out
 }
 
-// churnQuarter merges the claim latencies of samples.
-func churnQuarter(samples []churnSample) *churnHist {
-	h := &churnHist{}
+// churnQuarter is the claim latencies of samples, together.
+func churnQuarter(samples []churnSample) latencies {
+	var l latencies
 	for _, s := range samples {
-		h.merge(s.claim)
+		l = append(l, s.claim...)
 	}
-	return h
+	return l
 }

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -90,7 +89,12 @@ type scaleReply struct {
 }
 
 // scaleDone is the handlers' answer.
-func scaleDone(context.Context, order) (scaleReply, error) { return scaleReply{OK: true}, nil }
+func scaleDone(ctx context.Context, _ order) (scaleReply, error) {
+	if err := ctx.Err(); err != nil {
+		return scaleReply{}, err
+	}
+	return scaleReply{OK: true}, nil
+}
 
 // scaleID is the id of the i-th (from 1) of n loaded records, in the
 // format of a UUID: its first 8 hex digits are (i-1)·2³²/n, so that the
@@ -197,10 +201,7 @@ func TestSQLScale(t *testing.T) {
 	if err != nil || n <= scaleSmall {
 		t.Fatalf("DEDUP_SQL_SCALE=%q: want a number of records above %d", v, scaleSmall)
 	}
-	rounds := 7
-	if v, err := strconv.Atoi(os.Getenv("BENCH_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
+	rounds := benchRounds()
 	keep := os.Getenv("DEDUP_SQL_SCALE_KEEP") == "1"
 	report := scaleReport{Go: runtime.Version(), Procs: runtime.GOMAXPROCS(0), Rounds: rounds, Records: n, Small: scaleSmall}
 	for _, b := range []struct {
@@ -432,7 +433,7 @@ func scaleNew(t testing.TB, tb *scaleTable, rcv *dedup.Receiver[order, scaleRepl
 // round; its first run, measure's warm-up, is not kept.
 type scaleLatencies struct {
 	runs int
-	all  []time.Duration
+	all  latencies
 }
 
 // timed runs op n times and returns nanoseconds per operation, keeping
@@ -454,14 +455,7 @@ func (l *scaleLatencies) timed(n int, op func(i int)) sample {
 
 // p99 is the 99th percentile of the latencies kept, in nanoseconds (the
 // nearest rank).
-func (l *scaleLatencies) p99() float64 {
-	if len(l.all) == 0 {
-		return 0
-	}
-	s := slices.Clone(l.all)
-	slices.Sort(s)
-	return float64(s[min(len(s)-1, (len(s)*99+99)/100-1)].Nanoseconds())
-}
+func (l *scaleLatencies) p99() float64 { return float64(l.all.quantile(0.99).Nanoseconds()) }
 
 // scaleReceiver is a receiver of orders on s with the defaults.
 func scaleReceiver(tb testing.TB, s store.Store, h dedup.Handler[order, scaleReply]) *dedup.Receiver[order, scaleReply] {

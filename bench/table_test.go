@@ -100,10 +100,7 @@ func BenchmarkTable(b *testing.B) {
 	if b.N != 1 {
 		b.Skip("run with -benchtime 1x: each row times its own rounds")
 	}
-	rounds := 7
-	if v, err := strconv.Atoi(os.Getenv("BENCH_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
+	rounds := benchRounds()
 	var filter *regexp.Regexp
 	if v := os.Getenv("BENCH_ROWS"); v != "" {
 		filter = regexp.MustCompile(v)
@@ -349,4 +346,14 @@ func formatAll(v []float64) string {
 		out[i] = perf.Format(x)
 	}
 	return strings.Join(out, ", ")
+}
+
+// benchRounds is how many rounds each row (and each operation of the SQL
+// scale harness) runs: BENCH_ROUNDS, 7 when it is unset or not a positive
+// number.
+func benchRounds() int {
+	if v, err := strconv.Atoi(os.Getenv("BENCH_ROUNDS")); err == nil && v > 0 {
+		return v
+	}
+	return 7
 }
