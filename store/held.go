@@ -21,6 +21,7 @@ type HeldClaim struct {
 	Retention time.Duration
 
 	completed atomic.Bool
+	steps     stepGen
 }
 
 // MarkCompleted records that the handler completed the record itself, with

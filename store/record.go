@@ -79,6 +79,10 @@ type Record struct {
 	// its store (tieredstore's local tier, answering Peek and Acquire) may
 	// leave it zero; an Inspector's answers carry it.
 	CompletedAt time.Time
+	// Steps are the record's step records (StepStore), in no particular
+	// order: an Inspector's Get and Scan fill them in; Acquire and Peek
+	// leave them out.
+	Steps []StepRecord
 }
 
 // Token fences a claim: a fresh random value for every Acquire.
