@@ -34,7 +34,13 @@
 //     call changes nothing.
 //
 // The optional abilities are tested when the store has them and skipped
-// otherwise: [store.Peeker] (completed, unexpired records only, never
+// otherwise: [store.StepStore] (Steps: a fresh record has no step records;
+// they survive Release, a takeover and a claim granted again with its own
+// token, and are kept by Complete; they are gone with an expired or
+// deleted record; only the holder's token reads or writes them, and a
+// refused call changes nothing; Get and Scan return them; bad names are
+// [store.ErrInvalidConfig]; concurrent saves are all kept; a 64 KiB value
+// is kept), [store.Peeker] (completed, unexpired records only, never
 // another key's), [store.BatchStore] (AcquireBatch, CompleteBatch and
 // ExtendBatch match the single-key calls request by request, in order;
 // empty batches; cancelled contexts) and [store.Inspector] (Get, Delete,

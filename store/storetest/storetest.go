@@ -106,6 +106,7 @@ var groups = []struct {
 	{"DeleteIf", deleteIfCases},
 	{"CompleteReporter", reporterCases},
 	{"RecordFields", recordFieldCases},
+	{"Steps", stepCases},
 }
 
 // attempts is how many times a subtest runs while it is inconclusive (see
