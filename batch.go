@@ -77,7 +77,9 @@ func (r *Receiver[M, R]) handleBatch(ctx context.Context, msgs []M, ctxs []conte
 		}
 		return ctxs[i]
 	}
-	if r.batcher == nil {
+	if r.batcher == nil || r.steps != nil {
+		// A handler with steps runs each message alone: its steps and
+		// compensations are a delivery's.
 		for i, m := range msgs {
 			out[i].Result, out[i].Err = r.handle(ctxOf(i), m, nil)
 		}

@@ -108,6 +108,26 @@ type Config struct {
 	// Clock is the time source of leases and heartbeats. Tests inject a
 	// clock.Fake. Defaults to clock.Real().
 	Clock clock.Clock
+
+	// Steps lets the handler run recorded steps (Step): NewReceiver then
+	// requires a store that keeps step records (store.StepStore), and
+	// fails with ErrStepsUnsupported otherwise. Set by Compensations too.
+	// Defaults to false: Step fails with ErrStepsUnsupported.
+	Steps bool
+
+	// Compensations undo the steps of a message that is given up
+	// (docs/steps.md), by step name; a name ending in "*" is a pattern
+	// for every step name with its prefix ("reserve/*"), the longest
+	// pattern winning. A message is given up when Decide would
+	// dead-letter its handler's error (a Permanent error, MaxAttempts
+	// reached) or its claim is past MaxAttempts: before the handler's
+	// error is returned, the compensations of its completed steps run in
+	// the reverse order of their completion, each once and recorded, and
+	// no step of the message starts any more. A step without a
+	// compensation is left as it is. Each must take the receiver's message
+	// type (NewReceiver checks). Defaults to none: a message given up is
+	// dead-lettered with its steps' effects in place.
+	Compensations map[string]Compensation
 }
 
 // withDefaults returns a copy of c with every zero field set to its default.
@@ -129,6 +149,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if isNilInterface(out.Backoff) {
 		out.Backoff = ExponentialBackoff{Base: time.Second, Max: 5 * time.Minute}
+	}
+	if len(out.Compensations) > 0 {
+		out.Steps = true
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()

@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -51,9 +52,20 @@ func (r *Receiver[M, R]) decide(res Result[R], err error) delivery.Decision {
 	dead := func(reason delivery.Reason) delivery.Decision {
 		return delivery.Decision{Action: delivery.DeadLetter, Reason: reason, Err: err}
 	}
+	var (
+		compErr *CompensationError
+		givenUp *GivenUpError
+	)
 	switch {
 	case errors.Is(err, ErrCanceled):
 		return delivery.Decision{Action: delivery.Retry, Delay: r.backoff(1), Reason: delivery.ReasonCanceled, Err: err}
+	case errors.As(err, &compErr):
+		if compErr.Final {
+			return dead(delivery.ReasonCompensationFailed)
+		}
+		return delivery.Decision{Action: delivery.Retry, Delay: r.backoff(compErr.Failures), Reason: delivery.ReasonHandlerError, Err: err}
+	case errors.As(err, &givenUp):
+		return dead(cmp.Or(givenUp.Reason, delivery.ReasonPermanent))
 	case errors.Is(err, ErrLeaseLost):
 		// Another delivery holds the key now: its outcome decides.
 		return delivery.Decision{Action: delivery.Retry, Delay: r.backoff(1), Reason: delivery.ReasonInFlight, Err: err}

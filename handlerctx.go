@@ -58,6 +58,7 @@ type handlerContext struct {
 	parent context.Context
 	held   store.HeldClaim
 	child  atomic.Pointer[cancelPart]
+	handlerSteps
 }
 
 // cancelPart is the cancellable part of a handler's context.
@@ -112,6 +113,9 @@ func (c *handlerContext) Err() error {
 func (c *handlerContext) Value(key any) any {
 	if key == claimKey {
 		return &c.held
+	}
+	if key == (stepsKey{}) {
+		return c
 	}
 	if p := c.child.Load(); p != nil && p != returnedMark {
 		return p.ctx.Value(key)

@@ -57,6 +57,7 @@ type Receiver[M, R any] struct {
 	beats        *beatQueue // the heartbeats of single deliveries, until their first beat
 	deliveries   deliveryPool[R]
 	stats        stats
+	steps        *stepEnv // nil without Config.Steps
 }
 
 type fingerprintMode uint8
@@ -97,8 +98,22 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 	if q, ok := c.Observer.(delivery.Quiet); ok && q.Quiet() {
 		r.cfg.Observer = nil // records nothing: not worth a delivery's time
 	}
+	if c.Steps {
+		if err := checkCompensations[M](c.Compensations); err != nil {
+			return nil, err
+		}
+		ss, err := stepStoreOf(s)
+		if err != nil {
+			return nil, err
+		}
+		r.steps = &stepEnv{store: ss, codec: c.Codec, maxSize: c.MaxResultSize, retention: c.Retention, lease: c.Lease,
+			timeout: c.StoreTimeout, clock: c.Clock, logger: c.Logger, stats: &r.stats}
+	}
 	r.peeker, _ = s.(store.Peeker)
 	r.selfBounded = boundsItself(s, c.StoreTimeout)
+	if r.steps != nil {
+		r.steps.selfBounded = r.selfBounded
+	}
 	r.batcher, _ = s.(store.BatchStore)
 	r.beatCfg = beatConfig{
 		store:    s,
@@ -508,8 +523,11 @@ func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, e
 // in flight, or runs the handler under the claim, with a heartbeat of its
 // own that extends the lease until the completion is recorded.
 func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, claim *store.Claim, sent time.Time, tm *timing, d *runState[R]) (Result[R], error) {
-	if res, err, ok := r.notClaimed(ctx, key, msg, claim); ok {
-		return res, err
+	resume := claim.Acquired && claim.Record.Attempt > 1 && r.compensates()
+	if !resume {
+		if res, err, ok := r.notClaimed(ctx, key, msg, claim); ok {
+			return res, err
+		}
 	}
 	hb := r.initHeartbeat(ctx, &d.hb)
 	idx := hb.add(key, claim.Token, r.beaterOf(msg), sent)
@@ -517,6 +535,12 @@ func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, clai
 	defer hb.stop()
 	hctx := new(handlerContext)
 	hctx.init(ctx, key, claim.Token, claim.Record.Attempt, r.cfg.Retention)
+	hctx.steps = r.steps
+	if resume {
+		if res, err, ok := r.resumeGiveUp(ctx, hctx, msg, claim, hb, idx); ok {
+			return res, err
+		}
+	}
 	return r.runHeld(ctx, key, msg, claim.Token, claim.Record.Attempt, hctx, &d.call, hb, idx, tm)
 }
 
@@ -555,6 +579,11 @@ func (r *Receiver[M, R]) notClaimed(ctx context.Context, key string, msg M, clai
 func (r *Receiver[M, R]) runHeld(ctx context.Context, key string, msg M, token store.Token, attempt int, hctx *handlerContext, call *flightCall[R], hb *heartbeat, idx int, tm *timing) (Result[R], error) {
 	v, herr := r.runClaimed(hctx, msg, hb, idx, tm)
 	if herr != nil {
+		if r.compensates() {
+			if res, err, ok := r.failedGivingUp(ctx, hctx, msg, herr, hb, idx); ok {
+				return res, err
+			}
+		}
 		hb.finish(idx) // no extension of a released claim
 		return r.handlerFailed(ctx, key, token, attempt, herr)
 	}

@@ -30,17 +30,25 @@ type Stats struct {
 	// settled (Delivery.Settled): poison the broker took. Nil when there
 	// were none.
 	DeadLetters map[delivery.Reason]uint64
+	// StepsRun counts the steps (Step) whose function ran and was
+	// recorded; StepsReplayed those answered from an earlier run's record.
+	StepsRun, StepsReplayed uint64
+	// Compensations counts the compensations that ran and were recorded;
+	// CompensationErrors those that failed (the message is retried).
+	Compensations, CompensationErrors uint64
 }
 
 // deadLetterReasons are the reasons Decide dead-letters for, in the order
 // of stats.deadLetters.
-var deadLetterReasons = [...]delivery.Reason{delivery.ReasonNoKey, delivery.ReasonInvalidKey, delivery.ReasonUndecodable, delivery.ReasonKeyReused, delivery.ReasonAttemptsExhausted, delivery.ReasonPermanent}
+var deadLetterReasons = [...]delivery.Reason{delivery.ReasonNoKey, delivery.ReasonInvalidKey, delivery.ReasonUndecodable, delivery.ReasonKeyReused, delivery.ReasonAttemptsExhausted, delivery.ReasonPermanent, delivery.ReasonCompensationFailed}
 
 type stats struct {
 	deadLetters                                  [len(deadLetterReasons) + 1]atomic.Uint64 // the last: any other reason
 	processed, duplicates, inFlight, bypassed    atomic.Uint64
 	handlerErrors, storeErrors, resultsNotStored atomic.Uint64
 	leaseLost, resultsUndecodable                atomic.Uint64
+	stepsRun, stepsReplayed                      atomic.Uint64
+	compensations, compensationErrors            atomic.Uint64
 }
 
 // deadLettered counts a dead letter for reason.
@@ -83,5 +91,9 @@ func (r *Receiver[M, R]) Stats() Stats {
 		ResultsNotStored:   s.resultsNotStored.Load(),
 		LeaseLost:          s.leaseLost.Load(),
 		ResultsUndecodable: s.resultsUndecodable.Load(),
+		StepsRun:           s.stepsRun.Load(),
+		StepsReplayed:      s.stepsReplayed.Load(),
+		Compensations:      s.compensations.Load(),
+		CompensationErrors: s.compensationErrors.Load(),
 	}
 }

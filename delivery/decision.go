@@ -50,6 +50,9 @@ const (
 	ReasonStoreUnavailable   Reason = "store-unavailable"
 	ReasonStoreMisconfigured Reason = "store-misconfigured"
 	ReasonCanceled           Reason = "canceled"
+	// ReasonCompensationFailed: the message was given up, and the
+	// compensation of one of its steps kept failing (dedup.Compensate).
+	ReasonCompensationFailed Reason = "compensation-failed"
 )
 
 // Decision is what to do with a delivery, shared by every adapter so that
