@@ -267,7 +267,7 @@ func checkCompensations[M any](comps map[string]Compensation) error {
 
 // stepStoreOf returns s as a StepStore, or an error naming it.
 func stepStoreOf(s store.Store) (store.StepStore, error) {
-	if ss, ok := s.(store.StepStore); ok {
+	if ss, ok := s.(store.StepStore); ok && store.KeepsSteps(s) {
 		return ss, nil
 	}
 	return nil, fmt.Errorf("%w (the store, %T, keeps none)", ErrStepsUnsupported, s)

@@ -39,6 +39,28 @@ type StepStore interface {
 	SaveStep(ctx context.Context, req SaveStepRequest) error
 }
 
+// StepsKept is implemented by a store that wraps another and has the
+// StepStore methods whatever it wraps (tieredstore, deduptest's
+// FaultStore): KeepsSteps reports whether it really keeps step records,
+// that is whether the store it wraps does. A receiver that needs step
+// records asks it after the type assertion, and refuses a store that says
+// false at construction.
+type StepsKept interface {
+	KeepsSteps() bool
+}
+
+// KeepsSteps reports whether s keeps step records: it is a StepStore, and
+// not a wrapper that says it keeps none (StepsKept).
+func KeepsSteps(s Store) bool {
+	if _, ok := s.(StepStore); !ok {
+		return false
+	}
+	if k, ok := s.(StepsKept); ok {
+		return k.KeepsSteps()
+	}
+	return true
+}
+
 // MaxStepNameLen is the longest step name a StepStore must keep, in
 // bytes.
 const MaxStepNameLen = 200
