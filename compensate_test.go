@@ -411,3 +411,33 @@ func TestCompensationPattern(t *testing.T) {
 	require.Equal(t, 1, undone.get("special:c"), "the longest pattern wins")
 	require.Zero(t, undone.get("c"))
 }
+
+func TestStepRefusedWithoutCompensations(t *testing.T) {
+	// A message given up by a receiver with compensations reaches one
+	// without them (a deploy removed them): its steps are still refused,
+	// and it is dead-lettered.
+	clk := clock.NewFake(epoch)
+	st := newStepStore(t, clk)
+	var s saga
+	s.failReserve(dedup.Permanent(errors.New("out of stock")))
+	_, err := newReceiver(t, st, s.handler, s.config(clk)).Handle(t.Context(), order{ID: "o1", Amount: 5})
+	require.ErrorContains(t, err, "out of stock")
+
+	// The new deploy's handler starts with a step no run recorded.
+	var audited atomic.Bool
+	h := func(ctx context.Context, o order) (string, error) {
+		if _, err := dedup.Step(ctx, "audit", func(ctx context.Context) (int, error) { audited.Store(true); return 1, ctx.Err() }); err != nil {
+			return "", err
+		}
+		return s.handler(ctx, o)
+	}
+	plain := newReceiver(t, st, h, stepConfig(clk))
+	res, err := plain.Handle(t.Context(), order{ID: "o1", Amount: 5})
+	require.ErrorIs(t, err, dedup.ErrStepRefused)
+	require.False(t, audited.Load(), "no step starts once its message was given up")
+	d := adapter.Bind(plain).Decide(res, err)
+	require.Equal(t, delivery.DeadLetter, d.Action)
+	require.Equal(t, delivery.ReasonPermanent, d.Reason)
+	require.Equal(t, 1, s.runs.get("charge"))
+	require.Equal(t, 1, s.undone.get("charge"))
+}

@@ -20,6 +20,8 @@ import (
 //	store unavailable (fail-closed)                      Retry after StoreRetryDelay
 //	store misconfigured (ErrInvalidConfig: a table or    Retry after StoreRetryDelay: nothing is lost
 //	a right missing)                                     while an operator fixes it
+//	a step's compensation failed (CompensationError)     Retry with backoff; once Final, DeadLetter (compensation-failed)
+//	given up earlier, steps compensated (GivenUpError)   DeadLetter with the reason it was first given up for
 //	caller's context ended (shutdown): ErrCanceled       Retry with the first backoff
 //	handler cancelled because its lease was lost         Retry with the first backoff (in flight elsewhere)
 //

@@ -74,6 +74,9 @@ func TestDecide(t *testing.T) {
 		{"lease lost under the handler", dedup.Result[string]{Attempt: 3}, handlerErr(3, fmt.Errorf("%w: %w", dedup.ErrLeaseLost, context.Canceled)), delivery.Retry, time.Second, delivery.ReasonInFlight, nil},
 		{"adapter's own wait cancelled", dedup.Result[string]{}, fmt.Errorf("fetch: %w", context.Canceled), delivery.Retry, time.Second, delivery.ReasonCanceled, nil},
 		{"bypassed handler error", dedup.Result[string]{}, handlerErr(0, boom), delivery.Retry, time.Second, delivery.ReasonHandlerError, nil},
+		{"compensation failed, second time", dedup.Result[string]{Attempt: 3}, &dedup.CompensationError{Key: "k", Step: "charge", Failures: 2, Err: boom}, delivery.Retry, 2 * time.Second, delivery.ReasonHandlerError, nil},
+		{"compensation failed for good", dedup.Result[string]{Attempt: 3}, &dedup.CompensationError{Key: "k", Step: "charge", Failures: 3, Final: true, Err: boom}, delivery.DeadLetter, 0, delivery.ReasonCompensationFailed, nil},
+		{"given up earlier", dedup.Result[string]{Attempt: 4}, &dedup.GivenUpError{Key: "k", Reason: delivery.ReasonAttemptsExhausted, Cause: "boom"}, delivery.DeadLetter, 0, delivery.ReasonAttemptsExhausted, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -25,7 +25,7 @@ var (
 	ErrStepRepeated = errors.New("dedup: step name used twice in one run")
 	// ErrStepRefused: a step was asked to start after its message was
 	// given up (its compensations began or ran), or after its own
-	// compensation ran. Nothing ran.
+	// compensation ran. Nothing ran. It comes marked Permanent.
 	ErrStepRefused = errors.New("dedup: step refused: the message was given up")
 	// ErrStepsUnsupported: the receiver's store cannot keep step records
 	// (it is not a store.StepStore), or the receiver was not configured
@@ -168,7 +168,7 @@ func replayStep[T any](env *stepEnv, key, name string, e stepEntry) (T, error) {
 		env.stats.stepsReplayed.Add(1)
 		return v, Permanent(fmt.Errorf("%w: step %q of %q completed on an earlier run, and its result was not stored", ErrResultNotStored, name, key))
 	default: // compensated
-		return v, fmt.Errorf("%w: step %q of %q was compensated", ErrStepRefused, name, key)
+		return v, Permanent(fmt.Errorf("%w: step %q of %q was compensated", ErrStepRefused, name, key))
 	}
 }
 
@@ -395,13 +395,13 @@ func (r *stepRun) begin(ctx context.Context, env *stepEnv, held *store.HeldClaim
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.refused != nil {
-		return stepEntry{}, false, fmt.Errorf("%w: step %q of %q: %w", ErrStepRefused, name, held.Key, r.refused)
+		return stepEntry{}, false, Permanent(fmt.Errorf("%w: step %q of %q: %w", ErrStepRefused, name, held.Key, r.refused))
 	}
 	if err := r.ensure(ctx, env, held); err != nil {
 		return stepEntry{}, false, err
 	}
 	if m, ok := r.recs[stepMarker]; ok {
-		return stepEntry{}, false, fmt.Errorf("%w: step %q of %q: %s", ErrStepRefused, name, held.Key, markerState(m).cause)
+		return stepEntry{}, false, Permanent(fmt.Errorf("%w: step %q of %q: given up: %s", ErrStepRefused, name, held.Key, markerState(m).cause))
 	}
 	if _, ok := r.used[name]; ok {
 		return stepEntry{}, false, Permanent(fmt.Errorf("%w: step %q of %q", ErrStepRepeated, name, held.Key))

@@ -434,3 +434,18 @@ func TestStepRenamedRunsAgain(t *testing.T) {
 	require.Equal(t, 1, runs.get("charge"))
 	require.Equal(t, 1, runs.get("charge-v2"), "renamed: a new step, which runs")
 }
+
+func TestStepNotStartedOnceTheContextEnded(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	st := newStepStore(t, clk)
+	ran := false
+	ctx, cancel := context.WithCancel(t.Context())
+	h := func(hctx context.Context, o order) (int, error) {
+		cancel() // the caller leaves (a shutdown) while the handler runs
+		return dedup.Step(hctx, "a", func(ctx context.Context) (int, error) { ran = true; return 1, nil })
+	}
+	rcv := newReceiver(t, st, h, stepConfig(clk))
+	_, err := rcv.Handle(ctx, order{ID: "o1"})
+	require.ErrorIs(t, err, context.Canceled)
+	require.False(t, ran, "a step does not start once its handler's context ended")
+}
