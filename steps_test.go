@@ -449,3 +449,33 @@ func TestStepNotStartedOnceTheContextEnded(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.False(t, ran, "a step does not start once its handler's context ended")
 }
+
+func TestParseStep(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	st := newStepStore(t, clk)
+	var s saga
+	s.failReserve(dedup.Permanent(errors.New("out of stock")))
+	rcv := newReceiver(t, st, s.handler, s.config(clk))
+	_, err := rcv.Handle(t.Context(), order{ID: "o1", Amount: 5})
+	require.Error(t, err)
+	// The failed record's step records, read with a claim of the key.
+	c, err := st.Acquire(t.Context(), store.AcquireRequest{Key: "steps:o1", Lease: time.Minute})
+	require.NoError(t, err)
+	recs, err := st.LoadSteps(t.Context(), store.StepsRequest{Key: "steps:o1", Token: c.Token})
+	require.NoError(t, err)
+	got := map[string]dedup.StepInfo{}
+	for _, r := range recs {
+		info, err := dedup.ParseStep(r)
+		require.NoError(t, err)
+		got[r.Name] = info
+	}
+	require.Equal(t, "compensated", got["charge"].State)
+	require.Equal(t, uint64(1), got["charge"].Order)
+	require.JSONEq(t, `{"ID":"ch_o1","Amount":5}`, string(got["charge"].Result))
+	g := got[dedup.GivenUpStep]
+	require.Equal(t, "compensated-all", g.State)
+	require.Equal(t, string(delivery.ReasonPermanent), g.Reason)
+	require.Contains(t, g.Cause, "out of stock")
+	_, err = dedup.ParseStep(store.StepRecord{Name: "x", Value: []byte("?")})
+	require.Error(t, err)
+}
