@@ -34,6 +34,14 @@ var Aims = map[string]Aim{
 		Goals: []Goal{{Side: "^dedup Handle$", Of: Ratio, Cmp: AtMost, Limit: 1.5}},
 	},
 
+	// Recorded steps (issue 46): a retry whose steps all completed before
+	// reads their records once, whatever their number: on Redis one round
+	// trip beside the claim's and the completion's.
+	"a handler of 3 steps, memstore": {},
+	"a handler of 3 steps, Redis (redisstore), sequential": {
+		Goals: []Goal{{Side: "completed before, a retry", Of: Ratio, Cmp: AtMost, Limit: 1.6}},
+	},
+
 	// Brokers over memstore: the ceiling is what memstore's own work
 	// leaves of the bare consumer's rate.
 	"JetStream consumer, memstore, trivial handler": {
