@@ -16,6 +16,27 @@ import (
 	"github.com/dedup-go/dedup/store"
 )
 
+// CompensationSet is what Config.Compensations holds: a Compensations
+// map. (An interface, so that a Config stays comparable.)
+type CompensationSet interface {
+	compensations() map[string]Compensation
+}
+
+// Compensations maps step names to their compensations, for
+// Config.Compensations; a name ending in "*" is a pattern for every step
+// name with its prefix.
+type Compensations map[string]Compensation
+
+func (c Compensations) compensations() map[string]Compensation { return c }
+
+// compensationsOf returns the map a CompensationSet holds, nil for none.
+func compensationsOf(s CompensationSet) map[string]Compensation {
+	if isNilInterface(s) {
+		return nil
+	}
+	return s.compensations()
+}
+
 // Compensation undoes the effect of one step when its message is given up
 // (see Config.Compensations). Make one with Compensate.
 type Compensation interface {
@@ -33,7 +54,7 @@ type Compensation interface {
 //
 //	cfg := &dedup.Config{
 //		Namespace: "orders",
-//		Compensations: map[string]dedup.Compensation{
+//		Compensations: dedup.Compensations{
 //			"charge": dedup.Compensate(func(ctx context.Context, o Order, c Charge) error {
 //				return payments.Refund(ctx, c.ID) // idempotent on the charge's id
 //			}),
@@ -149,12 +170,12 @@ func (g givingUp) payload() []byte {
 // compensationFor returns the compensation registered for step name: its
 // own, else the one of the longest pattern ("prefix*") it matches.
 func (r *Receiver[M, R]) compensationFor(name string) Compensation {
-	if c, ok := r.cfg.Compensations[name]; ok {
+	if c, ok := r.comps[name]; ok {
 		return c
 	}
 	var best Compensation
 	bestLen := -1
-	for pattern, c := range r.cfg.Compensations {
+	for pattern, c := range r.comps {
 		if p, ok := strings.CutSuffix(pattern, "*"); ok && strings.HasPrefix(name, p) && len(p) > bestLen {
 			best, bestLen = c, len(p)
 		}
@@ -163,7 +184,7 @@ func (r *Receiver[M, R]) compensationFor(name string) Compensation {
 }
 
 // compensates reports whether giving up a message runs compensations.
-func (r *Receiver[M, R]) compensates() bool { return len(r.cfg.Compensations) > 0 }
+func (r *Receiver[M, R]) compensates() bool { return len(r.comps) > 0 }
 
 // giveUp runs, under hc (a context holding the message's claim), the
 // compensations of the steps that completed, in the reverse order of their

@@ -67,7 +67,7 @@ func (s *saga) handler(ctx context.Context, o order) (string, error) {
 func (s *saga) config(clk clock.Clock) *dedup.Config {
 	cfg := stepConfig(clk)
 	cfg.MaxAttempts = 3
-	cfg.Compensations = map[string]dedup.Compensation{
+	cfg.Compensations = dedup.Compensations{
 		"charge": dedup.Compensate(func(ctx context.Context, o order, c charge) error {
 			s.undone.add("charge")
 			if c.ID != "ch_"+o.ID || c.Amount != o.Amount {
@@ -219,7 +219,7 @@ func TestStepRefusedOnceGivingUp(t *testing.T) {
 	}
 	s.failReserve(dedup.Permanent(errors.New("out of stock")))
 	cfg := s.config(clk)
-	cfg.Compensations["late"] = dedup.Compensate(func(ctx context.Context, o order, n int) error { s.undone.add("late"); return nil })
+	cfg.Compensations.(dedup.Compensations)["late"] = dedup.Compensate(func(ctx context.Context, o order, n int) error { s.undone.add("late"); return nil })
 	rcv := newReceiver(t, st, h, cfg)
 	_, err := rcv.Handle(t.Context(), order{ID: "o1", Amount: 5})
 	require.ErrorContains(t, err, "out of stock")
@@ -335,8 +335,8 @@ func testCrashDuringCompensationResumes(t *testing.T) {
 	// The first worker freezes in the charge's compensation, after the
 	// reserve's was recorded, and loses its lease.
 	frozenCfg := *cfg
-	frozenCfg.Compensations = map[string]dedup.Compensation{
-		"reserve": cfg.Compensations["reserve"],
+	frozenCfg.Compensations = dedup.Compensations{
+		"reserve": cfg.Compensations.(dedup.Compensations)["reserve"],
 		"charge": dedup.Compensate(func(ctx context.Context, o order, c charge) error {
 			<-ctx.Done()
 			return ctx.Err()
@@ -360,7 +360,7 @@ func TestCompensationsChecked(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	st := newStepStore(t, clk)
 	h := func(ctx context.Context, o order) (string, error) { return "", nil }
-	for name, comps := range map[string]map[string]dedup.Compensation{
+	for name, comps := range map[string]dedup.Compensations{
 		"other message type": {"charge": dedup.Compensate(func(ctx context.Context, o *order, c charge) error { return nil })},
 		"nil":                {"charge": nil},
 		"reserved name":      {"dedup/x": dedup.Compensate(func(ctx context.Context, o order, c charge) error { return nil })},
@@ -369,7 +369,7 @@ func TestCompensationsChecked(t *testing.T) {
 		require.ErrorIs(t, err, dedup.ErrInvalidConfig, name)
 	}
 	_, err := dedup.NewReceiver(&faultyStore{Store: newMemstore(t, clk)}, orderID, h, &dedup.Config{Clock: clk,
-		Compensations: map[string]dedup.Compensation{"charge": dedup.Compensate(func(ctx context.Context, o order, c charge) error { return nil })}})
+		Compensations: dedup.Compensations{"charge": dedup.Compensate(func(ctx context.Context, o order, c charge) error { return nil })}})
 	require.ErrorIs(t, err, dedup.ErrStepsUnsupported, "compensations need steps")
 }
 
@@ -391,7 +391,7 @@ func TestCompensationPattern(t *testing.T) {
 	var order_ []string
 	var mu sync.Mutex
 	cfg := stepConfig(clk)
-	cfg.Compensations = map[string]dedup.Compensation{
+	cfg.Compensations = dedup.Compensations{
 		"reserve/*": dedup.Compensate(func(ctx context.Context, o order, sku string) error {
 			mu.Lock()
 			order_ = append(order_, sku)

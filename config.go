@@ -116,7 +116,7 @@ type Config struct {
 	Steps bool
 
 	// Compensations undo the steps of a message that is given up
-	// (docs/steps.md), by step name; a name ending in "*" is a pattern
+	// (docs/steps.md): a Compensations map, by step name; a name ending in "*" is a pattern
 	// for every step name with its prefix ("reserve/*"), the longest
 	// pattern winning. A message is given up when Decide would
 	// dead-letter its handler's error (a Permanent error, MaxAttempts
@@ -127,7 +127,7 @@ type Config struct {
 	// compensation is left as it is. Each must take the receiver's message
 	// type (NewReceiver checks). Defaults to none: a message given up is
 	// dead-lettered with its steps' effects in place.
-	Compensations map[string]Compensation
+	Compensations CompensationSet
 }
 
 // withDefaults returns a copy of c with every zero field set to its default.
@@ -150,7 +150,7 @@ func (c *Config) withDefaults() Config {
 	if isNilInterface(out.Backoff) {
 		out.Backoff = ExponentialBackoff{Base: time.Second, Max: 5 * time.Minute}
 	}
-	if len(out.Compensations) > 0 {
+	if len(compensationsOf(out.Compensations)) > 0 {
 		out.Steps = true
 	}
 	if out.Logger == nil {

@@ -58,6 +58,7 @@ type Receiver[M, R any] struct {
 	deliveries   deliveryPool[R]
 	stats        stats
 	steps        *stepEnv // nil without Config.Steps
+	comps        map[string]Compensation
 }
 
 type fingerprintMode uint8
@@ -99,7 +100,8 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 		r.cfg.Observer = nil // records nothing: not worth a delivery's time
 	}
 	if c.Steps {
-		if err := checkCompensations[M](c.Compensations); err != nil {
+		r.comps = compensationsOf(c.Compensations)
+		if err := checkCompensations[M](r.comps); err != nil {
 			return nil, err
 		}
 		ss, err := stepStoreOf(s)
