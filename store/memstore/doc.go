@@ -58,6 +58,39 @@
 // forgotten with its attempt count, and its holder's later calls get
 // [store.ErrLeaseLost].
 //
+// # Step records
+//
+// The Store is a [store.StepStore]: it keeps the step records of a
+// handler's named steps (dedup.Step) with the key's record, beside it in
+// the key's shard. They stay while the record does (a Release and the
+// retry that takes the failed key over, a takeover after a lease ended, a
+// lost answer's Acquire granted again with its token, a Complete), and go
+// with it: when it expires (lazily, when the record is found expired or
+// evicted), is evicted, is swept as an expired claim, or is deleted. Get,
+// Scan and DeleteIf answer with a copy of them in Record.Steps; Acquire
+// and Peek leave them out. Only the token holding a processing key reads
+// or writes them ([store.ErrLeaseLost] otherwise), with the same leniency
+// as Complete: a claim whose lease ended still may, until another Acquire
+// takes the key over.
+//
+// Step records do not count against Capacity, which counts records: a
+// key's step records cost the store their names and values, copied, and
+// an entry of its shard's table of them (its key and a list). A value of
+// any length is kept, as a result is: what bounds it is the process's
+// memory, for every record in retention, so keep what a step returns
+// small, as a result is kept small. A key whose handler records no steps
+// costs what it did before step records existed: the store keeps nothing
+// for it, and the shards of a store that never saw a step record hold no
+// table of them at all.
+//
+// A processing record is never evicted, so neither are its step records.
+// A failed record is evicted for room like any other, step records and
+// all: the next attempt then finds none and runs every step again, as the
+// first attempt did. Size Capacity as the section above says and this
+// does not happen within retention. A completed record evicted loses its
+// step records with it, which matters no more: its duplicate runs again
+// anyway (Stats.Evictions).
+//
 // # What a record costs
 //
 // A completed record takes about 122 bytes of the heap with a key of 13

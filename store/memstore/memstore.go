@@ -21,7 +21,8 @@ type Options struct {
 	// record evicted before its retention ends lets a duplicate run again
 	// (see Stats.Evictions). It bounds the processing records separately,
 	// by the same number: past it Acquire fails with store.ErrUnavailable
-	// rather than evict a claim. Must not be negative. Defaults to 100_000.
+	// rather than evict a claim. Step records are not counted: they go
+	// with their record. Must not be negative. Defaults to 100_000.
 	Capacity int
 
 	// Clock is the time source of leases and retention. Defaults to
@@ -45,6 +46,7 @@ var (
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
 	_ store.InProcess  = (*Store)(nil)
+	_ store.StepStore  = (*Store)(nil)
 
 	_ store.CompleteReporter = (*Store)(nil)
 )
@@ -139,14 +141,15 @@ func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []e
 	return s.core.ExtendBatch(ctx, reqs)
 }
 
-// Get returns the record of key, in whatever state, or an error matching
-// store.ErrNotFound. Unlike Peek, it does not count as a use of the record.
+// Get returns the record of key, in whatever state, with a copy of its
+// step records, or an error matching store.ErrNotFound. Unlike Peek, it
+// does not count as a use of the record.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	return s.core.Get(ctx, key)
 }
 
-// Delete forgets key, whatever its state: a duplicate arriving later is
-// processed again, and the holder of a deleted claim gets
+// Delete forgets key, whatever its state, with its step records: a
+// duplicate arriving later is processed again, and the holder of a deleted claim gets
 // store.ErrLeaseLost while a second delivery may already run beside it.
 // DeleteIf removes only what no one holds.
 func (s *Store) Delete(ctx context.Context, key string) error {
@@ -156,18 +159,37 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // DeleteIf removes the record of req.Key only when req allows its state
 // (store.DeleteRequest), deciding and removing under the key's shard lock,
 // by the store's Clock: a processing record under a live lease stays, and
-// is returned with deleted false. An absent key is an error matching
-// store.ErrNotFound.
+// is returned with deleted false. A deleted record's step records go with
+// it. An absent key is an error matching store.ErrNotFound.
 func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, store.Record, error) {
 	return s.core.DeleteIf(ctx, req)
 }
 
 // Scan yields every unexpired record whose key starts with prefix, in key
-// order. The records are a snapshot taken when iteration starts, so the
+// order, each with a copy of its step records. The records are a snapshot taken when iteration starts, so the
 // loop body may call the store. A cancelled context is yielded once, as a
 // zero Record with its error, and ends the scan.
 func (s *Store) Scan(ctx context.Context, prefix string) iter.Seq2[store.Record, error] {
 	return s.core.Scan(ctx, prefix)
+}
+
+// LoadSteps returns a copy of the step records of req.Key, in no
+// particular order, when req.Token holds it, processing (its lease may have
+// ended, while no other Acquire took the key over), and an error matching
+// store.ErrLeaseLost otherwise. See the package documentation on step
+// records.
+func (s *Store) LoadSteps(ctx context.Context, req store.StepsRequest) ([]store.StepRecord, error) {
+	return s.core.LoadSteps(ctx, req)
+}
+
+// SaveStep records a copy of req.Value under req.Name for req.Key, held by
+// req.Token as LoadSteps requires, replacing the step record of that name;
+// otherwise it fails with store.ErrLeaseLost and records nothing. A name
+// that store.StepNameValid refuses fails with store.ErrInvalidConfig,
+// whoever holds the key. A value of any length is kept, as a result is;
+// req.Retention is not used: step records live as long as their record.
+func (s *Store) SaveStep(ctx context.Context, req store.SaveStepRequest) error {
+	return s.core.SaveStep(ctx, req)
 }
 
 // Stats is a snapshot of a Store's size and of what it had to forget.

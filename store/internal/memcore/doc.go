@@ -3,7 +3,9 @@
 // records (its own, slots held by value with an index: records.go) beside a
 // map of processing claims, under one mutex per shard of the keys (a large
 // store is cut in up to 16 by a hash of the key's id), on an injected clock,
-// with no goroutine of its own.
+// with no goroutine of its own. Step records (store.StepStore) are kept
+// beside the records, per shard, out of the way of the keys that have none
+// (steps.go).
 //
 // It is internal so that what only a tier needs ([Store.Remember], which
 // caches a record another store confirmed) stays out of memstore's public

@@ -93,8 +93,11 @@ type shard struct {
 	// when unknown), so a full Acquire can tell that no lease has expired
 	// without walking every claim.
 	nextLeaseEnd time.Time
-	evictions    uint64
-	_            [64]byte // keeps neighbouring shards' mutexes off one cache line
+	// steps holds the step records of the keys that have any, claimed or
+	// settled (steps.go); nil until the shard's first SaveStep.
+	steps     map[string][]step
+	evictions uint64
+	_         [64]byte // keeps neighbouring shards' mutexes off one cache line
 }
 
 var (
@@ -102,6 +105,7 @@ var (
 	_ store.Peeker     = (*Store)(nil)
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
+	_ store.StepStore  = (*Store)(nil)
 
 	_ store.CompleteReporter = (*Store)(nil)
 )
@@ -281,6 +285,7 @@ func (s *shard) acquire(req store.AcquireRequest, k lkey, now time.Time) (store.
 		e := s.settled.at(i)
 		switch {
 		case e.expired(s.store.at(now)):
+			s.forgetSlotSteps(i) // the record is gone: a fresh one starts
 			s.remove(i)
 		case req.Fingerprint != "" && reused(e.fingerprint(), req.Fingerprint):
 			return store.Claim{}, errReused(key, e.state())
@@ -309,7 +314,7 @@ func (s *shard) acquire(req store.AcquireRequest, k lkey, now time.Time) (store.
 		c.fingerprint = cmp.Or(fingerprint, req.Fingerprint)
 		c.lastError = lastError
 		c.createdAt = cmp.Or(e.created, c.createdAt)
-		s.remove(prev)
+		s.remove(prev) // its step records stay, the claim's now
 	}
 	s.claims[key] = c
 	s.noteLease(c.leaseUntil)
@@ -343,8 +348,8 @@ func (s *shard) noteLease(t time.Time) {
 // that crashed does not hold room forever. It walks every claim, but only
 // once some lease has ended since the last walk, so a store full of live
 // claims refuses Acquire in constant time. A swept claim is gone with its
-// attempt count; its holder's later calls fail with ErrLeaseLost, all of
-// them. Expired claims of other shards stay until an Acquire of theirs
+// attempt count and its step records; its holder's later calls fail with
+// ErrLeaseLost, all of them. Expired claims of other shards stay until an Acquire of theirs
 // needs room.
 func (s *shard) sweep(now time.Time) {
 	if !s.nextLeaseEnd.IsZero() && now.Before(s.nextLeaseEnd) {
@@ -354,6 +359,7 @@ func (s *shard) sweep(now time.Time) {
 	for key, c := range s.claims {
 		if !now.Before(c.leaseUntil) {
 			s.dropClaim(key)
+			s.forgetSteps(key)
 			continue
 		}
 		if next.IsZero() || c.leaseUntil.Before(next) {
@@ -498,7 +504,7 @@ func (s *shard) finish(st *settling, k lkey, now time.Time) (bool, error) {
 	if !ok || c.token != st.token {
 		return false, errLeaseLost(st.op, st.key)
 	}
-	s.dropClaim(st.key)
+	s.dropClaim(st.key) // its step records stay, the settled record's now
 	var flags uint32
 	lastError := c.lastError
 	if st.failed {
@@ -555,6 +561,7 @@ func (s *shard) evictOldest(at int64) {
 	if e := s.settled.at(i); e.completed() && !e.expired(at) {
 		s.evictions++
 	}
+	s.forgetSlotSteps(i)
 	s.remove(i)
 }
 

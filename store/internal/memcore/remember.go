@@ -42,7 +42,8 @@ func (s *Store) Remember(rec store.Record) (bool, error) {
 		return false, nil
 	}
 	if i := sh.settled.find(&k); i != 0 {
-		sh.remove(i) // settle adds a key that is not there
+		sh.forgetSlotSteps(i) // the copy replaces the record
+		sh.remove(i)          // settle adds a key that is not there
 	}
 	e := slot{
 		data:    data,
