@@ -99,6 +99,23 @@
 // so does a DeleteIf that did not find the remote record kept (the remote
 // store decides). Get and Scan read the remote store.
 //
+// # Step records
+//
+// A handler's step records (dedup.Step, [store.StepStore]) are kept by
+// the remote store alone, with its record, by its rules: LoadSteps and
+// SaveStep go to it (one call each), and the local tier keeps none. Get,
+// Scan and DeleteIf answer with the remote's records, step records
+// included; Acquire and Peek leave them out, as the contract says.
+//
+// The Store has the StepStore methods whatever its remote store, but
+// keeps step records only when the remote store does: [Store.KeepsSteps]
+// says so ([store.StepsKept]), and over a remote store that keeps none
+// LoadSteps and SaveStep fail with an error matching
+// [store.ErrInvalidConfig] that names it. A receiver whose handler
+// records steps asks store.KeepsSteps at construction, so it refuses a
+// tiered store over a remote store without step records then, not at the
+// first step.
+//
 // # Costs
 //
 // The local tier is bounded by Options.Capacity, least recently used out;

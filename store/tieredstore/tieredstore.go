@@ -55,7 +55,10 @@ type Options struct {
 type Store struct {
 	remote store.Store
 	// reporter is remote when it reports what a Complete wrote, else nil.
-	reporter    store.CompleteReporter
+	reporter store.CompleteReporter
+	// steps is remote when it keeps step records (store.KeepsSteps), else
+	// nil.
+	steps       store.StepStore
 	local       *memcore.Store
 	clock       clock.Clock
 	maxLocalTTL time.Duration
@@ -73,8 +76,10 @@ var (
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
 	_ store.Bounded    = (*Store)(nil)
+	_ store.StepStore  = (*Store)(nil)
 
 	_ store.CompleteReporter = (*Store)(nil)
+	_ store.StepsKept        = (*Store)(nil)
 )
 
 // New returns a Store caching the completed records of remote. A nil opts
@@ -107,9 +112,14 @@ func New(remote store.Store, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("tieredstore: %w", err)
 	}
 	reporter, _ := remote.(store.CompleteReporter)
+	var steps store.StepStore
+	if store.KeepsSteps(remote) {
+		steps = remote.(store.StepStore)
+	}
 	return &Store{
 		remote:      remote,
 		reporter:    reporter,
+		steps:       steps,
 		local:       local,
 		clock:       o.Clock,
 		maxLocalTTL: cmp.Or(o.MaxLocalTTL, DefaultMaxLocalTTL),

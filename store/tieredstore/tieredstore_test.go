@@ -113,7 +113,8 @@ func TestConformanceOverMemstore(t *testing.T) {
 // TestConformanceOverPlainRemote: over a remote store that cannot tell
 // what a Complete wrote (no store.CompleteReporter, as pgstore), the
 // contract holds all the same, and CompleteReport answers
-// store.CompletionUnknown (its storetest subtests skip).
+// store.CompletionUnknown (its storetest subtests skip). The remote store
+// keeps no step records either (the Steps subtests skip).
 func TestConformanceOverPlainRemote(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
@@ -126,8 +127,20 @@ func TestConformanceOverPlainRemote(t *testing.T) {
 		}{m, m}
 		s, err := tieredstore.New(plain, &tieredstore.Options{Clock: clk, ClockSkew: time.Nanosecond})
 		require.NoError(t, err)
-		return storetest.Harness{Store: s, Advance: clk.Advance, Now: clk.Now}
+		require.False(t, s.KeepsSteps())
+		return storetest.Harness{Store: withoutSteps{s, s, s, s, s}, Advance: clk.Advance, Now: clk.Now}
 	})
+}
+
+// withoutSteps is a Store without its StepStore methods, for a Store that
+// keeps no step records: storetest runs its Steps group on any
+// store.StepStore (it does not ask store.KeepsSteps).
+type withoutSteps struct {
+	store.BatchStore
+	store.Peeker
+	store.Inspector
+	store.Bounded
+	store.CompleteReporter
 }
 
 func TestNewRefusesBadOptions(t *testing.T) {
