@@ -30,7 +30,7 @@ type stepStore interface {
 // newStepStore returns a store that keeps step records, on clk.
 func newStepStore(t testing.TB, clk clock.Clock) stepStore {
 	t.Helper()
-	return newShim(newMemstore(t, clk))
+	return newMemstore(t, clk)
 }
 
 // charge is a step's typed result.
