@@ -269,10 +269,10 @@ func (f *FaultStore) unfired() []string {
 				why += " (Key is the full key or the message id)"
 			}
 			why += unreached(s.Op)
-		case s.injected == 0:
-			why = fmt.Sprintf("none of the %d %s calls that matched it was hit at Probability %v", s.calls, s.Op, s.Probability)
 		case len(never) > 0:
 			why = fmt.Sprintf("only %d %s calls matched it, so its call(s) %v never came", s.calls, s.Op, never)
+		case s.injected == 0:
+			why = fmt.Sprintf("none of the %d %s calls that matched it was hit at Probability %v", s.calls, s.Op, s.Probability)
 		default:
 			continue
 		}

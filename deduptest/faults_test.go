@@ -273,6 +273,10 @@ func TestFaultNotInjected(t *testing.T) {
 			deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Delay, Probability: 1e-9},
 			`the delay fault on acquire (probability 1e-09) was never injected: none of the `,
 		},
+		"a call that never came, and none was hit": {
+			deduptest.Fault{Op: deduptest.OpAcquire, Kind: deduptest.Fail, Key: "p0", Calls: []int{40}},
+			`the fail fault on acquire of "p0" (calls [40]) was never injected: only `,
+		},
 		"an extension the handler is too quick for": {
 			deduptest.Fault{Op: deduptest.OpExtend, Kind: deduptest.LeaseLost},
 			`the lease-lost fault on extend was never injected: no extend call matched it. The receiver extends a lease only while a handler runs longer than a third of it`,
