@@ -120,6 +120,16 @@ type Options[M any] struct {
 	// Effects returns how many times the effect of the message with this
 	// id happened (see Effects.Count). Nil: effects are not checked.
 	Effects func(id string) int
+	// Steps counts the effects of the handler's recorded steps
+	// (dedup.Step) and of their compensations, by message id and step
+	// name (Effects.Step, Effects.Compensation): Run reports a step whose
+	// effect happened more than once (DoubleStep), a compensation that ran
+	// more than once (DoubleCompensation), and a compensation that ran
+	// without its step's effect before it (CompensationWithoutStep), and
+	// fills each MessageReport's Steps and Compensations. It may be the
+	// same Effects as the one Effects counts with. Nil: steps are not
+	// checked.
+	Steps *Effects
 	// Lease is the receiver's Config.Lease: a delivery that crashed (a
 	// Crash fault) is redelivered once it has run out. Default
 	// (30 * time.Second).
@@ -217,7 +227,7 @@ func Run[M, R any](ctx context.Context, clk *clock.Fake, target Target[M, R], ms
 	r := &run[M, R]{o: o, clk: clk, targets: targets, msgs: msgs, rep: rep}
 	r.loop(ctx)
 	rep.End = clk.Now()
-	rep.check(o.Effects)
+	rep.check(o.Effects, o.Steps)
 	rep.checkFaults(o.Faults)
 	return rep, nil
 }

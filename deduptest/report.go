@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +48,23 @@ const (
 	// came): the run did not test what it asked for. Such a problem names
 	// no message.
 	FaultNotInjected ProblemKind = "fault-not-injected"
+	// DoubleStep: the step counter (Options.Steps, Effects.Step) shows the
+	// effect of one of the message's recorded steps (dedup.Step) more
+	// than once. The detail names the step and how many times. A step runs
+	// at most once per message and name, but for the window between its
+	// effect and its record (a crash, a lost lease, a store failure then),
+	// which an idempotency key closes; an effect done outside the step's
+	// function is not a step's at all.
+	DoubleStep ProblemKind = "double-step"
+	// DoubleCompensation: the step counter shows the compensation of one
+	// of the message's steps (dedup.Compensate, Effects.Compensation) run
+	// more than once. The detail names the step and how many times.
+	DoubleCompensation ProblemKind = "double-compensation"
+	// CompensationWithoutStep: the compensation of one of the message's
+	// steps ran although the step's effect never happened, or had not
+	// happened yet (the step ran after its compensation). The detail names
+	// the step.
+	CompensationWithoutStep ProblemKind = "compensation-without-step"
 )
 
 // Problem is one thing the harness found wrong with a message, or with
@@ -157,6 +175,11 @@ type MessageReport[R any] struct {
 	// Effects is what the effect counter showed at the end; -1 when Run
 	// was given none.
 	Effects int
+	// Steps and Compensations are what the step counter (Options.Steps)
+	// showed at the end: the effects of each of the message's steps, and
+	// the runs of each step's compensation, by step name. Nil when Run was
+	// given no step counter, or none was recorded for the message.
+	Steps, Compensations map[string]int
 	// Stuck counts the deliveries still running when the run ended;
 	// Abandoned those that did not return after their context was
 	// cancelled.
@@ -252,6 +275,9 @@ type Report[R any] struct {
 	// effectsOnly: built by Effects.ExactlyOnce, from effects alone (no
 	// deliveries to print).
 	effectsOnly bool
+	// stepsChecked: the steps' effects were checked (Options.Steps, or
+	// step effects recorded before ExactlyOnce).
+	stepsChecked bool
 }
 
 // ok reports whether no problem was found.
@@ -308,6 +334,12 @@ func (r *Report[R]) String() string {
 		if m.Effects >= 0 {
 			fmt.Fprintf(&b, ", effect x%d", m.Effects)
 		}
+		if len(m.Steps) > 0 {
+			fmt.Fprintf(&b, ", steps %s", countsString(m.Steps))
+		}
+		if len(m.Compensations) > 0 {
+			fmt.Fprintf(&b, ", compensated %s", countsString(m.Compensations))
+		}
 		b.WriteString("\n")
 		for _, d := range m.Deliveries {
 			fmt.Fprintf(&b, "  %s\n", d)
@@ -346,11 +378,27 @@ func (r *Report[R]) Check(t TB) bool {
 	return false
 }
 
+// countsString writes counts by name, sorted: "charge x1 reserve x2".
+func countsString(counts map[string]int) string {
+	names := make([]string, 0, len(counts))
+	for name := range counts {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = fmt.Sprintf("%s x%d", name, counts[name])
+	}
+	return strings.Join(parts, " ")
+}
+
 // check finds the problems of every message. A report leads with the
 // causes: the stuck deliveries first (a stuck delivery ends the run and
 // leaves copies unsettled behind it), then each message's problems, keys
-// that differ before the double effect they cause.
-func (r *Report[R]) check(effects func(string) int) {
+// that differ before the double effect they cause, and last the step
+// problems of ids that are not among the messages (a step counter shared
+// with another run).
+func (r *Report[R]) check(effects func(string) int, steps *Effects) {
 	var stuck, rest []Problem
 	for i := range r.Messages {
 		m := &r.Messages[i]
@@ -389,6 +437,10 @@ func (r *Report[R]) check(effects func(string) int) {
 				add(&rest, NoEffect, "%d copies were acknowledged but the effect never happened (statuses %v)", m.Acked, m.Statuses())
 			}
 		}
+		if steps != nil {
+			m.Steps, m.Compensations = steps.stepsOf(m.ID)
+			rest = append(rest, steps.stepProblems(m.ID)...)
+		}
 		// The first result handed out by a delivery that ran the handler is
 		// the one every duplicate must get.
 		var first *DeliveryReport[R]
@@ -420,6 +472,14 @@ func (r *Report[R]) check(effects func(string) int) {
 				last = "last delivery: " + m.Deliveries[n-1].String()
 			}
 			add(&rest, Unsettled, "%d of %d copies were neither acknowledged nor dead-lettered (%s; %s)", unsettled, len(m.copies), why, last)
+		}
+	}
+	if steps != nil {
+		r.stepsChecked = true
+		for _, id := range steps.stepIDs() {
+			if r.Message(id) == nil {
+				rest = append(rest, steps.stepProblems(id)...)
+			}
 		}
 	}
 	r.Problems = append(append(r.Problems, stuck...), rest...)
