@@ -18,12 +18,19 @@ type Op uint8
 
 // The operations of a store. A batch call (AcquireBatch, CompleteBatch,
 // ExtendBatch) is subject, item by item, to the faults of its single-key
-// operation.
+// operation. OpSaveStep and OpLoadSteps are the calls of a store that
+// keeps step records (store.StepStore, for dedup.Step and the
+// compensations): the receiver saves a record after each step that
+// completed, and when a message is given up (its marker, then each
+// compensation that ran); it loads them when a later attempt begins its
+// first step, or resumes giving up.
 const (
 	OpAcquire Op = iota + 1
 	OpComplete
 	OpRelease
 	OpExtend
+	OpSaveStep
+	OpLoadSteps
 )
 
 // String returns the operation's name.
@@ -37,6 +44,10 @@ func (o Op) String() string {
 		return "release"
 	case OpExtend:
 		return "extend"
+	case OpSaveStep:
+		return "save-step"
+	case OpLoadSteps:
+		return "load-steps"
 	default:
 		return "unknown"
 	}
@@ -61,7 +72,8 @@ const (
 	// applied: a completion recorded whose answer never arrived.
 	LoseAnswer
 	// LeaseLost answers store.ErrLeaseLost without calling the store
-	// (meant for OpComplete, OpExtend and OpRelease).
+	// (meant for OpComplete, OpExtend, OpRelease, OpSaveStep and
+	// OpLoadSteps).
 	LeaseLost
 	// Crash is "the worker died between its effect and the record", for
 	// OpComplete: the completion is not applied and the call answers
@@ -77,6 +89,26 @@ const (
 	// worker dead before the commit), or from a handler wrapped around
 	// the one TxHandler returns (after the commit: the crash this fault
 	// stands for). store/pgstore's deduptest_test.go does both.
+	//
+	// On OpSaveStep, Crash is "the worker died between this step and the
+	// next": unlike on OpComplete, the call is made, so the step's record
+	// IS written (the step completed and was recorded), and then the call
+	// answers ErrCrashed. The handler's Step fails with an error matching
+	// store.ErrLeaseLost, the receiver does not release the claim, and Run
+	// redelivers the message once the lease has run out: the next run
+	// replays the recorded steps and goes on from the next one. The
+	// difference is deliberate. A crash after a step's effect but before
+	// its record is the window steps only narrow (that step runs again,
+	// its effect repeated, unless an idempotency key closes it: see
+	// dedup.Step); a crash between two recorded steps is what steps
+	// promise to survive, each effect once, and this fault tests that
+	// promise. Fault.Calls picks the boundary: call N is the crash after
+	// the Nth step record of the calls the fault matches (with Key set,
+	// the Nth record of that message: its steps in order, then, when it is
+	// given up, the marker that refuses later steps, each compensation's
+	// record and the final marker), so a run per N crashes at every
+	// boundary. On any other operation (OpLoadSteps included), Crash
+	// answers ErrCrashed without calling the store.
 	Crash
 )
 
@@ -105,8 +137,9 @@ var (
 	// store.ErrUnavailable, as a store's failure would.
 	ErrInjected = fmt.Errorf("deduptest: injected fault: %w", store.ErrUnavailable)
 	// ErrCrashed is the answer of a Crash fault. It matches
-	// store.ErrLeaseLost, so that the receiver gives the completion up at
-	// once (the worker is dead), and Run redelivers the message.
+	// store.ErrLeaseLost, so that the receiver gives the completion (or
+	// the step) up at once, without releasing the claim (the worker is
+	// dead), and Run redelivers the message.
 	ErrCrashed = fmt.Errorf("deduptest: worker crashed after the effect, before the record: %w", store.ErrLeaseLost)
 )
 
@@ -149,10 +182,16 @@ func (i Injection) String() string {
 
 // FaultStore wraps a store.Store and injects faults into chosen calls.
 // It is a store.BatchStore whatever the store it wraps: over a store that
-// is not one, a batch runs its items one by one. It does not pass on the
-// wrapped store's optional abilities (Peeker, Inspector...), so that every
-// call of the receiver goes through the faults. It is safe for concurrent
-// use. Close it to release the calls a Hang fault holds.
+// is not one, a batch runs its items one by one. It has the methods of a
+// store.StepStore whatever the store it wraps, and passes step records
+// through the faults of OpSaveStep and OpLoadSteps to a wrapped store that
+// keeps them; over one that does not, they fail with an error matching
+// store.ErrInvalidConfig, and KeepsSteps (store.StepsKept) says false, so
+// that a receiver configured for steps refuses the FaultStore at
+// construction as it would the store it wraps. It does not pass on the
+// wrapped store's other optional abilities (Peeker, Inspector...), so
+// that every call of the receiver goes through the faults. It is safe for
+// concurrent use. Close it to release the calls a Hang fault holds.
 type FaultStore struct {
 	inner store.Store
 
@@ -170,7 +209,11 @@ type faultState struct {
 	injected int // the calls it hit
 }
 
-var _ store.BatchStore = (*FaultStore)(nil)
+var (
+	_ store.BatchStore = (*FaultStore)(nil)
+	_ store.StepStore  = (*FaultStore)(nil)
+	_ store.StepsKept  = (*FaultStore)(nil)
+)
 
 // NewFaultStore returns inner wrapped with faults. seed seeds the source
 // of Probability faults, so that a run can be repeated. A Fault without
@@ -192,7 +235,7 @@ func NewFaultStore(inner store.Store, seed uint64, faults ...Fault) (*FaultStore
 // fault that matches and fires.
 func (f *FaultStore) Add(ft Fault) error {
 	switch {
-	case ft.Op < OpAcquire || ft.Op > OpExtend:
+	case ft.Op < OpAcquire || ft.Op > OpLoadSteps:
 		return fmt.Errorf("deduptest: Fault.Op %d is not an operation", ft.Op)
 	case ft.Kind < Fail || ft.Kind > Crash:
 		return fmt.Errorf("deduptest: Fault.Kind %d is not a kind", ft.Kind)
@@ -313,6 +356,12 @@ func unreached(op Op) string {
 			"have the handler take that long on the fake clock (deduptest.Sleep)"
 	case OpRelease:
 		return ". The receiver releases a claim only when its handler fails"
+	case OpSaveStep:
+		return ". The receiver saves a step record only for a handler's dedup.Step that completed, and for a message given up " +
+			"whose handler ran steps: Calls counts the records of the messages the fault matches (with Key, of that message alone)"
+	case OpLoadSteps:
+		return ". The receiver reads step records only on a later attempt of a message whose handler runs a step, " +
+			"or that is being given up: a first attempt has none to read"
 	}
 	return ""
 }
@@ -402,6 +451,79 @@ func (f *FaultStore) Extend(ctx context.Context, req store.ExtendRequest) error 
 		return err
 	}
 	return after(ft, f.inner.Extend(ctx, req))
+}
+
+// KeepsSteps reports whether the wrapped store keeps step records
+// (store.KeepsSteps of it): a receiver configured for steps asks, and
+// refuses the FaultStore when it does not.
+func (f *FaultStore) KeepsSteps() bool { return store.KeepsSteps(f.inner) }
+
+// stepStore returns the wrapped store as a StepStore, or an error
+// matching store.ErrInvalidConfig.
+func (f *FaultStore) stepStore() (store.StepStore, error) {
+	if ss, ok := f.inner.(store.StepStore); ok && store.KeepsSteps(f.inner) {
+		return ss, nil
+	}
+	return nil, fmt.Errorf("%w: deduptest: the store the FaultStore wraps (%T) keeps no step records", store.ErrInvalidConfig, f.inner)
+}
+
+// SaveStep runs the wrapped store's SaveStep through the faults of
+// OpSaveStep. A Crash fault writes the record first, then answers
+// ErrCrashed (see Crash).
+func (f *FaultStore) SaveStep(ctx context.Context, req store.SaveStepRequest) error {
+	ss, err := f.stepStore()
+	if err != nil {
+		return err
+	}
+	ft := f.pick(OpSaveStep, req.Key)
+	if ft != nil && ft.Kind == Crash {
+		return &stepCrash{step: req.Name, refused: ss.SaveStep(ctx, req)}
+	}
+	if call, err := f.before(ctx, ft); !call {
+		return err
+	}
+	return after(ft, ss.SaveStep(ctx, req))
+}
+
+// stepCrash is the answer of a Crash fault on OpSaveStep: it matches
+// ErrCrashed and store.ErrLeaseLost, and says the record was written
+// (or what the store answered instead).
+type stepCrash struct {
+	step    string
+	refused error // the store's answer to the save, when it failed
+}
+
+func (e *stepCrash) Error() string {
+	if e.refused != nil {
+		return fmt.Sprintf("deduptest: worker crashed after step %q, whose record the store refused: %v", e.step, e.refused)
+	}
+	return fmt.Sprintf("deduptest: worker crashed after the record of step %q, before the next step", e.step)
+}
+
+// Is makes a stepCrash match ErrCrashed and store.ErrLeaseLost.
+func (e *stepCrash) Is(target error) bool {
+	return target == ErrCrashed || target == store.ErrLeaseLost
+}
+
+// Unwrap returns the store's answer to the save, when it failed.
+func (e *stepCrash) Unwrap() error { return e.refused }
+
+// LoadSteps runs the wrapped store's LoadSteps through the faults of
+// OpLoadSteps.
+func (f *FaultStore) LoadSteps(ctx context.Context, req store.StepsRequest) ([]store.StepRecord, error) {
+	ss, err := f.stepStore()
+	if err != nil {
+		return nil, err
+	}
+	ft := f.pick(OpLoadSteps, req.Key)
+	if call, err := f.before(ctx, ft); !call {
+		return nil, err
+	}
+	recs, err := ss.LoadSteps(ctx, req)
+	if err = after(ft, err); err != nil {
+		return nil, err
+	}
+	return recs, nil
 }
 
 // AcquireBatch runs Acquire for every request, each through the faults of

@@ -301,3 +301,124 @@ func TestFaultNotInjected(t *testing.T) {
 		require.Regexp(t, `only \d+ acquire calls matched it, so its call\(s\) \[40\] never came`, rep.Problems[0].Detail)
 	})
 }
+
+// plainStore hides every ability of the store it wraps but store.Store's:
+// a store that keeps no step records.
+type plainStore struct{ store.Store }
+
+// The FaultStore passes step records through to a store that keeps them,
+// through the faults of OpSaveStep and OpLoadSteps; a Crash on OpSaveStep
+// writes the record, then answers ErrCrashed. Over a store that keeps
+// none, it says so (store.KeepsSteps), and a receiver configured for
+// steps refuses it at construction.
+func TestFaultStoreSteps(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	acquire := func(t *testing.T, fs *deduptest.FaultStore, key string) store.Token {
+		t.Helper()
+		c, err := fs.Acquire(ctx, store.AcquireRequest{Key: key, Lease: time.Minute})
+		require.NoError(t, err)
+		require.True(t, c.Acquired)
+		return c.Token
+	}
+	names := func(t *testing.T, fs *deduptest.FaultStore, key string, tok store.Token) []string {
+		t.Helper()
+		recs, err := fs.LoadSteps(ctx, store.StepsRequest{Key: key, Token: tok})
+		require.NoError(t, err)
+		var out []string
+		for _, r := range recs {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	save := func(fs *deduptest.FaultStore, key string, tok store.Token, name string) error {
+		return fs.SaveStep(ctx, store.SaveStepRequest{Key: key, Token: tok, Name: name, Value: []byte("v"), Retention: time.Hour})
+	}
+
+	t.Run("crash after the record", func(t *testing.T) {
+		t.Parallel()
+		fs, err := deduptest.NewFaultStore(newStepStore(t, clk), 1, deduptest.Fault{Op: deduptest.OpSaveStep, Kind: deduptest.Crash, Key: "a", Calls: []int{2}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = fs.Close() })
+		require.True(t, store.KeepsSteps(fs))
+		tok := acquire(t, fs, "n:a")
+		require.NoError(t, save(fs, "n:a", tok, "charge"))
+		err = save(fs, "n:a", tok, "reserve")
+		require.ErrorIs(t, err, deduptest.ErrCrashed)
+		require.ErrorIs(t, err, store.ErrLeaseLost)
+		require.ErrorIs(t, err, dedup.ErrLeaseLost)
+		require.EqualError(t, err, `deduptest: worker crashed after the record of step "reserve", before the next step`)
+		require.ElementsMatch(t, []string{"charge", "reserve"}, names(t, fs, "n:a", tok), "the crashed step's record is written")
+		require.Equal(t, []deduptest.Injection{{Op: deduptest.OpSaveStep, Kind: deduptest.Crash, Key: "n:a", Call: 2}}, fs.Injected())
+		require.Equal(t, "crash save-step on \"n:a\" (call 2)", fs.Injected()[0].String())
+
+		// A record the store refuses (another token) is not written: the
+		// crash says so, with the store's answer.
+		err = save(fs, "n:a", store.NewToken(), "notify")
+		require.ErrorIs(t, err, store.ErrLeaseLost, "call 3: not hit, the store's answer")
+		require.NotErrorIs(t, err, deduptest.ErrCrashed)
+		fs2, err := deduptest.NewFaultStore(newStepStore(t, clk), 1, deduptest.Fault{Op: deduptest.OpSaveStep, Kind: deduptest.Crash})
+		require.NoError(t, err)
+		acquire(t, fs2, "n:b")
+		err = save(fs2, "n:b", store.NewToken(), "charge")
+		require.ErrorIs(t, err, deduptest.ErrCrashed)
+		require.ErrorContains(t, err, `worker crashed after step "charge", whose record the store refused: `)
+	})
+
+	t.Run("the other kinds", func(t *testing.T) {
+		t.Parallel()
+		fs, err := deduptest.NewFaultStore(newStepStore(t, clk), 1,
+			// Each fault counts the calls that reach it: those an earlier
+			// fault did not hit.
+			deduptest.Fault{Op: deduptest.OpSaveStep, Kind: deduptest.Fail, Key: "a", Calls: []int{1}},
+			deduptest.Fault{Op: deduptest.OpSaveStep, Kind: deduptest.LoseAnswer, Key: "a", Calls: []int{1}},
+			deduptest.Fault{Op: deduptest.OpSaveStep, Kind: deduptest.LeaseLost, Key: "a", Calls: []int{1}},
+			deduptest.Fault{Op: deduptest.OpLoadSteps, Kind: deduptest.Crash, Calls: []int{1}},
+			deduptest.Fault{Op: deduptest.OpLoadSteps, Kind: deduptest.Fail, Calls: []int{1}},
+		)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = fs.Close() })
+		tok := acquire(t, fs, "n:a")
+		require.ErrorIs(t, save(fs, "n:a", tok, "fail"), deduptest.ErrInjected)
+		require.ErrorIs(t, save(fs, "n:a", tok, "lost"), store.ErrUnavailable)
+		require.ErrorIs(t, save(fs, "n:a", tok, "lease"), store.ErrLeaseLost)
+		_, err = fs.LoadSteps(ctx, store.StepsRequest{Key: "n:a", Token: tok})
+		require.ErrorIs(t, err, deduptest.ErrCrashed)
+		_, err = fs.LoadSteps(ctx, store.StepsRequest{Key: "n:a", Token: tok})
+		require.ErrorIs(t, err, deduptest.ErrInjected)
+		require.Equal(t, []string{"lost"}, names(t, fs, "n:a", tok), "only the lost answer's record was applied")
+		require.Len(t, fs.Injected(), 5)
+	})
+
+	t.Run("over a store that keeps none", func(t *testing.T) {
+		t.Parallel()
+		mem, err := memstore.New(&memstore.Options{Clock: clk})
+		require.NoError(t, err)
+		fs, err := deduptest.NewFaultStore(plainStore{mem}, 1)
+		require.NoError(t, err)
+		require.False(t, store.KeepsSteps(fs))
+		tok := acquire(t, fs, "n:a")
+		require.ErrorIs(t, save(fs, "n:a", tok, "charge"), store.ErrInvalidConfig)
+		_, err = fs.LoadSteps(ctx, store.StepsRequest{Key: "n:a", Token: tok})
+		require.ErrorIs(t, err, store.ErrInvalidConfig)
+		require.ErrorContains(t, err, "keeps no step records")
+
+		h := func(ctx context.Context, o order) (string, error) { return "", nil }
+		key := func(o order) (string, error) { return o.ID, nil }
+		_, err = dedup.NewReceiver(fs, key, h, &dedup.Config{Clock: clk, Steps: true})
+		require.ErrorIs(t, err, dedup.ErrStepsUnsupported, "the receiver's check stays truthful through the FaultStore")
+		fs2, err := deduptest.NewFaultStore(newStepStore(t, clk), 1)
+		require.NoError(t, err)
+		_, err = dedup.NewReceiver(fs2, key, h, &dedup.Config{Clock: clk, Steps: true})
+		require.NoError(t, err)
+	})
+
+	t.Run("ops", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, "save-step", deduptest.OpSaveStep.String())
+		require.Equal(t, "load-steps", deduptest.OpLoadSteps.String())
+		_, err := deduptest.NewFaultStore(newStepStore(t, clk), 1, deduptest.Fault{Op: deduptest.OpLoadSteps + 1, Kind: deduptest.Fail})
+		require.ErrorContains(t, err, "is not an operation")
+	})
+}

@@ -106,8 +106,10 @@ type DeliveryReport[R any] struct {
 	Err      error
 	Problem  error
 	Decision delivery.Decision
-	// Crashed: a Crash fault dropped the completion; the delivery was not
-	// settled but redelivered after the lease.
+	// Crashed: the worker crashed (a Crash fault dropped the completion,
+	// or came after a step's record; or the handler returned an error
+	// wrapping ErrCrashed); the delivery was not settled but redelivered
+	// after the lease.
 	Crashed bool
 
 	replicated bool // the run had several replicas: String names this one's
@@ -134,7 +136,7 @@ func (d DeliveryReport[R]) String() string {
 		fmt.Fprintf(&b, " (attempt %d)", d.Attempt)
 	}
 	if d.Crashed {
-		b.WriteString(", crashed before the record")
+		b.WriteString(", crashed (redelivered after the lease)")
 	} else {
 		fmt.Fprintf(&b, ", %s", d.Decision.Action)
 		if d.Decision.Action == delivery.Retry {
