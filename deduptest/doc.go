@@ -17,9 +17,10 @@
 // key, replica and replayed result, the handler runs, the effects
 // counted, and the problems found, the causes first (a delivery that did
 // not return, copies that got different keys, a double effect, an
-// acknowledged message whose effect never happened, a duplicate replayed
-// another result than the first, a copy never settled, a fault asked for
-// that never fired). A Report is a value: inspect it, print it, or fail a
+// acknowledged message whose effect never happened, a step's effect or a
+// compensation twice, a compensation without its step, a duplicate
+// replayed another result than the first, a copy never settled, a fault
+// asked for that never fired). A Report is a value: inspect it, print it, or fail a
 // test with [Report.Check], which takes any [TB].
 //
 // A *dedup.Receiver is handed to Run, or built by the function given to
@@ -54,6 +55,28 @@
 // messages, for [Effects.ExactlyOnce], which checks that every expected id
 // had its effect once and reports the others as Run does, in a Report
 // without deliveries.
+//
+// A handler of recorded steps (dedup.Step), with compensations that undo
+// them when its message is given up (dedup.Config.Compensations), is
+// tested the same way. [Effects.Step] and [Effects.Compensation] count a
+// step's effect and a compensation's, by message id and step name, where
+// the step's function does its effect and the compensation undoes it;
+// give the Effects to Run (Options.Steps), and the Report has each
+// message's Steps and Compensations, and names a step whose effect
+// happened more than once ([DoubleStep]), a compensation that ran more
+// than once ([DoubleCompensation]), and one that ran without its step's
+// effect before it ([CompensationWithoutStep]). The FaultStore passes
+// step records through to a store that keeps them ([OpSaveStep],
+// [OpLoadSteps]), and tells the receiver whether it does
+// (store.StepsKept). A Crash fault on OpSaveStep is the worker dying
+// between two steps: the step's record is written, then the worker dies,
+// and Run redelivers the message after the lease, whose next run replays
+// the recorded steps and goes on. Its Calls picks the boundary (call N:
+// after the Nth step record of the messages it matches), so a run per N
+// crashes a saga at every one of them, the compensations' records
+// included. The crash between a step's effect and its record is not
+// this fault: that window is one steps narrow, not close (the step runs
+// again), and an idempotency key closes it.
 //
 // The package imports only the standard library and dedup's core
 // packages; it works with testing.T and with any test framework.

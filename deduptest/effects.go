@@ -228,8 +228,10 @@ func (e *Effects) Len() int {
 // steps of every message that has some, expected or not (a poison
 // message's steps may be compensated): double-step, double-compensation
 // and compensation-without-step, and each expected id's MessageReport has
-// its Steps and Compensations. Check it, or assert on it, as Run's; an id
-// given twice counts once.
+// its Steps and Compensations; ids are those whose Record effect is
+// expected, so a test that counts steps alone calls ExactlyOnce without
+// any. Check it, or assert on it, as Run's; an id given twice counts
+// once.
 func (e *Effects) ExactlyOnce(ids ...string) *Report[struct{}] {
 	e.mu.Lock()
 	counts := make(map[string]int, len(e.n))

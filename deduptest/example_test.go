@@ -252,3 +252,71 @@ func ExampleRun_keyDiffersBetweenCopies() {
 	// problem: o1 double-effect
 	// message o1: key-differs: copies of the message got different keys ("payments:tag-1" for copy 1, "payments:tag-2" for copy 2; 3 keys in all), each a new message to the receiver: take the key from what every copy carries alike (the producer's id, a hash of the fields that do not change between sends), not from a delivery tag or a send time
 }
+
+// A saga of recorded steps (dedup.Step): charge, then reserve, each run
+// at most once per order; an order out of stock is given up, and its
+// charge refunded (Config.Compensations). The step counters
+// (Options.Steps) count each step's effect and each refund; a worker
+// crashes between o1's charge and its reservation (a Crash fault on o1's
+// first step record), and the redelivery after the lease replays the
+// charge instead of charging again.
+func ExampleRun_saga() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mem, _ := memstore.New(&memstore.Options{Clock: clk})
+	fs, _ := deduptest.NewFaultStore(newShim(mem), 1, deduptest.Fault{ // TEMPORARY: mem itself, once memstore keeps step records
+		Op: deduptest.OpSaveStep, Kind: deduptest.Crash, Key: "o1", Calls: []int{1},
+	})
+	var steps deduptest.Effects
+	handler := func(ctx context.Context, o Order) (string, error) {
+		chargeID, err := dedup.Step(ctx, "charge", func(ctx context.Context) (string, error) {
+			steps.Step(o.ID, "charge")
+			return "ch-" + o.ID, ctx.Err()
+		})
+		if err != nil {
+			return "", err
+		}
+		if _, err := dedup.Step(ctx, "reserve", func(ctx context.Context) (int, error) {
+			if o.Amount > 200 {
+				return 0, dedup.Permanent(errors.New("out of stock"))
+			}
+			steps.Step(o.ID, "reserve")
+			return 1, ctx.Err()
+		}); err != nil {
+			return "", err
+		}
+		return "receipt-" + chargeID, nil
+	}
+	refund := dedup.Compensate(func(ctx context.Context, o Order, chargeID string) error {
+		steps.Compensation(o.ID, "charge") // the refund of chargeID
+		return ctx.Err()
+	})
+	service := deduptest.Replicas(func(int) (*adapter.Receiver[Order, string], error) {
+		rcv, err := dedup.NewReceiver(fs, byID, handler, &dedup.Config{
+			Namespace: "payments", Lease: 10 * time.Second, Clock: clk,
+			Compensations: dedup.Compensations{"charge": refund},
+			Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return adapter.Bind(rcv), nil
+	})
+	rep, _ := deduptest.Run(context.Background(), clk, service, orders(), &deduptest.Options[Order]{
+		ID: func(o Order) string { return o.ID }, Steps: &steps, Lease: 10 * time.Second, Workers: 1,
+		Faults: []*deduptest.FaultStore{fs},
+	})
+	for _, m := range rep.Messages {
+		fmt.Printf("%s: charged %d, reserved %d, refunded %d; %d copies acked, %d dead-lettered\n",
+			m.ID, m.Steps["charge"], m.Steps["reserve"], m.Compensations["charge"], m.Acked, m.DeadLettered)
+	}
+	fmt.Println("crashed:", fs.Injected())
+	if rep.Err() == nil {
+		fmt.Println("ok")
+	}
+	_ = fs.Close()
+	// Output:
+	// o1: charged 1, reserved 1, refunded 0; 3 copies acked, 0 dead-lettered
+	// o2: charged 1, reserved 0, refunded 1; 0 copies acked, 3 dead-lettered
+	// crashed: [crash save-step on "payments:o1" (call 1)]
+	// ok
+}
