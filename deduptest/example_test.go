@@ -263,7 +263,7 @@ func ExampleRun_keyDiffersBetweenCopies() {
 func ExampleRun_saga() {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	mem, _ := memstore.New(&memstore.Options{Clock: clk})
-	fs, _ := deduptest.NewFaultStore(newShim(mem), 1, deduptest.Fault{ // TEMPORARY: mem itself, once memstore keeps step records
+	fs, _ := deduptest.NewFaultStore(mem, 1, deduptest.Fault{
 		Op: deduptest.OpSaveStep, Kind: deduptest.Crash, Key: "o1", Calls: []int{1},
 	})
 	var steps deduptest.Effects

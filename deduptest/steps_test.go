@@ -31,7 +31,7 @@ func newStepStore(t testing.TB, clk clock.Clock) stepStore {
 	t.Helper()
 	mem, err := memstore.New(&memstore.Options{Clock: clk})
 	require.NoError(t, err)
-	return newShim(mem)
+	return mem
 }
 
 // order is the message of the saga: charge, reserve, notify. An order
