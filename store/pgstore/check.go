@@ -27,6 +27,7 @@ var columns = []column{
 	{"expires_at", "timestamp with time zone"},
 	{"created_at", "timestamp with time zone"},
 	{"completed_at", "timestamp with time zone"},
+	{"steps", "bytea"},
 }
 
 // check makes sure, within Options.Timeout, that the table fits the

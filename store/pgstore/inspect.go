@@ -15,8 +15,8 @@ import (
 // scanPage is how many records one statement of Scan reads.
 const scanPage = 500
 
-// Get returns the record of key, in whatever state, or an error matching
-// store.ErrNotFound. A record is not found from its ExpiresAt on (a claim:
+// Get returns the record of key, in whatever state, with its step
+// records, or an error matching store.ErrNotFound. A record is not found from its ExpiresAt on (a claim:
 // from its lease end plus AbandonedTTL), by the database's clock, as
 // Acquire sees it.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
@@ -28,7 +28,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
-	rec, err := scanRecord(s.pool.QueryRow(cctx, s.sql.get, s.cfg.mode, key))
+	rec, err := scanRecordSteps(s.pool.QueryRow(cctx, s.sql.get, s.cfg.mode, key))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return store.Record{}, fmt.Errorf("pgstore: get %q: %w", key, store.ErrNotFound)
@@ -46,6 +46,25 @@ func scanRecord(r pgx.Row, before ...any) (store.Record, error) {
 		return store.Record{}, err
 	}
 	return cols.record(), nil
+}
+
+// scanRecordSteps reads the recordCols of a row, after the columns
+// before, and then its step records.
+func scanRecordSteps(r pgx.Row, before ...any) (store.Record, error) {
+	var (
+		cols recordColumns
+		log  []byte
+	)
+	if err := r.Scan(append(cols.dest(before), &log)...); err != nil {
+		return store.Record{}, err
+	}
+	rec := cols.record()
+	steps, err := decodeSteps(log)
+	if err != nil {
+		return store.Record{}, err
+	}
+	rec.Steps = steps
+	return rec, nil
 }
 
 // Delete forgets key, whatever its state: a duplicate arriving later is
@@ -114,7 +133,7 @@ func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, st
 }
 
 // Scan yields every record whose key starts with prefix and that is not
-// gone, in key order, reading pages of 500 by primary key (a range of
+// gone, with its step records, in key order, reading pages of 500 by primary key (a range of
 // the index, never the whole table). A record written or expiring during
 // the scan may be missed or seen. Options.Timeout bounds each page, not
 // the whole scan. A failure (or the end of ctx) is yielded once, as a zero
@@ -165,7 +184,7 @@ func (s *Store) scanPage(ctx context.Context, prefix, after string, upper *strin
 	var page []store.Record
 	for rows.Next() {
 		var key string
-		rec, err := scanRecord(rows, &key)
+		rec, err := scanRecordSteps(rows, &key)
 		if err != nil {
 			return nil, err
 		}

@@ -30,6 +30,7 @@ var (
 	_ store.BatchStore = (*Store)(nil)
 	_ store.Inspector  = (*Store)(nil)
 	_ store.Bounded    = (*Store)(nil)
+	_ store.StepStore  = (*Store)(nil)
 )
 
 // New returns a Store on pool after checking, within ctx and
@@ -396,6 +397,7 @@ func checkSettle(op, key string, token store.Token, retention time.Duration) err
 type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // settle runs one fenced update of key (sql, with key and token first) on

@@ -29,6 +29,10 @@ import (
 //	             column existed (read as a zero time)
 //	completed_at when the record completed, or its last attempt failed;
 //	             NULL while processing
+//	steps        the record's step records (store.StepStore), NULL while
+//	             it has none: see stepsFormat. A fresh record (an absent
+//	             key, or a gone row claimed afresh) starts without; every
+//	             other claim, Release and Complete keep them
 //
 // Time is the database's: every statement reads clock_timestamp() once
 // (the "now" CTE) and compares and computes with it, so the consumers'
@@ -48,23 +52,26 @@ const createSQL = `CREATE TABLE IF NOT EXISTS %[1]s (
 	lease_until  timestamptz,
 	expires_at   timestamptz NOT NULL,
 	created_at   timestamptz,
-	completed_at timestamptz
+	completed_at timestamptz,
+	steps        bytea
 );
 CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (expires_at);
 `
 
 // upgradeSQL adds to a table of an earlier version the columns it lacks
-// (0.1.0 had neither created_at nor completed_at). Nullable columns
-// without a default: PostgreSQL adds them to the catalog only, without
-// rewriting the table, and the rows already there read them as NULL.
+// (0.1.0 had neither created_at nor completed_at, and no version before
+// step records had steps). Nullable columns without a default:
+// PostgreSQL adds them to the catalog only, without rewriting the table,
+// and the rows already there read them as NULL.
 const upgradeSQL = `ALTER TABLE %[1]s
 	ADD COLUMN IF NOT EXISTS created_at timestamptz,
-	ADD COLUMN IF NOT EXISTS completed_at timestamptz;
+	ADD COLUMN IF NOT EXISTS completed_at timestamptz,
+	ADD COLUMN IF NOT EXISTS steps bytea;
 `
 
 // upgradeColumns are the columns upgradeSQL adds: a table that lacks
 // some of them is upgraded by Migrate.
-var upgradeColumns = []string{"created_at", "completed_at"}
+var upgradeColumns = []string{"created_at", "completed_at", "steps"}
 
 // us turns a bigint of microseconds into an interval.
 const us = `* interval '1 microsecond'`
@@ -95,8 +102,9 @@ const own = `(r.state = 'processing' AND r.token = excluded.token AND r.expires_
 const gone = `r.expires_at <= (SELECT t FROM now)`
 
 // The ON CONFLICT part of a claim. A claimable row is taken over: afresh
-// when it is gone (attempt 1, no past, created now), else with attempt
-// plus one, keeping its creation time and dropping its completion time. A
+// when it is gone (attempt 1, no past and no step records, created now),
+// else with attempt plus one, keeping its creation time and step records
+// and dropping its completion time. A
 // row the claim already holds (own) keeps all but its lease and expiry,
 // which run from now. Any other row is written back as it is, so that the
 // statement returns it, read under the row lock: a claim that waited for
@@ -117,7 +125,8 @@ const claimConflict = `ON CONFLICT (key) DO UPDATE SET
 		lease_until = CASE WHEN ` + claimable + ` OR ` + own + ` THEN excluded.lease_until ELSE r.lease_until END,
 		expires_at = CASE WHEN ` + claimable + ` OR ` + own + ` THEN excluded.expires_at ELSE r.expires_at END,
 		created_at = CASE WHEN ` + gone + ` THEN excluded.created_at ELSE r.created_at END,
-		completed_at = CASE WHEN ` + claimable + ` THEN NULL ELSE r.completed_at END`
+		completed_at = CASE WHEN ` + claimable + ` THEN NULL ELSE r.completed_at END,
+		steps = CASE WHEN ` + gone + ` THEN NULL ELSE r.steps END`
 
 // settled is true of a record h, as the statement's snapshot sees it at
 // n.t, that a claim of token tok need not even try: completed and not
@@ -144,6 +153,24 @@ func acquired(c, tok, fp string) string {
 // recordCols are the columns a statement answers a record with.
 const recordCols = `state, token, attempt, fingerprint, result, last_error, lease_until, expires_at, created_at, completed_at`
 
+// fenced is true of the row r that the claim of key $1 and token $2
+// holds at n.t, as Complete, Release and Extend require: processing
+// under that token, not gone.
+const fenced = `r.key = $1::text AND r.token = $2::uuid AND r.state = 'processing' AND r.expires_at > n.t`
+
+// appendSteps is the steps of the row r with the encoded step records
+// at param appended (stepsFormat).
+func appendSteps(param string) string {
+	return `coalesce(r.steps, '\x01'::bytea) || ` + param + `::bytea`
+}
+
+// completeSQL is the complete statement, setting the columns of set too.
+func completeSQL(set string) string {
+	return `UPDATE %[1]s r SET state = 'completed', result = $3::bytea, lease_until = NULL, expires_at = n.t + $4::bigint ` + us + `, completed_at = n.t` + set + `
+FROM (SELECT clock_timestamp() AS t) n
+WHERE ` + fenced
+}
+
 // qualified is recordCols of the table aliased alias.
 func qualified(alias string) string {
 	return alias + "." + strings.ReplaceAll(recordCols, ", ", ", "+alias+".")
@@ -151,22 +178,26 @@ func qualified(alias string) string {
 
 // statements are the store's SQL for one table.
 type statements struct {
-	create       string
-	upgrade      string
-	acquire      string
-	acquireBatch string
-	complete     string
-	completeMany string
-	completed    string
-	release      string
-	extend       string
-	extendMany   string
-	giveBack     string
-	get          string
-	del          string
-	deleteIf     string
-	scan         string
-	cleanup      string
+	create        string
+	upgrade       string
+	acquire       string
+	acquireBatch  string
+	complete      string
+	completeSteps string
+	completeMany  string
+	completed     string
+	release       string
+	extend        string
+	extendMany    string
+	giveBack      string
+	get           string
+	loadSteps     string
+	holds         string
+	saveStep      string
+	del           string
+	deleteIf      string
+	scan          string
+	cleanup       string
 }
 
 func newStatements(t tableName) statements {
@@ -215,9 +246,12 @@ WHERE r.key IN (SELECT key FROM req) AND r.key NOT IN (SELECT key FROM claimed)`
 
 		// complete: $1 key, $2 token, $3 result, $4 retention (µs). Rows
 		// affected: 1 when the token held the key.
-		complete: q(`UPDATE %[1]s r SET state = 'completed', result = $3::bytea, lease_until = NULL, expires_at = n.t + $4::bigint ` + us + `, completed_at = n.t
-FROM (SELECT clock_timestamp() AS t) n
-WHERE r.key = $1::text AND r.token = $2::uuid AND r.state = 'processing' AND r.expires_at > n.t`),
+		complete: q(completeSQL("")),
+
+		// completeSteps: complete, and $5 the encoded step records that
+		// the handler's transaction saved, appended to the row's
+		// (stepsFormat).
+		completeSteps: q(completeSQL(`, steps = ` + appendSteps("$5"))),
 
 		// completeMany: $1 keys, $2 tokens, $3 results, $4 retentions (µs),
 		// distinct keys and tokens. The keys and tokens completed.
@@ -254,8 +288,23 @@ RETURNING r.key, r.token`),
 		giveBack: q(`UPDATE %[1]s SET attempt = attempt - 1
 WHERE key = $1::text AND token = $2::uuid AND state = 'processing' AND attempt > 0 AND expires_at > clock_timestamp()`),
 
-		// get: $1 key. The record unless it is gone.
-		get: q(`SELECT ` + recordCols + ` FROM %[1]s WHERE key = $1::text AND expires_at > clock_timestamp()`),
+		// get: $1 key. The record and its step records unless it is
+		// gone.
+		get: q(`SELECT ` + recordCols + `, steps FROM %[1]s WHERE key = $1::text AND expires_at > clock_timestamp()`),
+
+		// loadSteps: $1 key, $2 token. One row when the token holds the
+		// key: its step records (NULL: none).
+		loadSteps: q(`SELECT r.steps FROM %[1]s r, (SELECT clock_timestamp() AS t) n WHERE ` + fenced),
+
+		// holds: $1 key, $2 token. One row when the token holds the key.
+		holds: q(`SELECT true FROM %[1]s r, (SELECT clock_timestamp() AS t) n WHERE ` + fenced),
+
+		// saveStep: $1 key, $2 token, $3 one encoded step record,
+		// appended to the row's (stepsFormat). Rows affected: 1 when the
+		// token held the key.
+		saveStep: q(`UPDATE %[1]s r SET steps = ` + appendSteps("$3") + `
+FROM (SELECT clock_timestamp() AS t) n
+WHERE ` + fenced),
 
 		del: q(`DELETE FROM %[1]s WHERE key = $1::text`),
 
@@ -280,7 +329,7 @@ SELECT EXISTS (SELECT FROM deleted), ` + recordCols + ` FROM cur`),
 
 		// scan: $1 the prefix, $2 the last key seen ('' at first), $3 the
 		// first key past the prefix (NULL: none), $4 the page size.
-		scan: q(`SELECT key, ` + recordCols + ` FROM %[1]s
+		scan: q(`SELECT key, ` + recordCols + `, steps FROM %[1]s
 WHERE key >= $1::text AND key > $2::text AND ($3::text IS NULL OR key < $3::text) AND expires_at > clock_timestamp()
 ORDER BY key LIMIT $4::int`),
 

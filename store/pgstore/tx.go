@@ -48,20 +48,25 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, result []byte) error 
 	if !ok {
 		return ErrNoClaim
 	}
-	if err := s.completeIn(ctx, tx, held, result); err != nil {
+	if err := s.completeIn(ctx, tx, held, result, s.txOf(ctx, held.Key, held.Token)); err != nil {
 		return err
 	}
 	held.MarkCompleted()
 	return nil
 }
 
-// completeIn runs the fenced completion of held in tx.
-func (s *Store) completeIn(ctx context.Context, tx pgx.Tx, held *store.HeldClaim, result []byte) error {
+// completeIn runs the fenced completion of held in tx, writing the steps
+// that the handler saved in its transaction t (nil: none) with it. A
+// completion without them is the statement of Complete.
+func (s *Store) completeIn(ctx context.Context, tx pgx.Tx, held *store.HeldClaim, result []byte, t *txSteps) error {
 	if tx == nil {
 		return fmt.Errorf("pgstore: complete %q: %w: the transaction is nil", held.Key, store.ErrInvalidConfig)
 	}
 	if err := checkSettle("complete", held.Key, held.Token, held.Retention); err != nil {
 		return err
+	}
+	if steps := t.take(); steps != nil {
+		return s.settle(ctx, "complete", held.Key, held.Token, tx, s.sql.completeSteps, result, micros(held.Retention), steps)
 	}
 	return s.settle(ctx, "complete", held.Key, held.Token, tx, s.sql.complete, result, micros(held.Retention))
 }
@@ -209,6 +214,10 @@ func (h *txHandler[M, R]) handle(ctx context.Context, msg M) (R, error) {
 		if err == nil || retry >= h.retries || !retryable(err) || ctx.Err() != nil {
 			return v, err
 		}
+		// The rollback undid the steps fn saved in the transaction: the
+		// receiver must not answer the rerun's steps from what it
+		// remembers of them.
+		held.StepsRolledBack()
 	}
 }
 
@@ -238,7 +247,8 @@ func (h *txHandler[M, R]) run(ctx context.Context, held *store.HeldClaim, msg M)
 			cancel()
 		}
 	}()
-	if v, err = h.fn(ctx, tx, msg); err != nil {
+	fctx := s.withTx(ctx, tx, held)
+	if v, err = h.fn(fctx, tx, msg); err != nil {
 		if ctx.Err() == nil && connBroken(err, tx) {
 			// Not the handler's failure: the store's database went away
 			// under it, and the transaction with it.
@@ -246,7 +256,7 @@ func (h *txHandler[M, R]) run(ctx context.Context, held *store.HeldClaim, msg M)
 		}
 		return v, err
 	}
-	if err = s.completeIn(ctx, tx, held, h.encode(v)); err != nil {
+	if err = s.completeIn(ctx, tx, held, h.encode(v), &fctx.steps); err != nil {
 		return v, err
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.timeout)
