@@ -27,7 +27,51 @@
 // table made by 0.1.0 lacks the last two columns: [Store.Migrate] (and
 // [Options.Migrate]) adds them in place, and [Store.SchemaSQL] holds the
 // ALTER TABLE for your own migrations. Its rows keep working; their times
-// read as zero until the key is claimed afresh.
+// read as zero until the key is claimed afresh. A table made before step
+// records lacks the steps column, added the same way.
+//
+// # Step records
+//
+// The Store is a [store.StepStore]: the step records of a handler's named
+// steps (dedup.Step) are kept in the record's own row, in a nullable
+// steps bytea column, NULL while the record has none. It holds a log of
+// the store's own: a format byte, then each saved step as its name and
+// value, each prefixed with its length. [Store.SaveStep] appends one
+// entry in one UPDATE fenced by the claim's token, as Complete is, without
+// reading the column first; a name saved again is appended again, and its
+// last entry wins (so the column grows with every save, a replaced name's
+// included, until the record is gone). Names and values are kept
+// as bytes: a name may hold any valid UTF-8, NUL included, which neither
+// text nor jsonb could hold. [Store.LoadSteps] is one fenced SELECT.
+//
+// Living in the row, step records are kept, expire, are cleaned up and
+// deleted with it. A claim that makes a fresh record (an absent key, or a
+// gone row reused) starts without; a takeover of a failed record or of a
+// claim whose lease ended, a claim granted again to its own token, a
+// Release and a Complete keep them. Get and Scan return them; Acquire
+// does not read them. A message whose handler runs no step costs what it
+// did: the same statements and round trips, none added.
+//
+// Inside the transaction of [TxHandler], a step is recorded in that
+// transaction: TxHandler puts the transaction on the context it gives
+// the function, and SaveStep and LoadSteps of the handler's claim run in
+// it. SaveStep checks the claim there at once (a fenced read, so a lost
+// claim is store.ErrLeaseLost at once) and keeps the step until the
+// completion, whose UPDATE writes it: the steps commit with the business
+// writes and the record, or not at all, and the record's row is not
+// locked from the first step to the commit, so the receiver's heartbeat
+// goes on extending the lease while the function runs. LoadSteps reads in
+// the transaction and adds the steps saved in it. When TxHandler rolls
+// the transaction back to run the function again (a serialization
+// failure or a deadlock), it first calls the claim's StepsRolledBack, so
+// that the receiver forgets the steps the rolled back run recorded. A
+// handler that manages its own transaction and completes it with
+// [Store.CompleteTx] names it with [Store.WithTx] and passes the context
+// WithTx returns to its steps and to CompleteTx; without WithTx its steps
+// are recorded at once, outside the transaction, and a transaction
+// committed without CompleteTx keeps none of those saved under WithTx.
+// Steps within a savepoint (a nested pgx.Tx) are kept until the
+// completion even when the savepoint is rolled back.
 //
 // # What it guarantees
 //

@@ -84,7 +84,8 @@ func (s *Store) Table() string { return s.cfg.table.plain }
 // SchemaSQL returns the SQL that Migrate runs: the table and its expiry
 // index, each created if it does not exist, then the columns that a table
 // of an earlier version lacks, each added if it does not exist (a table
-// made by 0.1.0 gets created_at and completed_at). Teams that run their
+// made by 0.1.0 gets created_at and completed_at, one made before step
+// records steps). Teams that run their
 // own migrations apply it (or the same statements, from the README)
 // instead; applying it again changes nothing.
 func (s *Store) SchemaSQL() string { return s.sql.create + s.sql.upgrade }
@@ -95,7 +96,8 @@ func (s *Store) SchemaSQL() string { return s.sql.create + s.sql.upgrade }
 // checks the table as New does. The columns are added only when the table
 // lacks them, so that a start-up does not queue for the table's exclusive
 // lock once they are there; the rows already in the table keep working,
-// their creation and completion times unknown (zero). Running it again
+// their creation and completion times unknown (zero), without step
+// records. Running it again
 // changes nothing. A schema that does not exist, or a role that may not
 // create the table or alter it, is an error matching ErrMisconfigured.
 func (s *Store) Migrate(ctx context.Context) error {

@@ -37,6 +37,10 @@ const (
 // returns nil without committing would have the message acknowledged and
 // its effect lost. TxHandler does all of this.
 //
+// The steps that the handler saved under a context that WithTx made for
+// tx (and this claim) are written by the same UPDATE, so they commit with
+// tx; ctx must be that context, or they are lost with it.
+//
 // result is what duplicates get: the handler's value encoded with the
 // receiver's Codec (JSON unless configured otherwise); nil for none.
 // Completing again with the token that completed the record succeeds and
@@ -125,7 +129,12 @@ type TxOptions struct {
 //
 // For each message it begins a transaction (TxOptions.Tx), runs fn, and
 // unless fn failed encodes its value, completes the record fenced by the
-// claim's token (CompleteTx) and commits. The business writes and the
+// claim's token (CompleteTx) and commits. The context fn gets carries the
+// transaction (as WithTx's does): the steps fn runs under it are recorded
+// in the transaction and written by the completion (see "Step records" in
+// the package documentation). Before it runs fn again after a
+// serialization failure or a deadlock, it calls the claim's
+// StepsRolledBack. The business writes and the
 // record commit together or not at all, so a crash anywhere leaves either
 // both (a redelivery is a duplicate) or neither (a redelivery runs fn
 // again): each effect happens once, without a unique index of its own.
