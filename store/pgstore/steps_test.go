@@ -173,6 +173,14 @@ func TestStepsLog(t *testing.T) {
 	for _, st := range steps {
 		require.NotNil(t, st.Value, "step %q: an empty value is kept as empty, not nil", st.Name)
 	}
+	// The values are the caller's: appending to one leaves the others
+	// as they are.
+	for i := range steps {
+		steps[i].Value = append(steps[i].Value, strings.Repeat("Z", 600)...)
+	}
+	for _, st := range steps {
+		require.Equal(t, want[st.Name]+strings.Repeat("Z", 600), string(st.Value), "step %q after appending to the others", st.Name)
+	}
 
 	for _, name := range []string{"", strings.Repeat("x", store.MaxStepNameLen+1), "bad\xff"} {
 		err := s.SaveStep(ctx, store.SaveStepRequest{Key: "ns:k", Token: c.Token, Name: name, Retention: time.Hour})
@@ -426,4 +434,23 @@ func TestUpgradeForSteps(t *testing.T) {
 	require.Equal(t, 2, c.Record.Attempt)
 	require.Empty(t, loadSteps(ctx, t, s, "ns:failed", c.Token))
 	require.NoError(t, s.Migrate(ctx), "migrating again changes nothing")
+}
+
+// TestNoStepsNoColumn: a message whose handler runs no step leaves the
+// steps column NULL, through Handle and through TxHandler: its completion
+// is the statement it was before step records.
+func TestNoStepsNoColumn(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 4)
+	s := db.store(t, nil)
+	plain, err := dedup.NewReceiver(s, paymentID, func(context.Context, payment) (receipt, error) { return receipt{}, nil }, &dedup.Config{Namespace: "plain"})
+	require.NoError(t, err)
+	tx, err := dedup.NewReceiver(s, paymentID, txHandler(t, s, func(context.Context, pgx.Tx, payment) (receipt, error) { return receipt{}, nil }, nil), &dedup.Config{Namespace: "tx"})
+	require.NoError(t, err)
+	for _, h := range []func(context.Context, payment) (dedup.Result[receipt], error){plain.Handle, tx.Handle} {
+		res, err := h(t.Context(), payment{ID: "p1"})
+		require.NoError(t, err)
+		require.Equal(t, delivery.StatusProcessed, res.Status)
+	}
+	require.Equal(t, 2, db.count(t, "SELECT count(*) FROM "+db.table("dedup_records")+" WHERE state = 'completed' AND steps IS NULL"))
 }
