@@ -454,3 +454,63 @@ func TestNoStepsNoColumn(t *testing.T) {
 	}
 	require.Equal(t, 2, db.count(t, "SELECT count(*) FROM "+db.table("dedup_records")+" WHERE state = 'completed' AND steps IS NULL"))
 }
+
+// TestDedupStepInTxHandler: dedup.Step inside a TxHandler's function,
+// end to end. A step whose transaction rolled back is not recorded, so
+// the next delivery runs it again; when TxHandler reruns the function
+// after a serialization failure, the receiver forgets the rolled back
+// step (StepsRolledBack) and runs it again, instead of replaying it or
+// refusing its name as repeated. (Inside a TxHandler, a step's record
+// commits only with the completion, so no later delivery replays it.)
+func TestDedupStepInTxHandler(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 4)
+	s := db.store(t, nil)
+	table := db.payments(t)
+	var charges, runs atomic.Int64
+	var failOnce, conflictOnce atomic.Bool
+	h := txHandler(t, s, func(ctx context.Context, tx pgx.Tx, p payment) (receipt, error) {
+		runs.Add(1)
+		charge, err := dedup.Step(ctx, "charge", func(context.Context) (string, error) {
+			return fmt.Sprint("ch_", charges.Add(1)), nil
+		})
+		if err != nil {
+			return receipt{}, err
+		}
+		if err := insertPayment(ctx, tx, table, p, charge); err != nil {
+			return receipt{}, err
+		}
+		if failOnce.CompareAndSwap(true, false) {
+			return receipt{}, errors.New("warehouse down")
+		}
+		if conflictOnce.CompareAndSwap(true, false) {
+			held, _ := store.ClaimFromContext(ctx)
+			if err := s.Extend(t.Context(), store.ExtendRequest{Key: held.Key, Token: held.Token, Lease: time.Minute}); err != nil {
+				return receipt{}, err
+			}
+		}
+		return receipt{PaymentID: p.ID, Worker: charge}, nil
+	}, &pgstore.TxOptions{Tx: pgx.TxOptions{IsoLevel: pgx.RepeatableRead}})
+	rcv, err := dedup.NewReceiver(s, paymentID, h, &dedup.Config{Namespace: "pay", Steps: true})
+	require.NoError(t, err)
+
+	// The first delivery fails after its step: rolled back with it.
+	failOnce.Store(true)
+	_, err = rcv.Handle(t.Context(), payment{ID: "p1"})
+	require.ErrorContains(t, err, "warehouse down")
+	require.Empty(t, get(t, s, "pay:p1").Steps)
+	// The redelivery runs the step again; its completion meets a
+	// serialization failure, and the rerun runs the step once more.
+	conflictOnce.Store(true)
+	res, err := rcv.Handle(t.Context(), payment{ID: "p1"})
+	require.NoError(t, err)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
+	require.EqualValues(t, 3, charges.Load(), "the step ran in each of the three transactions")
+	require.EqualValues(t, 3, runs.Load())
+	require.Equal(t, "ch_3", res.Value.Worker)
+	rec := get(t, s, "pay:p1")
+	require.Len(t, rec.Steps, 1)
+	require.Equal(t, "charge", rec.Steps[0].Name)
+	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+table+" WHERE worker = 'ch_3'"))
+	require.Equal(t, 1, db.count(t, "SELECT count(*) FROM "+table))
+}
