@@ -122,11 +122,10 @@ func run(ctx context.Context, w io.Writer) error {
 
 	// The store outlives worker A, as Redis would; it keeps the step
 	// records with the key's record.
-	mem, err := memstore.New(nil)
+	records, err := memstore.New(nil)
 	if err != nil {
 		return err
 	}
-	records := newStepShim(mem)
 	s := newSaga()
 
 	fmt.Fprintln(w, "1. Order 1 is published. Worker A charges it, then its process dies before the reserve step.")
