@@ -42,7 +42,10 @@
 //	handler flushed or hijacked (streams)            streams as usual; the key is released
 //	response body over MaxResponseSize               sent as written; the key completes; replays get
 //	                                                 410 response-not-kept with Idempotency-Original-Status
-//	key failed Config.MaxAttempts times              422 attempts-exhausted: use a new key
+//	key failed Config.MaxAttempts times              422 attempts-exhausted: use a new key (the handler does not run)
+//	  (given up: its steps compensated)
+//	a compensation failed, key being given up        503 idempotency-key-giving-up with Retry-After: retry
+//	                                                 with the same key; 422 attempts-exhausted once final
 //	store down, fail-closed (the default)            503 idempotency-store-unavailable with Retry-After
 //	store down, Config.FailOpen                      the handler runs unprotected: Idempotency-Bypassed: true
 //	                                                 on the response, and a warning in the receiver's log
@@ -113,6 +116,38 @@
 // instead, which net/http sends after a chunked HTTP/1.1 body and over
 // HTTP/2; a response that went out with a Content-Length cannot carry it. Responses that release the key (5xx, 429, streams, panics)
 // never carry it: a retry runs the handler again by design.
+//
+// # Steps and compensations
+//
+// A handler may run recorded steps (dedup.Step, with the request's
+// context) and the receiver's Config.Compensations undo them when a key
+// is given up. A handler cannot fail with a dedup.Permanent error here: it
+// answers a response, and a response that releases the key (5xx, 429, a
+// stream, a panic) is a failure like any other. So a key is given up when
+// its requests failed Config.MaxAttempts times: in the request that hit
+// the limit, the compensations of the steps it and the earlier requests
+// completed run, in the reverse order of their completion and each once,
+// before that request's answer (the handler's own) goes out. A later
+// request with the key is 422 attempts-exhausted without the handler
+// running, as for any key whose attempts are exhausted; so is one the
+// receiver finds given up (dedup.ErrGivenUp).
+//
+// A compensation that fails (an error, a panic) makes the answer 503
+// idempotency-key-giving-up with Retry-After (the receiver's Backoff), in
+// place of the handler's: the compensations resume, where they stopped,
+// in the client's retry with the same key, which never runs the handler.
+// Once the compensations failed Config.MaxAttempts times (the failure is
+// final, dedup.CompensationError) the answer is 422 attempts-exhausted,
+// naming nothing of what failed; the receiver logs it, and each later
+// request with the key tries the compensations again while its record is
+// kept. A handler's answer that already went out (a stream, a body over
+// MaxResponseSize) is left as it is.
+//
+// The middleware's message is its own: a compensation takes any as its
+// message (dedup.Compensate(func(ctx context.Context, _ any, c Charge)
+// error)) and finds what it undoes in the step's recorded result; its
+// context holds the request's values. Step results are encoded as JSON
+// (dedup.JSONCodec), within Config.MaxResultSize.
 //
 // # Key sources and webhooks
 //

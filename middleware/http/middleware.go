@@ -423,8 +423,15 @@ func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
 		}
 		return
 	}
-	var pe *dedup.PanicError
+	var (
+		pe *dedup.PanicError
+		ce *dedup.CompensationError
+	)
 	switch {
+	case errors.As(err, &ce):
+		// Before a panic: a compensation's panic is in ce, and it is not
+		// the handler's.
+		m.compensationFailed(c, res, err, ce)
 	case errors.As(err, &pe):
 		m.panicked(c, pe)
 	case errors.Is(err, errExpired), c.expired && errors.Is(err, dedup.ErrAttemptsExhausted):
@@ -438,8 +445,10 @@ func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
 		writeProblem(w, m.o.MismatchStatus, CodeKeyReused, "this "+m.keyName()+" was used with another request (method, path, query or body)", 0)
 	case errors.Is(err, dedup.ErrStoreUnavailable):
 		writeProblem(w, http.StatusServiceUnavailable, CodeStoreDown, "the idempotency store is unavailable; retry later", m.rcv.StoreRetryDelay())
-	case errors.Is(err, dedup.ErrAttemptsExhausted):
-		writeProblem(w, http.StatusUnprocessableEntity, CodeAttemptsExhausted, "requests with this "+m.keyName()+" failed too often; use a new key", 0)
+	case errors.Is(err, dedup.ErrAttemptsExhausted), errors.Is(err, dedup.ErrGivenUp):
+		// A key given up (its steps compensated) is one whose requests
+		// failed MaxAttempts times: a request has no other way to be.
+		m.exhausted(w)
 	case errors.Is(err, dedup.ErrLeaseLost):
 		m.inFlight(w, m.o.InFlightRetryAfter, true)
 	case errors.Is(err, dedup.ErrCanceled):
@@ -449,6 +458,44 @@ func (m *Middleware) respond(c *call, res dedup.Result[response], err error) {
 		m.log.ErrorContext(c.r.Context(), "deduphttp: unexpected error", slog.String("key", c.key), slog.Any("error", err))
 		writeProblem(w, http.StatusInternalServerError, CodeInternal, "the request could not be handled", 0)
 	}
+}
+
+// exhausted answers a request whose key failed too often: its requests
+// failed Config.MaxAttempts times, and the steps they completed were
+// compensated (or their compensations failed as often).
+func (m *Middleware) exhausted(w http.ResponseWriter) {
+	writeProblem(w, http.StatusUnprocessableEntity, CodeAttemptsExhausted, "requests with this "+m.keyName()+" failed too often; use a new key", 0)
+}
+
+// compensationFailed answers a request whose key is being given up and
+// one of whose compensations failed (ce): the compensations resume on a
+// retry with the key, so the client is asked to retry (503 with the
+// receiver's backoff as Retry-After), or, once the failure is final, the
+// key is refused as exhausted. The handler's own answer, when it ran and
+// held its response back, is dropped: the outcome of the key is what the
+// client must act on. One that already went out (a stream, a body over
+// MaxResponseSize) is finished as it is. The receiver logged the
+// compensation's error; the client is told nothing of it.
+func (m *Middleware) compensationFailed(c *call, res dedup.Result[response], err error, ce *dedup.CompensationError) {
+	if c.ran {
+		if c.cap.sent || c.cap.hijacked {
+			c.cap.finish()
+			return
+		}
+		h := c.w.Header() // the handler's headers go with its answer
+		for k := range h {
+			if !slices.Contains(c.pre, k) {
+				delete(h, k)
+			}
+		}
+	}
+	if ce.Final {
+		m.exhausted(c.w)
+		return
+	}
+	retry := max(m.rcv.Decide(res, err).Delay, time.Second)
+	writeProblem(c.w, http.StatusServiceUnavailable, CodeGivingUp,
+		"requests with this "+m.keyName()+" failed too often, and what they did is being undone; retry with the same "+m.keyName()+" to finish", retry)
 }
 
 // inFlight answers a request whose key another request holds (takenOver:

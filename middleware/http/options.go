@@ -47,9 +47,10 @@ var neverReplayed = []string{
 type Options struct {
 	// Config configures the receiver under the middleware: set Namespace
 	// (one per service), Lease, Retention, MaxAttempts, FailOpen, Logger,
-	// Observer, StoreRetryDelay, Clock there. The middleware sets NoWait
-	// (a request never waits for another), its own Codec (a Codec set here
-	// is an error), and raises MaxResultSize to MaxResponseSize plus 64 KiB
+	// Observer, StoreRetryDelay, Clock, Compensations there (see Steps and
+	// compensations in the package documentation). The middleware sets
+	// NoWait (a request never waits for another), its own Codec (a Codec
+	// set here is an error; it encodes step results as JSON), and raises MaxResultSize to MaxResponseSize plus 64 KiB
 	// for the headers when it is lower; a MaxIDLength below 299 is an
 	// error. Defaults to nil: the receiver's defaults.
 	Config *dedup.Config

@@ -48,7 +48,8 @@ const (
 	CodeKeyOperation      Code = "idempotency-key-operation"     // 422: issued for another operation
 	CodeKeyReused         Code = "idempotency-key-reused"        // 422 (or 409, MismatchStatus): the key was used with another request (another endpoint too)
 	CodeInFlight          Code = "request-in-flight"             // 409 (503 for a webhook): a request with this key is being handled
-	CodeAttemptsExhausted Code = "attempts-exhausted"            // 422: the key failed Config.MaxAttempts times
+	CodeAttemptsExhausted Code = "attempts-exhausted"            // 422: the key failed Config.MaxAttempts times (and was given up: see Steps and compensations in the package documentation)
+	CodeGivingUp          Code = "idempotency-key-giving-up"     // 503: the key is being given up and a compensation failed; retry with the same key after Retry-After
 	CodeNotKept           Code = "response-not-kept"             // 410: a replay of a response too large to keep
 	CodeRequestTooLarge   Code = "request-too-large"             // 413: the body is over MaxRequestSize
 	CodeBodyUnreadable    Code = "request-body-unreadable"       // 400: reading the body failed

@@ -3,8 +3,9 @@ package deduphttp
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net/http"
+
+	"github.com/dedup-go/dedup"
 )
 
 // response is a captured response: the result the receiver stores and
@@ -36,7 +37,8 @@ type field struct {
 //	header count (uvarint), per header: name, value count (uvarint), values
 //	(each uvarint length and bytes), then the body to the end.
 //
-// Only the headers of allow are kept, in allow's order.
+// Only the headers of allow are kept, in allow's order. Any other value,
+// a step's result (dedup.Step), is encoded as JSON (dedup.JSONCodec).
 type codec struct {
 	allow []string // canonical names
 }
@@ -57,7 +59,7 @@ func (c *codec) Marshal(v any) ([]byte, error) {
 	case *response:
 		r = x
 	default:
-		return nil, fmt.Errorf("deduphttp: codec cannot encode %T", v)
+		return dedup.JSONCodec{}.Marshal(v)
 	}
 	size := 2 + binary.MaxVarintLen64*2 + len(r.body)
 	for _, name := range c.allow {
@@ -109,7 +111,7 @@ func appendString(b []byte, s string) []byte {
 func (c *codec) Unmarshal(data []byte, v any) error {
 	r, ok := v.(*response)
 	if !ok {
-		return fmt.Errorf("deduphttp: codec cannot decode into %T", v)
+		return dedup.JSONCodec{}.Unmarshal(data, v)
 	}
 	if len(data) < 2 || data[0] != codecVersion {
 		return errCorrupt
