@@ -39,7 +39,8 @@ const notKeptSlack = 512
 // codec is the receiver's dedup.Codec: it keeps a response as its message
 // type's full name and its wire bytes, so that a replay decodes into a
 // fresh message of that type, found in types, else in
-// protoregistry.GlobalTypes.
+// protoregistry.GlobalTypes. Any other value, a step's result
+// (dedup.Step), is encoded as JSON (dedup.JSONCodec).
 type codec struct {
 	maxSize int
 	types   protoregistry.MessageTypeResolver
@@ -52,7 +53,10 @@ var _ dedup.Codec = codec{}
 // completes the key: the handler never reruns for it.
 func (c codec) Marshal(v any) ([]byte, error) {
 	r, ok := v.(*reply)
-	if !ok || r == nil {
+	switch {
+	case !ok:
+		return dedup.JSONCodec{}.Marshal(v)
+	case r == nil:
 		return nil, fmt.Errorf("dedupgrpc: cannot keep a %T", v)
 	}
 	switch {
@@ -92,7 +96,7 @@ func notKept(reason string) []byte {
 func (c codec) Unmarshal(data []byte, v any) error {
 	out, ok := v.(**reply)
 	if !ok {
-		return fmt.Errorf("dedupgrpc: cannot decode into a %T", v)
+		return dedup.JSONCodec{}.Unmarshal(data, v)
 	}
 	if len(data) == 0 {
 		return errors.New("dedupgrpc: empty record")

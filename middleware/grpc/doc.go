@@ -94,10 +94,15 @@
 //	                                                             in a row, at most the remaining lease)
 //	key used with another request/method    FailedPrecondition   IDEMPOTENCY_KEY_REUSED
 //	key failed MaxAttempts times            FailedPrecondition   IDEMPOTENCY_ATTEMPTS_EXHAUSTED
+//	key given up (a Permanent error), or    FailedPrecondition   IDEMPOTENCY_KEY_GIVEN_UP
+//	  its compensations failed for good
+//	a compensation failed, key being        Unavailable          IDEMPOTENCY_KEY_GIVING_UP, RetryInfo: the receiver's
+//	  given up                                                   Backoff; retry with the same key
 //	response not kept                       AlreadyExists        IDEMPOTENCY_RESPONSE_NOT_KEPT
 //	store unavailable, fail-closed          Unavailable          IDEMPOTENCY_STORE_UNAVAILABLE, RetryInfo: StoreRetryDelay
 //	handler panicked                        Internal             (the key is released; the stack is logged)
-//	handler error                           the handler's own status, unchanged
+//	handler error                           the handler's own status, unchanged (a dedup.Permanent
+//	                                                             mark taken off)
 //
 // A call whose key is in flight is refused at once, never made to wait:
 // the receiver runs in its answer-at-once mode (Config.NoWait), and a call
@@ -106,6 +111,39 @@
 // With Config.FailOpen, a call made while the store is unavailable runs
 // unprotected; its response carries idempotency-bypassed: true and the
 // receiver logs it at warning level.
+//
+// # Steps and compensations
+//
+// A handler may run recorded steps (dedup.Step, with the call's context)
+// and the receiver's Config.Compensations undo them when a key is given
+// up: when the handler fails with a dedup.Permanent error, or when calls
+// with the key failed Config.MaxAttempts times. In the call that gives
+// the key up, the compensations of the steps it and the earlier calls
+// completed run, in the reverse order of their completion and each once,
+// before the call is answered with the handler's own status (a Permanent
+// mark taken off: the caller gets the status the handler made). A later
+// call with the key does not run the handler: FailedPrecondition
+// IDEMPOTENCY_KEY_GIVEN_UP for a key given up for a Permanent error,
+// IDEMPOTENCY_ATTEMPTS_EXHAUSTED for one whose calls failed too often. A
+// Permanent error with no step completed gives nothing up: the key is
+// released as for any error.
+//
+// A compensation that fails (an error, a panic) makes the call
+// Unavailable IDEMPOTENCY_KEY_GIVING_UP with a RetryInfo (the receiver's
+// Backoff), in place of the handler's status: the retry with the same key
+// resumes the compensations where they stopped, without running the
+// handler. Once they failed Config.MaxAttempts times (the failure is
+// final, dedup.CompensationError) the call is FailedPrecondition
+// IDEMPOTENCY_KEY_GIVEN_UP, naming nothing of what failed; the receiver
+// logs it, and each later call with the key tries the compensations again
+// while its record is kept.
+//
+// The interceptor's message is its own: a compensation takes any as its
+// message (dedup.Compensate(func(ctx context.Context, _ any, c Charge)
+// error)) and finds what it undoes in the step's recorded result; its
+// context holds the call's values. Step results are encoded as JSON
+// (dedup.JSONCodec), within Config.MaxResultSize: a type of your own
+// rather than a generated proto message.
 //
 // # When the outcome is not recorded
 //

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -90,7 +92,7 @@ func (ic *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 	}
 	res, err := ic.rcv.Handle(ctx, c)
 	if err != nil {
-		return nil, ic.failed(ctx, c, err)
+		return nil, ic.failed(ctx, c, res, err)
 	}
 	return ic.answer(ctx, c, res)
 }
@@ -230,7 +232,7 @@ func (ic *Interceptor) run(ctx context.Context, c *call) (*reply, error) {
 		return &reply{resp: resp}, nil
 	}
 	if ic.s.KeepError != nil && ctx.Err() == nil && ic.s.KeepError(c.method, err) {
-		return &reply{err: status.Convert(err)}, nil
+		return &reply{err: status.Convert(unmarked(err))}, nil
 	}
 	return nil, err
 }
@@ -294,10 +296,25 @@ func setNotStored(ctx context.Context) {
 }
 
 // failed turns an error of Handle into the call's status.
-func (ic *Interceptor) failed(ctx context.Context, c *call, err error) error {
-	var perr *dedup.PanicError
-	var herr *dedup.HandlerError
+func (ic *Interceptor) failed(ctx context.Context, c *call, res dedup.Result[*reply], err error) error {
+	var (
+		perr *dedup.PanicError
+		herr *dedup.HandlerError
+		cerr *dedup.CompensationError
+		gerr *dedup.GivenUpError
+	)
 	switch {
+	case errors.As(err, &cerr):
+		// Before a panic: a compensation's panic is in cerr, and it is not
+		// the handler's. The receiver logged the compensation's error; the
+		// caller is told nothing of it.
+		if cerr.Final {
+			return givenUp(delivery.ReasonCompensationFailed)
+		}
+		return refuse(codes.Unavailable, ReasonGivingUp, "dedupgrpc: calls with this idempotency key were given up, and what they did is being undone; retry with the same key to finish",
+			max(ic.rcv.Decide(res, err).Delay, time.Millisecond))
+	case errors.As(err, &gerr):
+		return givenUp(gerr.Reason)
 	case errors.As(err, &perr):
 		ic.log.ErrorContext(ctx, "dedupgrpc: the handler panicked; the key is released",
 			slog.String("method", c.method), slog.Any("panic", perr.Value), slog.String("stack", string(perr.Stack)))
@@ -309,8 +326,12 @@ func (ic *Interceptor) failed(ctx context.Context, c *call, err error) error {
 			return status.FromContextError(cerr).Err()
 		}
 		return status.Error(codes.Canceled, err.Error())
+	case errors.As(err, &herr) && errors.Is(herr.Err, dedup.ErrStepRefused):
+		// A step refused because the message is being given up: the
+		// receiver finished giving it up.
+		return givenUp(delivery.ReasonPermanent)
 	case errors.As(err, &herr):
-		return herr.Err
+		return unmarked(herr.Err)
 	case errors.Is(err, dedup.ErrKeyReused):
 		return refuse(codes.FailedPrecondition, ReasonKeyReused, "dedupgrpc: this idempotency key was used with another request", 0)
 	case errors.Is(err, dedup.ErrAttemptsExhausted):
@@ -326,4 +347,29 @@ func (ic *Interceptor) failed(ctx context.Context, c *call, err error) error {
 	}
 	ic.log.ErrorContext(ctx, "dedupgrpc: unexpected error", slog.String("method", c.method), slog.Any("error", err))
 	return status.Error(codes.Internal, "dedupgrpc: "+err.Error())
+}
+
+// givenUp is the status of a call whose key was given up (see Steps and
+// compensations in the package documentation) for reason: one given up
+// because its calls failed MaxAttempts times is answered as any key whose
+// attempts are exhausted.
+func givenUp(reason delivery.Reason) error {
+	if reason == delivery.ReasonAttemptsExhausted {
+		return refuse(codes.FailedPrecondition, ReasonAttemptsExhausted, "dedupgrpc: calls with this idempotency key failed too often; use a new key", 0)
+	}
+	return refuse(codes.FailedPrecondition, ReasonGivenUp, "dedupgrpc: calls with this idempotency key were given up; use a new key", 0)
+}
+
+// permanentType is the type of the mark dedup.Permanent puts on an error.
+var permanentType = reflect.TypeOf(dedup.Permanent(errors.New("")))
+
+// unmarked returns a handler's error without the dedup.Permanent marks
+// around it: status.FromError would take a mark for a wrapping and make
+// the whole error's text the status's message, where the caller must get
+// the handler's status as it made it.
+func unmarked(err error) error {
+	for err != nil && reflect.TypeOf(err) == permanentType {
+		err = errors.Unwrap(err)
+	}
+	return err
 }

@@ -22,9 +22,11 @@ const defaultMaxResponseSize = 1 << 20
 type Options struct {
 	// Config configures the receiver under the interceptor: Namespace (set
 	// it, one per service), Lease, Retention, MaxAttempts, FailOpen,
-	// StoreTimeout, MaxIDLength, Logger, Observer, Clock. NoWait is always
-	// set: a call never waits for another. Codec must be nil: responses are
-	// kept in the interceptor's own encoding. MaxResultSize is the largest
+	// StoreTimeout, MaxIDLength, Logger, Observer, Clock, Compensations
+	// (see Steps and compensations in the package documentation). NoWait
+	// is always set: a call never waits for another. Codec must be nil:
+	// responses are kept in the interceptor's own encoding (step results
+	// as JSON). MaxResultSize is the largest
 	// marshalled response kept (a larger one completes the key without it;
 	// see the package documentation). Defaults to nil: the receiver's
 	// defaults, with MaxResultSize 1 MiB.

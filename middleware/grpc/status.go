@@ -35,6 +35,17 @@ const (
 	// ReasonAttemptsExhausted: FailedPrecondition, calls with the key failed
 	// Config.MaxAttempts times; use a new key.
 	ReasonAttemptsExhausted = "IDEMPOTENCY_ATTEMPTS_EXHAUSTED"
+	// ReasonGivenUp: FailedPrecondition, the key was given up (a call
+	// with it failed with a dedup.Permanent error, and the steps it
+	// completed were compensated), or its compensations failed
+	// Config.MaxAttempts times; use a new key. A key given up because its
+	// calls failed MaxAttempts times is answered with
+	// ReasonAttemptsExhausted.
+	ReasonGivenUp = "IDEMPOTENCY_KEY_GIVEN_UP"
+	// ReasonGivingUp: Unavailable, the key is being given up and a
+	// compensation of its steps failed; retry with the same key after the
+	// RetryInfo delay, and the compensations resume.
+	ReasonGivingUp = "IDEMPOTENCY_KEY_GIVING_UP"
 	// ReasonResponseNotKept: AlreadyExists, a call with the key succeeded
 	// but its response was not kept (over the size limit, or not a proto
 	// message), so it cannot be replayed; the call is not run again.
@@ -66,7 +77,8 @@ func ReasonOf(err error) string {
 
 // RetryDelayOf returns the delay of the google.rpc.RetryInfo detail of
 // err's status, which the interceptor sets on Aborted (in flight) and
-// Unavailable (store down), and whether there is one.
+// Unavailable (store down, a key being given up), and whether there is
+// one.
 func RetryDelayOf(err error) (time.Duration, bool) {
 	st, ok := status.FromError(err)
 	if !ok {
