@@ -326,10 +326,6 @@ func (ic *Interceptor) failed(ctx context.Context, c *call, res dedup.Result[*re
 			return status.FromContextError(cerr).Err()
 		}
 		return status.Error(codes.Canceled, err.Error())
-	case errors.As(err, &herr) && errors.Is(herr.Err, dedup.ErrStepRefused):
-		// A step refused because the message is being given up: the
-		// receiver finished giving it up.
-		return givenUp(delivery.ReasonPermanent)
 	case errors.As(err, &herr):
 		return unmarked(herr.Err)
 	case errors.Is(err, dedup.ErrKeyReused):

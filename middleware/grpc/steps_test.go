@@ -143,6 +143,33 @@ func TestAttemptsGiveUp(t *testing.T) {
 	require.EqualValues(t, 1, s.refunds.Load(), "the compensation runs once")
 }
 
+// TestAttemptsGiveUpFoundLater: a key given up for its attempts, asked of
+// an interceptor whose MaxAttempts is higher (a deploy raised it), is
+// found given up by the receiver (dedup.ErrGivenUp, for attempts
+// exhausted): IDEMPOTENCY_ATTEMPTS_EXHAUSTED as before, the handler not
+// running.
+func TestAttemptsGiveUpFoundLater(t *testing.T) {
+	t.Parallel()
+	s := saga{reserveErr: status.Error(codes.Unavailable, "warehouse down")}
+	mem, err := memstore.New(nil)
+	require.NoError(t, err)
+	st := newStepShim(mem)
+	svc := &payments{fn: s.charge}
+	before := serve(t, svc, newInterceptor(t, st, s.opts(2)))
+	req := chargeReq("acct-1", 500, "k-1")
+	for range 2 {
+		_, _, err := before.charge(t, req)
+		require.Equal(t, codes.Unavailable, status.Code(err))
+	}
+	require.EqualValues(t, 1, s.refunds.Load())
+
+	after := serve(t, svc, newInterceptor(t, st, s.opts(10)))
+	_, _, err = after.charge(t, req)
+	requireStatus(t, err, codes.FailedPrecondition, dedupgrpc.ReasonAttemptsExhausted)
+	require.EqualValues(t, 2, svc.runs.Load(), "the handler does not run")
+	require.EqualValues(t, 1, s.refunds.Load())
+}
+
 // TestCompensationFailed: a compensation that fails (a panic, an error)
 // is Unavailable IDEMPOTENCY_KEY_GIVING_UP with the receiver's backoff as
 // RetryInfo, in place of the handler's status; the compensations resume

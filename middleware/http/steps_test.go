@@ -115,6 +115,33 @@ func TestGivenUp(t *testing.T) {
 	require.EqualValues(t, 2, s.charges.Load())
 }
 
+// TestGivenUpFoundLater: a key given up under one MaxAttempts, asked of
+// a middleware whose MaxAttempts is higher (a deploy raised it), is found
+// given up by the receiver (dedup.ErrGivenUp) rather than exhausted: it
+// gets the same 422, and the handler does not run.
+func TestGivenUpFoundLater(t *testing.T) {
+	t.Parallel()
+	var s saga
+	st := newStepShim(newMemstore(t))
+	c := client(t)
+	q := req{key: "k-1", tenant: "acme", body: `{"sku":"a"}`}
+	before := serve(t, newMiddleware(t, st, &deduphttp.Options{Config: s.config(2)}).Wrap(&s))
+	for range 2 {
+		require.Equal(t, http.StatusServiceUnavailable, do(t, c, before, q).Status)
+	}
+	require.EqualValues(t, 1, s.refunds.Load())
+	exhausted := do(t, c, before, q)
+	require.Equal(t, http.StatusUnprocessableEntity, exhausted.Status)
+
+	after := serve(t, newMiddleware(t, st, &deduphttp.Options{Config: s.config(10)}).Wrap(&s))
+	r := do(t, c, after, q)
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s", r.Body)
+	require.Equal(t, deduphttp.CodeAttemptsExhausted, r.problem(t).Code)
+	require.Equal(t, exhausted.Body, r.Body, "one answer for a key given up")
+	require.EqualValues(t, 2, s.runs.Load(), "the handler does not run")
+	require.EqualValues(t, 1, s.refunds.Load())
+}
+
 // TestCompensationFailed: a compensation that fails (a panic, an error)
 // answers 503 idempotency-key-giving-up with the receiver's backoff as
 // Retry-After, in place of the handler's own answer, and the
