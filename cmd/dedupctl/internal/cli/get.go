@@ -33,6 +33,17 @@ lease end, when it was created (its first claim), completed (or last failed)
 and expires, last error, fingerprint, result size, and the result (decoded as
 JSON when it is JSON).
 
+A record whose handler ran recorded steps (dedup.Step) shows each step
+after it, in the order the steps completed: its name, state (done,
+done-result-not-stored, compensated), order and result (as text when it is
+JSON, else in base64, or its length when long). The record that says the
+message was given up (dedup/given-up) comes after them: its state
+(compensating while the compensations have not all run, compensated-all
+once they have), the reason and cause it was given up for, the step whose
+compensation failed last and how many times they failed. A step record a
+dedup receiver did not write is shown raw, with a note saying so. With
+--output json they are the record's "steps".
+
 A key is NAMESPACE:ID, or an ID read in --namespace. The token is the one in
 the holder's logs while processing, the one that completed or released the
 record after. A time the record does not have is shown as "-": no completion
@@ -159,6 +170,7 @@ func (o *options) printRecord(rec store.Record, blank bool) error {
 		}
 		line("result", strconv.Quote(string(preview))+more+" (not JSON; --raw writes the bytes)")
 	}
+	stepLines(line, rec.Steps)
 	if err := tw.Flush(); err != nil {
 		return err
 	}

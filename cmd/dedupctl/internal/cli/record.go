@@ -38,6 +38,9 @@ type recordJSON struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	// ResultBase64 is the result when it is not JSON (get only).
 	ResultBase64 []byte `json:"result_base64,omitempty"`
+	// Steps are the record's step records (dedup.Step), when it has any
+	// (get only).
+	Steps []stepJSON `json:"steps,omitempty"`
 }
 
 // newRecordJSON returns rec's JSON object; withResult adds the result.
@@ -59,6 +62,9 @@ func newRecordJSON(rec store.Record, withResult bool) recordJSON {
 	}
 	if !rec.Token.IsZero() {
 		v.Token = rec.Token.String()
+	}
+	if withResult {
+		v.Steps = newStepsJSON(rec.Steps)
 	}
 	if withResult && len(rec.Result) > 0 {
 		if json.Valid(rec.Result) {
