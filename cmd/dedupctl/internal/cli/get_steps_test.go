@@ -63,9 +63,10 @@ func stepRecords(t *testing.T) map[string]store.Record {
 		}
 		if o.ID == "o1" {
 			for name, v := range map[string][]byte{
-				"bin":  []byte("\xff\x00bin"),
-				"blob": bytes.Repeat([]byte{0xfe}, 220),
-				"huge": bytes.Repeat([]byte("x"), 300), // over MaxResultSize: not stored
+				"bin":    []byte("\xff\x00bin"),
+				"blob":   bytes.Repeat([]byte{0xfe}, 220),
+				"huge":   bytes.Repeat([]byte("x"), 300), // over MaxResultSize: not stored
+				"latin1": []byte("\"caf\xe9\""),          // JSON, but not UTF-8
 			} {
 				if _, err := dedup.Step(ctx, name, func(ctx context.Context) ([]byte, error) { return v, ctx.Err() }); err != nil {
 					return "", err
@@ -115,7 +116,7 @@ func stepRecords(t *testing.T) map[string]store.Record {
 		require.NoError(t, err)
 		recs[key] = rec
 	}
-	require.Len(t, recs["orders:o1"].Steps, 7, "charge, bin, blob, huge, note, the given-up record, custom/audit (reserve failed: no record)")
+	require.Len(t, recs["orders:o1"].Steps, 8, "charge, bin, blob, huge, latin1, note, the given-up record, custom/audit (reserve failed: no record)")
 	return recs
 }
 
@@ -142,9 +143,9 @@ func TestGetSteps(t *testing.T) {
 		// Each step's name, then its fields, in the order the steps ran;
 		// the given-up record, then the foreign one, last.
 		want := []string{
-			`steps +7$`,
+			`steps +8$`,
 			`step +charge$`, `  state +compensated$`, `  order +1$`, `  result +\{"id":"ch_o1","amount":4200\}$`,
-			`step +(bin|blob|huge)$`,
+			`step +(bin|blob|huge|latin1)$`,
 		}
 		for _, l := range want {
 			assert.Regexp(t, regexp.MustCompile(`(?m)^`+l), out)
@@ -159,6 +160,7 @@ func TestGetSteps(t *testing.T) {
 		assert.Regexp(t, `(?m)^  result +base64:/wBiaW4= \(5 bytes, not JSON\)$`, block("bin"))
 		assert.Regexp(t, `(?m)^  result +220 bytes, not JSON \(-o json has the result in base64\)$`, block("blob"))
 		assert.Regexp(t, `(?m)^  state +done-result-not-stored$`, block("huge"))
+		assert.Regexp(t, `(?m)^  result +base64:ImNhZuki \(6 bytes, not JSON\)$`, block("latin1"), "JSON that is not UTF-8 is bytes")
 		assert.Regexp(t, `(?m)^  result +- \(the step's result could not be stored\)$`, block("huge"))
 		assert.Regexp(t, `(?m)^  result +"n{199}… \(212 bytes; -o json has it whole\)$`, block("note"))
 		given := block(dedup.GivenUpStep)
@@ -176,10 +178,10 @@ func TestGetSteps(t *testing.T) {
 		for _, m := range regexp.MustCompile(`(?m)^step +(\S+)$`).FindAllStringSubmatch(out, -1) {
 			names = append(names, m[1])
 		}
-		require.Len(t, names, 7)
+		require.Len(t, names, 8)
 		assert.Equal(t, "charge", names[0])
-		assert.ElementsMatch(t, []string{"bin", "blob", "huge"}, names[1:4])
-		assert.Equal(t, []string{"note", dedup.GivenUpStep, "custom/audit"}, names[4:])
+		assert.ElementsMatch(t, []string{"bin", "blob", "huge", "latin1"}, names[1:5])
+		assert.Equal(t, []string{"note", dedup.GivenUpStep, "custom/audit"}, names[5:])
 
 		comp := printed(t, recs["orders:o2"], "table")
 		for _, l := range []string{
@@ -199,8 +201,8 @@ func TestGetSteps(t *testing.T) {
 			byName[s.Name] = s
 			names = append(names, s.Name)
 		}
-		require.Len(t, names, 7)
-		assert.Equal(t, []string{"note", dedup.GivenUpStep, "custom/audit"}, names[4:])
+		require.Len(t, names, 8)
+		assert.Equal(t, []string{"note", dedup.GivenUpStep, "custom/audit"}, names[5:])
 
 		ch := byName["charge"]
 		assert.Equal(t, "compensated", ch.State)
@@ -211,6 +213,8 @@ func TestGetSteps(t *testing.T) {
 		assert.Nil(t, byName["bin"].Result)
 		assert.Equal(t, bytes.Repeat([]byte{0xfe}, 220), byName["blob"].ResultBase64)
 		assert.Equal(t, 220, byName["blob"].ResultSize)
+		assert.Equal(t, []byte("\"caf\xe9\""), byName["latin1"].ResultBase64, "JSON that is not UTF-8 is bytes")
+		assert.Nil(t, byName["latin1"].Result)
 		assert.Equal(t, "done-result-not-stored", byName["huge"].State)
 		assert.Zero(t, byName["huge"].ResultSize)
 		assert.JSONEq(t, `"`+strings.Repeat("n", 210)+`"`, string(byName["note"].Result), "whole in JSON")
