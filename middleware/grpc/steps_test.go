@@ -56,7 +56,7 @@ func (s *saga) opts(maxAttempts int) *dedupgrpc.Options {
 		Namespace:   "payments",
 		MaxAttempts: maxAttempts,
 		Backoff:     dedup.BackoffFunc(func(n int) time.Duration { return time.Duration(n) * 2 * time.Second }),
-		Compensations: map[string]dedup.Compensation{
+		Compensations: dedup.Compensations{
 			// The interceptor's messages are its own: a compensation takes
 			// any, and finds what it undoes in the step's result.
 			"charge": dedup.Compensate(func(ctx context.Context, _ any, charge string) error {
@@ -80,7 +80,7 @@ func (s *saga) start(t *testing.T, opts *dedupgrpc.Options) (*payments, *server)
 	mem, err := memstore.New(nil)
 	require.NoError(t, err)
 	svc := &payments{fn: s.charge}
-	return svc, serve(t, svc, newInterceptor(t, newStepShim(mem), opts))
+	return svc, serve(t, svc, newInterceptor(t, mem, opts))
 }
 
 // TestPermanentGivesUp: a handler's dedup.Permanent error gives the key up
@@ -153,9 +153,8 @@ func TestAttemptsGiveUpFoundLater(t *testing.T) {
 	s := saga{reserveErr: status.Error(codes.Unavailable, "warehouse down")}
 	mem, err := memstore.New(nil)
 	require.NoError(t, err)
-	st := newStepShim(mem)
 	svc := &payments{fn: s.charge}
-	before := serve(t, svc, newInterceptor(t, st, s.opts(2)))
+	before := serve(t, svc, newInterceptor(t, mem, s.opts(2)))
 	req := chargeReq("acct-1", 500, "k-1")
 	for range 2 {
 		_, _, err := before.charge(t, req)
@@ -163,7 +162,7 @@ func TestAttemptsGiveUpFoundLater(t *testing.T) {
 	}
 	require.EqualValues(t, 1, s.refunds.Load())
 
-	after := serve(t, svc, newInterceptor(t, st, s.opts(10)))
+	after := serve(t, svc, newInterceptor(t, mem, s.opts(10)))
 	_, _, err = after.charge(t, req)
 	requireStatus(t, err, codes.FailedPrecondition, dedupgrpc.ReasonAttemptsExhausted)
 	require.EqualValues(t, 2, svc.runs.Load(), "the handler does not run")

@@ -55,7 +55,7 @@ func (s *saga) config(maxAttempts int) *dedup.Config {
 	return &dedup.Config{
 		MaxAttempts: maxAttempts,
 		Backoff:     dedup.BackoffFunc(func(n int) time.Duration { return time.Duration(n) * 2 * time.Second }),
-		Compensations: map[string]dedup.Compensation{
+		Compensations: dedup.Compensations{
 			// The middleware's messages are its own: a compensation takes
 			// any, and finds what it undoes in the step's result.
 			"charge": dedup.Compensate(func(ctx context.Context, _ any, charge string) error {
@@ -80,7 +80,7 @@ func (s *saga) config(maxAttempts int) *dedup.Config {
 func TestGivenUp(t *testing.T) {
 	t.Parallel()
 	var s saga
-	m := newMiddleware(t, newStepShim(newMemstore(t)), &deduphttp.Options{Config: s.config(3)})
+	m := newMiddleware(t, newMemstore(t), &deduphttp.Options{Config: s.config(3)})
 	srv := serve(t, m.Wrap(&s))
 	c := client(t)
 	q := req{key: "k-1", tenant: "acme", body: `{"sku":"a"}`}
@@ -122,7 +122,7 @@ func TestGivenUp(t *testing.T) {
 func TestGivenUpFoundLater(t *testing.T) {
 	t.Parallel()
 	var s saga
-	st := newStepShim(newMemstore(t))
+	st := newMemstore(t)
 	c := client(t)
 	q := req{key: "k-1", tenant: "acme", body: `{"sku":"a"}`}
 	before := serve(t, newMiddleware(t, st, &deduphttp.Options{Config: s.config(2)}).Wrap(&s))
@@ -160,7 +160,7 @@ func TestCompensationFailed(t *testing.T) {
 		}
 		return nil
 	}}
-	m := newMiddleware(t, newStepShim(newMemstore(t)), &deduphttp.Options{Config: s.config(3)})
+	m := newMiddleware(t, newMemstore(t), &deduphttp.Options{Config: s.config(3)})
 	srv := serve(t, m.Wrap(&s))
 	c := client(t)
 	q := req{key: "k-1", tenant: "acme", body: `{"sku":"a"}`}
