@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,17 +45,22 @@ func (byteCodec) Unmarshal(data []byte, v any) error {
 	return dedup.JSONCodec{}.Unmarshal(data, v)
 }
 
-// stepRecords runs a receiver with steps and compensations over a store
-// that keeps step records, and returns the records get shows:
+// stepStore is a store that keeps step records, for the tests of get's
+// steps.
+type stepStore interface {
+	seedStore
+	store.StepStore
+}
+
+// seedSteps runs a receiver with steps and compensations over s and
+// leaves the records get shows:
 //
 //	orders:o1  given up for a Permanent error, its charge compensated:
-//	           steps of JSON results (short, long), bytes (short, long),
-//	           a result too large to store, and a record no receiver wrote
+//	           steps of JSON results (short, long), bytes (short, long,
+//	           JSON that is not UTF-8), a result too large to store, and a
+//	           record no receiver wrote
 //	orders:o2  being given up: the compensation of its charge failed
-func stepRecords(t *testing.T) map[string]store.Record {
-	mem, err := memstore.New(nil)
-	require.NoError(t, err)
-	s := newStepShim(mem)
+func seedSteps(t *testing.T, s stepStore) {
 	handler := func(ctx context.Context, o order) (string, error) {
 		if _, err := dedup.Step(ctx, "charge", func(ctx context.Context) (charge, error) {
 			return charge{ID: "ch_" + o.ID, Amount: 4200}, ctx.Err()
@@ -91,7 +97,7 @@ func stepRecords(t *testing.T) map[string]store.Record {
 		MaxAttempts:   3,
 		MaxResultSize: 250,
 		Codec:         byteCodec{},
-		Compensations: map[string]dedup.Compensation{
+		Compensations: dedup.Compensations{
 			"charge": dedup.Compensate(func(ctx context.Context, o order, c charge) error {
 				if o.ID == "o2" {
 					return errors.New("refund API down")
@@ -107,39 +113,71 @@ func stepRecords(t *testing.T) map[string]store.Record {
 	var ce *dedup.CompensationError
 	require.ErrorAs(t, err, &ce)
 
-	s.mu.Lock()
-	s.put("orders:o1", "custom/audit", []byte("written by hand"))
-	s.mu.Unlock()
-	recs := map[string]store.Record{}
-	for _, key := range []string{"orders:o1", "orders:o2"} {
-		rec, err := s.Get(t.Context(), key)
-		require.NoError(t, err)
-		recs[key] = rec
-	}
-	require.Len(t, recs["orders:o1"].Steps, 8, "charge, bin, blob, huge, latin1, note, the given-up record, custom/audit (reserve failed: no record)")
-	return recs
+	// A record of another writer's, under a claim of the test's.
+	c := claim(t, s, "orders:o1", time.Minute, "")
+	require.NoError(t, s.SaveStep(t.Context(), store.SaveStepRequest{Key: "orders:o1", Token: c.Token, Name: "custom/audit",
+		Value: []byte("written by hand"), Retention: retention}))
+	require.NoError(t, s.Release(t.Context(), store.ReleaseRequest{Key: "orders:o1", Token: c.Token, Error: "audited", Retention: retention}))
+
+	rec, err := s.Get(t.Context(), "orders:o1")
+	require.NoError(t, err)
+	require.Len(t, rec.Steps, 8, "charge, bin, blob, huge, latin1, note, the given-up record, custom/audit (reserve failed: no record)")
 }
 
-// printed is what get prints for rec in output (table or json).
-func printed(t *testing.T, rec store.Record, output string) string {
-	t.Helper()
-	var out bytes.Buffer
-	o := &options{output: output, streams: Streams{Out: &out}}
-	require.NoError(t, o.printRecord(rec, false))
-	return out.String()
-}
-
-// TestGetSteps: get shows a record's step records in the order they
-// completed, the given-up record after them and a foreign one last: name,
-// state, order, the result as text when it is JSON, in base64 when it is
-// short bytes, its length when long; the given-up record's reason, cause,
-// failed step and failures; a record no receiver wrote, raw with a note.
+// TestGetSteps: get's steps, over memstore (which the tool does not
+// open: its records are printed as get prints them).
 func TestGetSteps(t *testing.T) {
 	t.Parallel()
-	recs := stepRecords(t)
+	mem, err := memstore.New(nil)
+	require.NoError(t, err)
+	seedSteps(t, mem)
+	print := func(rec store.Record, output string) string {
+		var out bytes.Buffer
+		o := &options{output: output, streams: Streams{Out: &out}}
+		require.NoError(t, o.printRecord(rec, false))
+		return out.String()
+	}
+	checkSteps(t, func(t *testing.T, key, output string) string {
+		rec, err := mem.Get(t.Context(), key)
+		require.NoError(t, err)
+		return print(rec, output)
+	})
+
+	// A record without steps shows none.
+	rec, err := mem.Get(t.Context(), "orders:o1")
+	require.NoError(t, err)
+	rec.Steps = nil
+	assert.NotContains(t, print(rec, "table"), "step")
+	assert.NotContains(t, print(rec, "json"), `"steps"`)
+}
+
+// testGetSteps: get's steps, as the command shows them, over a store that
+// keeps step records.
+func testGetSteps(t *testing.T, b backend) {
+	s, flags := b.fresh(t)
+	ss, ok := s.(stepStore)
+	if !ok || !store.KeepsSteps(s) {
+		t.Skipf("the %s store keeps no step records", b.name)
+	}
+	seedSteps(t, ss)
+	checkSteps(t, func(t *testing.T, key, output string) string {
+		r := run(t, with(flags, "-o", output, "get", key)...)
+		require.Equal(t, 0, r.code, r.err)
+		return r.out
+	})
+}
+
+// checkSteps checks what get (printed: a key's output, table or json)
+// shows of the records seedSteps left: a record's step records in the
+// order they completed, the given-up record after them and a foreign one
+// last: name, state, order, the result as text when it is UTF-8 JSON, in
+// base64 when it is short bytes, its length when long; the given-up
+// record's reason, cause, failed step and failures; a record no receiver
+// wrote, raw with a note.
+func checkSteps(t *testing.T, printed func(t *testing.T, key, output string) string) {
 
 	t.Run("table", func(t *testing.T) {
-		out := printed(t, recs["orders:o1"], "table")
+		out := printed(t, "orders:o1", "table")
 		// Each step's name, then its fields, in the order the steps ran;
 		// the given-up record, then the foreign one, last.
 		want := []string{
@@ -183,7 +221,7 @@ func TestGetSteps(t *testing.T) {
 		assert.ElementsMatch(t, []string{"bin", "blob", "huge", "latin1"}, names[1:5])
 		assert.Equal(t, []string{"note", dedup.GivenUpStep, "custom/audit"}, names[5:])
 
-		comp := printed(t, recs["orders:o2"], "table")
+		comp := printed(t, "orders:o2", "table")
 		for _, l := range []string{
 			`step +charge$`, `  state +done$`, `  order +1$`,
 			`step +dedup/given-up$`, `  state +compensating$`, `  reason +permanent-error$`, `  failed step +charge$`, `  failures +1$`,
@@ -193,7 +231,7 @@ func TestGetSteps(t *testing.T) {
 	})
 
 	t.Run("json", func(t *testing.T) {
-		got := lines[recordJSON](t, printed(t, recs["orders:o1"], "json"))
+		got := lines[recordJSON](t, printed(t, "orders:o1", "json"))
 		require.Len(t, got, 1)
 		byName := map[string]stepJSON{}
 		var names []string
@@ -233,7 +271,7 @@ func TestGetSteps(t *testing.T) {
 		var raw struct {
 			Steps []map[string]json.RawMessage `json:"steps"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(printed(t, recs["orders:o2"], "json")), &raw))
+		require.NoError(t, json.Unmarshal([]byte(printed(t, "orders:o2", "json")), &raw))
 		require.Len(t, raw.Steps, 2)
 		for _, f := range []string{"name", "state", "order", "result_size", "result"} {
 			assert.Contains(t, raw.Steps[0], f)
@@ -242,12 +280,5 @@ func TestGetSteps(t *testing.T) {
 			assert.Contains(t, raw.Steps[1], f)
 		}
 		assert.Equal(t, `"charge"`, string(raw.Steps[1]["failed_step"]))
-	})
-
-	t.Run("no steps", func(t *testing.T) {
-		rec := recs["orders:o1"]
-		rec.Steps = nil
-		assert.NotContains(t, printed(t, rec, "table"), "step")
-		assert.NotContains(t, printed(t, rec, "json"), `"steps"`)
 	})
 }

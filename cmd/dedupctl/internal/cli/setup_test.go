@@ -311,6 +311,7 @@ func TestStores(t *testing.T) {
 				test func(*testing.T, backend)
 			}{
 				{"get", testGet},
+				{"getSteps", testGetSteps},
 				{"scan", testScan},
 				{"stats", testStats},
 				{"forget", testForget},
