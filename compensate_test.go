@@ -441,3 +441,31 @@ func TestStepRefusedWithoutCompensations(t *testing.T) {
 	require.Equal(t, 1, s.runs.get("charge"))
 	require.Equal(t, 1, s.undone.get("charge"))
 }
+
+func TestGivenUpKeepsItsReasonPastMaxAttempts(t *testing.T) {
+	// A message given up for a permanent error whose compensation failed
+	// until its claims ran out is answered, once the compensation ran, with
+	// the reason it was given up for, not as attempts exhausted.
+	clk := clock.NewFake(epoch)
+	st := newStepStore(t, clk)
+	var s saga
+	s.failReserve(dedup.Permanent(errors.New("out of stock")))
+	s.failRefund(errors.New("payments down"))
+	cfg := s.config(clk)
+	cfg.MaxAttempts = 5
+	rcv := newReceiver(t, st, s.handler, cfg)
+	for range 2 {
+		_, err := rcv.Handle(t.Context(), order{ID: "o1", Amount: 5})
+		var ce *dedup.CompensationError
+		require.ErrorAs(t, err, &ce)
+	}
+	s.failRefund(nil)
+	cfg.MaxAttempts = 2 // a deploy lowers the limit: the next claim is past it
+	rcv = newReceiver(t, st, s.handler, cfg)
+	res, err := rcv.Handle(t.Context(), order{ID: "o1", Amount: 5})
+	var gu *dedup.GivenUpError
+	require.ErrorAs(t, err, &gu)
+	d := adapter.Bind(rcv).Decide(res, err)
+	require.Equal(t, delivery.ReasonPermanent, d.Reason)
+	require.Equal(t, 3, s.undone.get("charge"))
+}

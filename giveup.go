@@ -60,21 +60,19 @@ func (r *Receiver[M, R]) failedGivingUp(ctx context.Context, hctx *handlerContex
 // handler runs.
 func (r *Receiver[M, R]) resumeGiveUp(ctx context.Context, hctx *handlerContext, msg M, claim *store.Claim, hb *heartbeat, idx int) (Result[R], error, bool) {
 	held := &hctx.held
-	exhausted := claim.Record.Attempt > r.cfg.MaxAttempts
-	if !exhausted {
-		run := hctx.stepRun()
-		run.mu.Lock()
-		err := run.ensure(ctx, r.steps, held)
-		m, marked := run.recs[stepMarker]
-		run.mu.Unlock()
-		if err != nil {
-			hb.finish(idx)
-			r.release(ctx, held.Key, held.Token, err.Error())
-			return Result[R]{Key: held.Key, Attempt: held.Attempt}, r.stepsFailed(held.Key, err), true
-		}
-		if !marked {
-			return Result[R]{}, nil, false
-		}
+	run := hctx.stepRun()
+	run.mu.Lock()
+	err := run.ensure(ctx, r.steps, held)
+	m, marked := run.recs[stepMarker]
+	run.mu.Unlock()
+	if err != nil {
+		hb.finish(idx)
+		r.release(ctx, held.Key, held.Token, err.Error())
+		return Result[R]{Key: held.Key, Attempt: held.Attempt}, r.stepsFailed(held.Key, err), true
+	}
+	if marked {
+		// Given up by an earlier delivery: finish (or find done) its
+		// compensations, with the reason it was first given up for.
 		g := markerState(m)
 		res, err := r.runGiveUp(ctx, hctx, msg, g.reason, g.cause, hb, idx)
 		if err != nil {
@@ -83,6 +81,9 @@ func (r *Receiver[M, R]) resumeGiveUp(ctx context.Context, hctx *handlerContext,
 		hb.finish(idx)
 		r.release(ctx, held.Key, held.Token, "given up: "+g.cause)
 		return Result[R]{Key: held.Key, Attempt: held.Attempt}, &GivenUpError{Key: held.Key, Reason: g.reason, Cause: g.cause}, true
+	}
+	if claim.Record.Attempt <= r.cfg.MaxAttempts {
+		return Result[R]{}, nil, false
 	}
 	why := fmt.Errorf("%w: %q claimed %d times, limit %d (last error: %s)", ErrAttemptsExhausted, held.Key, held.Attempt, r.cfg.MaxAttempts, claim.Record.LastError)
 	res, err := r.runGiveUp(ctx, hctx, msg, delivery.ReasonAttemptsExhausted, why.Error(), hb, idx)
