@@ -36,6 +36,7 @@ var columns = []column{
 	{name: "expires_at", types: []string{"datetime"}, frac: 6, want: "datetime(6)"},
 	{name: "created_at", types: []string{"datetime"}, frac: 6, want: "datetime(6)"},
 	{name: "completed_at", types: []string{"datetime"}, frac: 6, want: "datetime(6)"},
+	{name: "steps", types: []string{"longblob"}, want: "longblob"},
 }
 
 // check makes sure, within Options.Timeout, that the table fits the

@@ -13,7 +13,8 @@ import (
 // scanPage is how many records one statement of Scan reads.
 const scanPage = 500
 
-// Get returns the record of key, in whatever state, or an error matching
+// Get returns the record of key, in whatever state, with its step
+// records, or an error matching
 // store.ErrNotFound. A record is not found from its ExpiresAt on (a claim:
 // from its lease end plus AbandonedTTL), by the database's clock, as
 // Acquire sees it.
@@ -29,7 +30,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	st, err := s.stmt(cctx, s.sql.get)
 	var r row
 	if err == nil {
-		r, err = scanRow(st.QueryRowContext(cctx, []byte(key)), false)
+		r, err = scanRecord(st.QueryRowContext(cctx, []byte(key)))
 	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -124,7 +125,7 @@ func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, st
 }
 
 // Scan yields every record whose key starts with prefix and that is not
-// gone, in key order (byte order), reading pages of 500 by primary key (a
+// gone, with its step records, in key order (byte order), reading pages of 500 by primary key (a
 // range of the index, never the whole table). A record written or
 // expiring during the scan may be missed or seen. Options.Timeout bounds
 // each page, not the whole scan. A failure (or the end of ctx) is yielded
@@ -172,7 +173,7 @@ func (s *Store) scanPage(ctx context.Context, after string, first bool, upper st
 	defer rows.Close()
 	var page []store.Record
 	for rows.Next() {
-		r, err := scanRow(rows, false)
+		r, err := scanRecord(rows)
 		if err != nil {
 			return nil, err
 		}

@@ -25,6 +25,18 @@ type scanner interface{ Scan(dest ...any) error }
 // key found none: see statements.read) is a zero record with its key
 // empty.
 func scanRow(r scanner, withNow bool) (row, error) {
+	return scanRowSteps(r, withNow, false)
+}
+
+// scanRecord reads the key, the record's columns and its steps (an
+// Inspector's Get and Scan).
+func scanRecord(r scanner) (row, error) {
+	return scanRowSteps(r, false, true)
+}
+
+// scanRowSteps is scanRow, reading the steps column after the record's
+// columns withSteps.
+func scanRowSteps(r scanner, withNow, withSteps bool) (row, error) {
 	var (
 		out              row
 		key, tok, fp     []byte
@@ -33,8 +45,13 @@ func scanRow(r scanner, withNow bool) (row, error) {
 		lease, exp       dbTime
 		created, settled dbTime
 		clock            dbTime
+		steps            *[]byte // allocated only withSteps: the hot path's reads do not pay for it
 	)
 	dest := []any{&key, &state, &tok, &attempt, &fp, &out.rec.Result, &lastError, &lease, &exp, &created, &settled}
+	if withSteps {
+		steps = new([]byte)
+		dest = append(dest, steps)
+	}
 	if withNow {
 		dest = append(dest, &clock)
 	}
@@ -49,6 +66,12 @@ func scanRow(r scanner, withNow bool) (row, error) {
 	copy(out.token[:], tok)
 	out.rec.Token, out.rec.CreatedAt = out.token, created.t
 	out.expires, out.now = exp.t, clock.t
+	if withSteps {
+		var err error
+		if out.rec.Steps, err = decodeSteps(*steps); err != nil {
+			return row{}, fmt.Errorf("mysqlstore: record %q: %w", out.rec.Key, err)
+		}
+	}
 	switch out.rec.State {
 	case store.StateProcessing:
 		// A claim is kept until its lease plus AbandonedTTL; what the

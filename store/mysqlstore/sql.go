@@ -31,6 +31,11 @@ import (
 //	             column existed (read as a zero time)
 //	completed_at when the record completed, or its last attempt failed;
 //	             NULL while processing
+//	steps        the record's step records (store.StepStore), NULL for
+//	             none: entries appended one after another (see
+//	             encodeStep), a later entry of a name replacing an
+//	             earlier one; cleared only when a gone record is claimed
+//	             afresh
 //
 // Time is the database's, in UTC: every statement reads UTC_TIMESTAMP(6),
 // which MySQL and MariaDB fix once per statement (at its start), and
@@ -55,16 +60,19 @@ const schemaSQL = "CREATE TABLE IF NOT EXISTS %[1]s (\n" +
 	"\texpires_at  DATETIME(6) NOT NULL,\n" +
 	"\tcreated_at  DATETIME(6) NULL,\n" +
 	"\tcompleted_at DATETIME(6) NULL,\n" +
+	"\tsteps       LONGBLOB NULL,\n" +
 	"\tPRIMARY KEY (`key`),\n" +
 	"\tKEY %[2]s (expires_at),\n" +
 	"\tCHECK (state IN ('processing', 'completed', 'failed'))\n" +
 	") ENGINE=InnoDB ROW_FORMAT=DYNAMIC"
 
 // upgradeColumns are the columns that a table of an earlier version lacks
-// (0.1.0 had neither), with their definitions.
+// (0.1.0 had none of them; steps came after the other two), with their
+// definitions.
 var upgradeColumns = []struct{ name, def string }{
 	{"created_at", "DATETIME(6) NULL"},
 	{"completed_at", "DATETIME(6) NULL"},
+	{"steps", "LONGBLOB NULL"},
 }
 
 // added reports whether column is one of upgradeColumns.
@@ -122,7 +130,7 @@ const takes = `(` + claimable + `) OR ` + own
 
 // claimConflict is the ON DUPLICATE KEY UPDATE part of a claim. A row the
 // claim takes (takes) is taken over: afresh when it is gone (attempt 1,
-// no past, created now), else with attempt plus one, keeping its creation
+// no past, no step records, created now), else with attempt plus one, keeping its creation
 // time and dropping its completion time, or, when the claim's own token
 // holds it, with its attempt kept; either way under the claim's token and
 // lease. Any other row is left as it is.
@@ -147,6 +155,7 @@ const claimConflict = `ON DUPLICATE KEY UPDATE
 	result = IF(` + takes + `, NULL, result),
 	created_at = IF((` + takes + `) AND expires_at <= ` + now + `, VALUES(created_at), created_at),
 	completed_at = IF(` + takes + `, NULL, completed_at),
+	steps = IF((` + takes + `) AND expires_at <= ` + now + `, NULL, steps),
 	fingerprint = IF((` + takes + `) AND (expires_at <= ` + now + ` OR fingerprint = ''), VALUES(fingerprint), fingerprint),
 	token = IF(` + takes + `, VALUES(token), token),
 	state = IF(` + takes + `, 'processing', state),
@@ -173,6 +182,9 @@ type statements struct {
 	del      string
 	lockRow  string // key: the row, locked, with now (DeleteIf's and a claim's read)
 	cleanup  string
+
+	loadSteps string // key, token: the steps of the row the token holds
+	saveStep  string // entries, key, token: appends to the steps of the row the token holds
 }
 
 func newStatements(t tableName) statements {
@@ -193,7 +205,8 @@ func newStatements(t tableName) statements {
 		insert: q("INSERT INTO %[1]s (`key`, state, token, attempt, fingerprint, result, last_error, lease_until, expires_at, created_at)\n" +
 			"VALUES (?, 'processing', ?, 1, ?, NULL, '', CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND, CAST(? AS DATETIME(6)) + INTERVAL ? MICROSECOND, CAST(? AS DATETIME(6)))"),
 
-		get: q("SELECT `key`, " + recordCols + " FROM %[1]s WHERE `key` = ? AND expires_at > " + now),
+		// get: key. The record unless gone, with its steps.
+		get: q("SELECT `key`, " + recordCols + ", steps FROM %[1]s WHERE `key` = ? AND expires_at > " + now),
 
 		// complete: result, retention (µs), key, token. One row affected
 		// when the token held the key.
@@ -223,6 +236,15 @@ WHERE ` + "`key`" + ` = ? AND token = ? AND state = 'processing' AND expires_at 
 		// expiry index; a row that a claim took over meanwhile (no longer
 		// gone once its lock is granted) is not deleted.
 		cleanup: q("DELETE FROM %[1]s WHERE expires_at <= " + now + " ORDER BY expires_at LIMIT ?"),
+
+		// loadSteps: key, token. One row when the token holds the key,
+		// processing; none otherwise. A plain read: no lock.
+		loadSteps: q("SELECT steps FROM %[1]s WHERE `key` = ? AND token = ? AND state = 'processing' AND expires_at > " + now),
+
+		// saveStep: encoded entries, key, token. One row changed when the
+		// token holds the key, processing (the entries are never empty, so
+		// the row always changes); none, and nothing written, otherwise.
+		saveStep: q("UPDATE %[1]s SET steps = CONCAT(COALESCE(steps, ''), ?)\nWHERE `key` = ? AND token = ? AND state = 'processing' AND expires_at > " + now),
 	}
 }
 
@@ -284,7 +306,7 @@ func (q statements) extendMany(n int) string {
 		" WHERE `key` IN (" + placeholders("?", n) + ") AND state = 'processing' AND expires_at > " + now
 }
 
-// scan reads a page of records from a lower bound (inclusive on the first
+// scan reads a page of records, with their steps, from a lower bound (inclusive on the first
 // page, exclusive after it) to an upper one (none when open): bound, [upper],
 // limit.
 func (q statements) scan(first, upper bool) string {
@@ -295,6 +317,6 @@ func (q statements) scan(first, upper bool) string {
 	if upper {
 		lower += " AND `key` < ?"
 	}
-	return "SELECT `key`, " + recordCols + " FROM " + q.table + " WHERE " + lower +
+	return "SELECT `key`, " + recordCols + ", steps FROM " + q.table + " WHERE " + lower +
 		" AND expires_at > " + now + " ORDER BY `key` LIMIT ?"
 }

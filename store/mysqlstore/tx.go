@@ -46,6 +46,10 @@ const (
 // changes nothing. The statement is bounded by Options.Timeout; an error
 // of the database matches store.ErrUnavailable, and tx must then be rolled
 // back too.
+//
+// Steps that the handler ran under a context of WithTx(ctx, tx), given
+// here too, are written in tx first, by one more UPDATE fenced the same
+// way (none without steps).
 func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, result []byte) error {
 	held, ok := store.ClaimFromContext(ctx)
 	if !ok {
@@ -58,13 +62,19 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, result []byte) error
 	return nil
 }
 
-// completeIn runs the fenced completion of held in tx.
+// completeIn runs the fenced completion of held in tx, after writing the
+// steps that ctx carries for tx (WithTx).
 func (s *Store) completeIn(ctx context.Context, tx *sql.Tx, held *store.HeldClaim, res []byte) error {
 	if tx == nil {
 		return fmt.Errorf("mysqlstore: complete %q: %w: the transaction is nil", held.Key, store.ErrInvalidConfig)
 	}
 	if err := checkSettle("complete", held.Key, held.Token, held.Retention); err != nil {
 		return err
+	}
+	if ts := s.txSteps(ctx, held.Key, held.Token); ts != nil && ts.tx == tx {
+		if err := s.writeSteps(ctx, ts); err != nil {
+			return err
+		}
 	}
 	_, err := s.settle(ctx, "complete", held.Key, held.Token, tx, s.sql.complete, result(res), micros(held.Retention))
 	return err
@@ -225,10 +235,13 @@ func (h *txHandler[M, R]) handle(ctx context.Context, msg M) (R, error) {
 			return v, err
 		}
 		h.s.retried.Add(1)
+		// The steps the rolled back transaction recorded are gone with
+		// it: the receiver forgets what it remembers of them.
+		held.StepsRolledBack()
 	}
 }
 
-// run is one attempt: begin, fn, complete, commit. When the database
+// run is one attempt: begin, fn, its steps and the completion, commit. When the database
 // fails it (the connection breaks, in fn's statements too, or does not
 // answer in time), the error matches store.ErrUnavailable and the claim's
 // attempt is given back, once the transaction is rolled back. A deadlock
@@ -251,7 +264,8 @@ func (h *txHandler[M, R]) run(ctx context.Context, held *store.HeldClaim, msg M)
 			_ = tx.Rollback() // a rollback that fails leaves nothing: the server ends the transaction with the connection
 		}
 	}()
-	if v, err = h.fn(ctx, tx, msg); err != nil {
+	fctx := s.withTx(ctx, tx, held)
+	if v, err = h.fn(fctx, tx, msg); err != nil {
 		if ctx.Err() == nil && connBroken(err) {
 			// Not the handler's failure: the store's database went away
 			// under it, and the transaction with it.
@@ -259,7 +273,7 @@ func (h *txHandler[M, R]) run(ctx context.Context, held *store.HeldClaim, msg M)
 		}
 		return v, err
 	}
-	if err = s.completeIn(ctx, tx, held, h.encode(v)); err != nil {
+	if err = s.completeIn(fctx, tx, held, h.encode(v)); err != nil {
 		return v, err
 	}
 	committed = true // from here on, Rollback has nothing to undo
