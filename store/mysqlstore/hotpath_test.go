@@ -110,6 +110,13 @@ func TestHotPathStatements(t *testing.T) {
 	h.txMessage(t, ctx)
 	_, err := h.s.Get(ctx, done)
 	require.NoError(t, err)
+	// And the statements of steps, which a message without steps must not
+	// run: a test that counts them, not one that hangs on them.
+	stranger := store.NewToken()
+	_, err = h.s.LoadSteps(ctx, store.StepsRequest{Key: done, Token: stranger})
+	require.ErrorIs(t, err, store.ErrLeaseLost)
+	require.ErrorIs(t, h.s.SaveStep(ctx, store.SaveStepRequest{Key: done, Token: stranger, Name: "n"}), store.ErrLeaseLost)
+	require.ErrorIs(t, h.s.Complete(ctx, store.CompleteRequest{Key: done, Token: stranger, Retention: time.Hour}), store.ErrLeaseLost)
 
 	failed := h.failed(t, ctx)
 	for _, c := range []struct {

@@ -16,7 +16,7 @@ import (
 )
 
 // schema010 is the table as mysqlstore 0.1.0 created it, without
-// created_at and completed_at.
+// created_at, completed_at and steps.
 const schema010 = "CREATE TABLE old_records (\n" +
 	"\t`key`       VARBINARY(3072) NOT NULL,\n" +
 	"\tstate       VARCHAR(10) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
@@ -271,13 +271,13 @@ func TestUpgradeFrom010(t *testing.T) {
 		tok[:], tok[:], tok[:])
 
 	_, err := mysqlstore.New(ctx, d.db, &mysqlstore.Options{Table: "old_records"})
-	requireMisconfigured(t, err, "created_at, completed_at", "earlier version", "Options.Migrate",
-		"ALTER TABLE `old_records` ADD COLUMN created_at DATETIME(6) NULL, ADD COLUMN completed_at DATETIME(6) NULL")
+	requireMisconfigured(t, err, "created_at, completed_at, steps", "earlier version", "Options.Migrate",
+		"ALTER TABLE `old_records` ADD COLUMN created_at DATETIME(6) NULL, ADD COLUMN completed_at DATETIME(6) NULL, ADD COLUMN steps LONGBLOB NULL")
 
-	// Half upgraded (one column added by hand): Migrate adds the other.
+	// Half upgraded (one column added by hand): Migrate adds the others.
 	d.exec(t, "ALTER TABLE old_records ADD COLUMN created_at DATETIME(6) NULL")
 	_, err = mysqlstore.New(ctx, d.db, &mysqlstore.Options{Table: "old_records"})
-	requireMisconfigured(t, err, "lacks column(s) completed_at", "ALTER TABLE `old_records` ADD COLUMN completed_at DATETIME(6) NULL")
+	requireMisconfigured(t, err, "lacks column(s) completed_at, steps", "ALTER TABLE `old_records` ADD COLUMN completed_at DATETIME(6) NULL, ADD COLUMN steps LONGBLOB NULL")
 
 	s := newStore(t, d.db, &mysqlstore.Options{Table: "old_records"}) // Migrate: true
 
