@@ -33,7 +33,9 @@
 // A table made by 0.1.0 lacks the last two columns: [Store.Migrate] (and
 // [Options.Migrate]) adds them in place; the README has the ALTER TABLE
 // for your own migrations. Its rows keep working; their times read as
-// zero until the key is claimed afresh.
+// zero until the key is claimed afresh. It also keeps the record's step
+// records (see below), in a steps column that tables of earlier versions
+// lack: Migrate adds it too.
 //
 // Keys are bytes, compared byte by byte: Order-1 and order-1 are two
 // keys, and so are "a" and "a ". A VARCHAR key would compare them by its
@@ -165,8 +167,75 @@
 // ErrLeaseLost. A delivery that tries to take the key over while the
 // transaction holds the completed row waits on the row lock, then sees
 // the record completed (or, after a rollback, takes it over). The
-// completion runs last, so the row is locked only from the completion to
-// the commit.
+// completion runs last, so the row is locked only from the completion (and
+// the write of the function's steps just before it, if any) to the commit.
+//
+// # Step records
+//
+// The Store is a [store.StepStore]: it keeps the records of a handler's
+// named steps (dedup.Step) in the record's own row, in a nullable LONGBLOB
+// column, steps, of entries appended one after the other (a tag byte, the
+// name and the value, each after its length as an unsigned varint); a
+// later entry of a name replaces an earlier one when they are read.
+// [Store.SaveStep] is one UPDATE fenced by the claim's token, as Complete
+// is, which appends its entry (CONCAT: no read of the column, no
+// transaction); [Store.LoadSteps] one plain read, fenced the same way. A
+// token that does not hold the key, processing, gets store.ErrLeaseLost,
+// and nothing is written. A step saved again appends again: the column
+// grows with each save, not only with each name.
+//
+// The steps live and die with the row: a new key is inserted without
+// them, and the claim statement clears them when it claims a gone record
+// afresh (reusing its row); a takeover of a failed record or of an ended
+// lease, a claim granted again to its own token, Release, Complete and
+// Extend keep them. They expire with the record, Cleanup deletes them with
+// the row, and so do Delete and DeleteIf. Get and Scan read them (in
+// store.Record.Steps); Acquire's reads do not read the column. A message
+// whose handler records no step runs the statements it ran before the
+// column existed, and no other (TestHotPathStatements pins them).
+//
+// A process of an earlier version running beside ones of this version
+// (a rolling upgrade) knows nothing of the column: when it claims a gone
+// record afresh, reusing its row, it leaves the previous record's steps in
+// place. Finish the upgrade before handlers record steps.
+//
+// # Steps inside the user's transaction
+//
+// A step run by a [TxHandler]'s function is recorded in the function's
+// transaction, so that it commits with the business writes or not at all:
+// SaveStep, given the context TxHandler passes to the function (or one
+// derived from it) and the key of its claim, checks with a plain read in
+// the transaction (no lock) that the claim's token holds the key, and
+// keeps the step with the run; TxHandler then writes the run's steps in
+// the transaction, in one fenced UPDATE just before the completion. The
+// record's row is therefore locked only from that UPDATE to the commit,
+// as without steps: the receiver's heartbeat, which updates the row to
+// extend the lease, does not wait for the transaction while the function
+// runs. (Writing each step in the transaction as it runs would lock the
+// row from the first step to the commit: the heartbeat would wait, and
+// the receiver would cancel a handler that ran a lease past its first
+// step.) LoadSteps under that context reads in the transaction too, and
+// returns the committed steps and the run's own. Neither needs a second
+// connection of the pool while the transaction holds one. Under
+// REPEATABLE READ their reads see the transaction's snapshot, which may
+// predate the loss of the claim: the write before the completion then
+// fails with store.ErrLeaseLost, and the transaction rolls back, its
+// steps with it. A rolled back transaction leaves none of its steps;
+// before it runs the function again after a deadlock or a lock wait
+// timeout, TxHandler calls store.HeldClaim.StepsRolledBack, so that the
+// receiver forgets the steps of the run rolled back. Since the
+// transaction commits only with the completion, the steps of a TxHandler
+// run are kept only when it completes the record: a run that fails keeps
+// none (nor its business writes).
+//
+// A handler that manages its own transaction and calls
+// [Store.CompleteTx] runs its steps under [Store.WithTx](ctx, tx) and
+// gives CompleteTx that context: the steps are then recorded in the
+// transaction as above, and written by CompleteTx before its completion.
+// A transaction committed without CompleteTx keeps none of them. Without
+// WithTx, each SaveStep commits at once, outside the transaction: a step
+// whose effect is written in the transaction would be recorded even when
+// the transaction rolls back, and skipped on the next attempt.
 //
 // # Failures and timeouts
 //

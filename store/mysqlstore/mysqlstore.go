@@ -157,17 +157,19 @@ func (s *Store) Table() string { return s.cfg.table.plain }
 // SchemaSQL returns the SQL that Migrate runs on a table that does not
 // exist: one CREATE TABLE IF NOT EXISTS statement, the expiry index
 // included. Teams that run their own migrations apply it (or the same
-// statement, from the README) instead. A table made by 0.1.0 lacks two of
-// its columns, which CREATE TABLE IF NOT EXISTS does not add: Migrate
-// adds them, and the README has the ALTER TABLE that does.
+// statement, from the README) instead. A table made by an earlier version
+// lacks some of its columns (0.1.0: created_at, completed_at and steps;
+// later ones, steps), which CREATE TABLE IF NOT EXISTS does not add:
+// Migrate adds them, and the README has the ALTER TABLE that does.
 func (s *Store) SchemaSQL() string { return s.sql.schema }
 
 // Migrate creates the table and its index if they do not exist, and adds
-// the columns that a table of an earlier version lacks (created_at and
-// completed_at, for a table of 0.1.0), within ctx (not bounded by
-// Options.Timeout: a DDL statement may wait for a metadata lock), then
-// checks the table as New does. The rows already in the table keep
-// working, their creation and completion times unknown (zero). Running it
+// the columns that a table of an earlier version lacks (created_at,
+// completed_at and steps for a table of 0.1.0, steps for a later one),
+// within ctx (not bounded by Options.Timeout: a DDL statement may wait for
+// a metadata lock), then checks the table as New does. The rows already in
+// the table keep working, their creation and completion times unknown
+// (zero), without step records. Running it
 // again changes nothing. A database that does not exist, or a user that
 // may not create or alter the table, is an error matching
 // ErrMisconfigured.

@@ -173,6 +173,11 @@ type TxOptions struct {
 // commit runs even when ctx was cancelled meanwhile (the completed row is
 // locked by the transaction, so no other delivery can have taken the key
 // over). fn's own statements run under ctx.
+//
+// The steps fn runs (dedup.Step) under its context are recorded in its
+// transaction, written just before the completion, and commit with it;
+// before fn runs again after a deadlock or a lock wait timeout, the
+// claim's StepsRolledBack is called (see the package documentation).
 func TxHandler[M, R any](s *Store, fn TxFunc[M, R], opts *TxOptions) (func(ctx context.Context, msg M) (R, error), error) {
 	if s == nil {
 		return nil, fmt.Errorf("mysqlstore: %w: TxHandler of a nil store", store.ErrInvalidConfig)
@@ -241,10 +246,11 @@ func (h *txHandler[M, R]) handle(ctx context.Context, msg M) (R, error) {
 	}
 }
 
-// run is one attempt: begin, fn, its steps and the completion, commit. When the database
-// fails it (the connection breaks, in fn's statements too, or does not
-// answer in time), the error matches store.ErrUnavailable and the claim's
-// attempt is given back, once the transaction is rolled back. A deadlock
+// run is one attempt: begin, fn, its steps and the completion, commit.
+// When the database fails it (the connection breaks, in fn's statements
+// too, or does not answer in time), the error matches
+// store.ErrUnavailable and the claim's attempt is given back, once the
+// transaction is rolled back. A deadlock
 // or lock wait timeout is returned as it is, for handle to retry.
 func (h *txHandler[M, R]) run(ctx context.Context, held *store.HeldClaim, msg M) (v R, err error) {
 	s := h.s
