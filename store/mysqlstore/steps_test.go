@@ -4,13 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup"
+	"github.com/dedup-go/dedup/delivery"
 	"github.com/dedup-go/dedup/store"
 	"github.com/dedup-go/dedup/store/mysqlstore"
 )
@@ -378,4 +382,61 @@ func TestStepsWithTx(t *testing.T) {
 		require.Equal(t, store.StateProcessing, rec.State)
 		require.Empty(t, rec.Steps)
 	}
+}
+
+// TestDedupStepInTxHandler: dedup.Step inside a TxHandler's function,
+// end to end through a receiver. A step whose transaction rolled back is
+// not recorded, so the next delivery runs it again; when TxHandler reruns
+// the function after a deadlock, the receiver forgets the rolled back
+// step (StepsRolledBack) and runs it again, instead of replaying it or
+// refusing its name as repeated.
+func TestDedupStepInTxHandler(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, 4)
+	s := d.store(t, nil)
+	table := d.payments(t)
+	var charges, runs atomic.Int64
+	var failOnce, deadlockOnce atomic.Bool
+	h := txHandler(t, s, func(ctx context.Context, tx *sql.Tx, p payment) (receipt, error) {
+		runs.Add(1)
+		charge, err := dedup.Step(ctx, "charge", func(context.Context) (string, error) {
+			return fmt.Sprint("ch_", charges.Add(1)), nil
+		})
+		if err != nil {
+			return receipt{}, err
+		}
+		if err := insertPayment(ctx, tx, table, p, charge); err != nil {
+			return receipt{}, err
+		}
+		if failOnce.CompareAndSwap(true, false) {
+			return receipt{}, errors.New("warehouse down")
+		}
+		if deadlockOnce.CompareAndSwap(true, false) {
+			return receipt{}, &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock"}
+		}
+		return receipt{PaymentID: p.ID, Worker: charge}, nil
+	}, nil)
+	rcv, err := dedup.NewReceiver(s, paymentID, h, &dedup.Config{Namespace: "pay", Steps: true})
+	require.NoError(t, err)
+
+	// The first delivery fails after its step: rolled back with it.
+	failOnce.Store(true)
+	_, err = rcv.Handle(t.Context(), payment{ID: "p1"})
+	require.ErrorContains(t, err, "warehouse down")
+	require.Empty(t, get(t, s, "pay:p1").Steps)
+	// The redelivery runs the step again; a deadlock after it rolls the
+	// transaction back, and the rerun runs the step once more.
+	deadlockOnce.Store(true)
+	res, err := rcv.Handle(t.Context(), payment{ID: "p1"})
+	require.NoError(t, err)
+	require.Equal(t, delivery.StatusProcessed, res.Status)
+	require.EqualValues(t, 3, charges.Load(), "the step ran in each of the three transactions")
+	require.EqualValues(t, 3, runs.Load())
+	require.Equal(t, "ch_3", res.Value.Worker)
+	rec := get(t, s, "pay:p1")
+	require.Equal(t, store.StateCompleted, rec.State)
+	require.Len(t, rec.Steps, 1)
+	require.Equal(t, "charge", rec.Steps[0].Name)
+	require.Equal(t, 1, d.count(t, "SELECT COUNT(*) FROM "+table+" WHERE worker = 'ch_3'"))
+	require.Equal(t, 1, d.count(t, "SELECT COUNT(*) FROM "+table))
 }
