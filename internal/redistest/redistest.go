@@ -43,8 +43,10 @@ func Prefix(t testing.TB, c redis.UniversalClient) string {
 	return prefix
 }
 
-// DeleteAll removes the keys under prefix, on every master of a Cluster.
-// A failure is logged: the keys expire anyway.
+// DeleteAll removes the keys under prefix, and those under a hash tag and
+// then prefix (the Redis stores' step records: "{tag}" + prefix + ...),
+// on every master of a Cluster. A failure is logged: the keys expire
+// anyway.
 func DeleteAll(t testing.TB, c redis.UniversalClient, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -60,9 +62,18 @@ func DeleteAll(t testing.TB, c redis.UniversalClient, prefix string) {
 }
 
 func deleteOn(ctx context.Context, node redis.UniversalClient, prefix string) error {
+	for _, match := range []string{prefix + "*", "{*}" + prefix + "*"} {
+		if err := deleteMatching(ctx, node, match); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func deleteMatching(ctx context.Context, node redis.UniversalClient, match string) error {
 	var cursor uint64
 	for {
-		keys, next, err := node.Scan(ctx, cursor, prefix+"*", 1000).Result()
+		keys, next, err := node.Scan(ctx, cursor, match, 1000).Result()
 		if err != nil {
 			return err
 		}
