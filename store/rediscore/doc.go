@@ -1,5 +1,7 @@
 // Package rediscore is what the Redis stores share, whatever their client:
-// the record's layout and codec (record.go), the Lua scripts' sources
+// the record's layout and codec (record.go), the keys and codec of step
+// records (steps.go: a hash per record in its Cluster slot), the Lua
+// scripts' sources
 // (scripts.go), the arguments of the claim and the scripts, the reading of
 // their answers, the checks of a request and the errors of the contract
 // (Core), and the shared deadline of calls whose context cannot be

@@ -47,6 +47,11 @@ import (
 // never as strings (Lua compares strings by the server's locale, strcoll,
 // not by bytes).
 //
+// A record's step records (store.StepStore) are not in the string: they
+// are a hash at another key in the same Cluster slot (StepsKeyOf), whose
+// meta field holds a copy of the creation time (offset 23) to tell the
+// hash of the record as it is from an earlier record's (steps.go).
+//
 // What a record costs Redis is what decides the layout: a string of up to
 // 44 bytes is kept in one allocation with its object (embstr), and Redis's
 // allocator rounds every allocation up to a multiple of 16 bytes (at these

@@ -3,9 +3,11 @@ package rediscore
 import "strconv"
 
 // The scripts change a record that exists; a new key is claimed by a plain
-// SET NX (see Acquisition), which needs none. Each script touches one key
-// (its multi-key forms, for a single server only, touch their keys in
-// order), so every one is atomic and Cluster-safe without hash tags. They
+// SET NX (see Acquisition), which needs none. Each script touches one key,
+// or a record's key and its steps key, which StepsKey puts in the same
+// Cluster slot (steps.go) (its multi-key forms, for a single server only,
+// touch their keys in order), so every one is atomic and Cluster-safe
+// without hash tags in the user's keys. They
 // keep to what is cheap in Redis's Lua: fixed offsets, string cuts and
 // joins, the state compared as a byte, and times decoded from and encoded
 // into their 6 bytes (record.go) by arithmetic, never compared as strings
@@ -205,11 +207,30 @@ end
 return out
 `
 
-// releaseLua: release(key, token, message, retention ms) turns the
+// keepStepsLua: keepSteps(steps, v, life) keeps the step records at
+// steps (steps.go) of the record v, the record as it was before the call
+// (its creation time is the same after), alive for at least life ms plus
+// the retention SaveStep was given, when the hash there is v's (its meta
+// field starts with v's creation time); it never shortens their life. It
+// costs a key with no step records one HGET.
+const keepStepsLua = `
+local function keepSteps(steps, v, life)
+	local meta = redis.call('HGET', steps, '')
+	if meta and string.sub(meta, 1, 6) == string.sub(v, 24, 29) then
+		life = life + (tonumber(string.sub(meta, 7)) or 0)
+		if redis.call('PTTL', steps) < life then
+			redis.call('PEXPIRE', steps, string.format('%d', life))
+		end
+	end
+end
+`
+
+// releaseLua: release(key, steps, token, message, retention ms) turns the
 // processing record held by token into a failed one with message as its
-// last error, kept for retention, done now. It answers 1, or 0.
-const releaseLua = `
-local function release(key, token, message, retention)
+// last error, kept for retention, done now, and keeps its step records at
+// steps as long (keepSteps). It answers 1, or 0.
+const releaseLua = keepStepsLua + `
+local function release(key, steps, token, message, retention)
 	local v = redis.call('GET', key)
 	if not v or string.sub(v, 2, 17) ~= token then
 		return 0
@@ -229,16 +250,18 @@ local function release(key, token, message, retention)
 	redis.call('SET', key, 'f' .. token .. t48(last) .. string.sub(v, 24, 29) .. (now - n48(v, 24)) .. ',' ..
 		attempt .. ',' .. fpLen .. ',' .. #message .. ',' .. string.sub(v, at, at + fpLen - 1) .. message,
 		'PXAT', tostring(last))
+	keepSteps(steps, v, tonumber(retention))
 	return 1
 end
 `
 
-// extendLua: extend(key, token, deadline, ttl ms) sets the lease of the
-// processing record held by token to deadline (a time of the record),
+// extendLua: extend(key, steps, token, deadline, ttl ms) sets the lease of
+// the processing record held by token to deadline (a time of the record),
 // even when that is earlier than it was, the key living ttl (the lease
-// plus the abandoned grace). It answers 1, or 0.
-const extendLua = `
-local function extend(key, token, deadline, ttl)
+// plus the abandoned grace), and keeps its step records at steps as long
+// (keepSteps). It answers 1, or 0.
+const extendLua = keepStepsLua + `
+local function extend(key, steps, token, deadline, ttl)
 	local v = redis.call('GET', key)
 	if not v or string.sub(v, 2, 17) ~= token then
 		return 0
@@ -248,6 +271,7 @@ local function extend(key, token, deadline, ttl)
 		return 0
 	end
 	redis.call('SET', key, string.sub(v, 1, 17) .. deadline .. string.sub(v, 24), 'PX', ttl)
+	keepSteps(steps, v, tonumber(ttl))
 	return 1
 end
 `
@@ -320,8 +344,8 @@ local function acquire(key, token, deadline, fp, ttl, now, created)
 end
 `
 
-// deleteIfLua: deleteIf(key, states, expired, now) deletes the record of
-// key when its state is one of states ('p', 'c', 'f' in any order, for
+// deleteIfLua: deleteIf(key, steps, states, expired, now) deletes the record
+// of key, and its step records at steps, when its state is one of states ('p', 'c', 'f' in any order, for
 // processing, completed, failed), or when it is processing, expired is
 // '1' and its lease deadline is at or before now (ms in decimal, the
 // caller's clock, as every lease). It answers {1, the record} when it
@@ -329,7 +353,7 @@ end
 // record. A value of another program is kept and answered, for the
 // caller to refuse.
 const deleteIfLua = n48Lua + `
-local function deleteIf(key, states, expired, now)
+local function deleteIf(key, steps, states, expired, now)
 	local v = redis.call('GET', key)
 	if not v then
 		return {}
@@ -345,7 +369,7 @@ local function deleteIf(key, states, expired, now)
 	end
 	if string.find(states, state, 1, true) or
 		(expired == '1' and state == 'p' and n48(v, 18) <= tonumber(now)) then
-		redis.call('DEL', key)
+		redis.call('DEL', key, steps)
 		return {1, v}
 	end
 	return {0, v}
@@ -410,10 +434,86 @@ local function confirm(key, token)
 end
 `
 
+// saveStepLua records a step of the processing record at KEYS[1] held by
+// ARGV[1]: in the hash at KEYS[2], the record's steps key, field ARGV[2]
+// (the name) is set to ARGV[3] (the value), and the meta field to the
+// record's creation time and ARGV[4] (the retention, ms); a hash there
+// that is not the record's (another creation time: an earlier record's)
+// is deleted first. The steps key then lives at least as long as the
+// record plus the retention. It answers 1, or 0, writing nothing, when
+// the token does not hold the key processing.
+const saveStepLua = `
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 2, 17) ~= ARGV[1] then
+	return 0
+end
+local state = string.byte(v)
+if state ~= 113 and state ~= 112 then
+	return 0
+end
+local created = string.sub(v, 24, 29)
+local meta = redis.call('HGET', KEYS[2], '')
+if not meta or string.sub(meta, 1, 6) ~= created then
+	redis.call('DEL', KEYS[2])
+end
+redis.call('HSET', KEYS[2], '', created .. ARGV[4], ARGV[2], ARGV[3])
+local life = math.max(redis.call('PTTL', KEYS[1]), 0) + ARGV[4]
+if redis.call('PTTL', KEYS[2]) < life then
+	redis.call('PEXPIRE', KEYS[2], string.format('%d', life))
+end
+return 1
+`
+
+// loadStepsLua answers the step records of the processing record at
+// KEYS[1] held by ARGV[1]: the fields and values of the hash at KEYS[2],
+// the meta field among them, or none when the hash is not the record's.
+// It keeps the hash alive as long as the record plus the retention, as
+// keepSteps does: a takeover's holder reads its steps before it extends
+// or completes. It answers 0 when the token does not hold the key
+// processing.
+const loadStepsLua = `
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 2, 17) ~= ARGV[1] then
+	return 0
+end
+local state = string.byte(v)
+if state ~= 113 and state ~= 112 then
+	return 0
+end
+local meta = redis.call('HGET', KEYS[2], '')
+if not meta or string.sub(meta, 1, 6) ~= string.sub(v, 24, 29) then
+	return {}
+end
+local life = math.max(redis.call('PTTL', KEYS[1]), 0) + (tonumber(string.sub(meta, 7)) or 0)
+if redis.call('PTTL', KEYS[2]) < life then
+	redis.call('PEXPIRE', KEYS[2], string.format('%d', life))
+end
+return redis.call('HGETALL', KEYS[2])
+`
+
 // one returns the source of a script that calls fn with KEYS[1] and its n
 // arguments.
 func one(prelude, lua, fn string, n int) string {
 	return prelude + lua + "return " + fn + "(KEYS[1]" + argvList("", n) + ")"
+}
+
+// two returns the source of a script that calls fn with KEYS[1], KEYS[2]
+// (a record's key and its steps key) and its n arguments.
+func two(prelude, lua, fn string, n int) string {
+	return prelude + lua + "return " + fn + "(KEYS[1], KEYS[2]" + argvList("", n) + ")"
+}
+
+// manyTwo returns the source of a script that calls fn for every pair of
+// keys in order (a record's key, then its steps key), ARGV holding its n
+// arguments for each pair in turn, and answers their answers.
+func manyTwo(prelude, lua, fn string, n int) string {
+	return prelude + lua + `
+local out = {}
+for i = 1, #KEYS / 2 do
+	local j = (i - 1) * ` + strconv.Itoa(n) + `
+	out[i] = ` + fn + `(KEYS[2 * i - 1], KEYS[2 * i]` + argvList("j + ", n) + `)
+end
+return out`
 }
 
 // many returns the source of a script that calls fn for every key in
@@ -452,21 +552,28 @@ var (
 	CompleteManyScript = clockLua + completeManyLua
 	// CompleteEachScript is CompleteScript for keys that may repeat.
 	CompleteEachScript = many(clockLua, completeLua, "complete", 3)
-	// ReleaseScript: KEYS[1], ARGV token, error text, retention ms;
-	// answers 1 or 0.
-	ReleaseScript = one(clockLua, releaseLua, "release", 3)
-	// ExtendScript: KEYS[1], ARGV token, deadline (TimeString), key TTL
-	// ms; answers 1 or 0.
-	ExtendScript     = one("", extendLua, "extend", 3)
-	ExtendManyScript = many("", extendLua, "extend", 3)
+	// ReleaseScript: KEYS record, steps (Core.StepsKey), ARGV token,
+	// error text, retention ms; answers 1 or 0.
+	ReleaseScript = two(clockLua, releaseLua, "release", 3)
+	// ExtendScript: KEYS record, steps, ARGV token, deadline
+	// (TimeString), key TTL ms; answers 1 or 0. ExtendManyScript takes
+	// the pairs of keys in turn.
+	ExtendScript     = two("", extendLua, "extend", 3)
+	ExtendManyScript = manyTwo("", extendLua, "extend", 3)
 	// AcquireScript: KEYS[1], ARGV Acquisition.Args; answers {code,
 	// record} (see Core.Retaken): a takeover, a retry, or the caller's own
 	// claim granted again.
 	AcquireScript     = one("", acquireLua, "acquire", 6)
 	AcquireManyScript = many("", acquireLua, "acquire", 6)
-	// DeleteIfScript: KEYS[1], ARGV Core.DeleteIfArgs; answers {} or
-	// {code, record} (see Core.Deleted).
-	DeleteIfScript = one("", deleteIfLua, "deleteIf", 3)
+	// DeleteIfScript: KEYS record, steps, ARGV Core.DeleteIfArgs;
+	// answers {} or {code, record} (see Core.Deleted).
+	DeleteIfScript = two("", deleteIfLua, "deleteIf", 3)
+	// SaveStepScript: KEYS record, steps, ARGV token, name, value,
+	// retention ms (SaveStepArgs); answers 1 or 0 (see saveStepLua).
+	SaveStepScript = saveStepLua
+	// LoadStepsScript: KEYS record, steps, ARGV token; answers 0, or the
+	// step records' fields and values in turn (LoadedSteps).
+	LoadStepsScript = loadStepsLua
 	// AbandonScript and ConfirmScript serve a store that waits for
 	// replicas (redisstore's MinReplicas): KEYS[1], ARGV token.
 	AbandonScript     = one("", abandonLua, "abandon", 1)

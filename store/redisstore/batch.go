@@ -231,7 +231,7 @@ func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []e
 		if errs[i] = s.core.CheckExtend(req); errs[i] != nil {
 			continue
 		}
-		calls = append(calls, scriptCall{index: i, key: req.Key, script: extendScript, args: s.extendArgs(req, now)})
+		calls = append(calls, scriptCall{index: i, key: req.Key, script: extendScript, args: s.extendArgs(req, now), steps: true})
 	}
 	if s.minReplicas > 0 {
 		s.extendWaited(ctx, reqs, calls, errs)
@@ -282,6 +282,9 @@ func (s *Store) many(ctx context.Context, op string, script *redis.Script, calls
 		chunk := calls[:min(len(calls), rediscore.MaxMany)]
 		calls = calls[len(chunk):]
 		keys := s.core.RedisKeys(len(chunk), func(k int) string { return chunk[k].key })
+		if chunk[0].steps {
+			keys = withSteps(keys)
+		}
 		args := make([]any, 0, len(chunk)*len(chunk[0].args))
 		for _, c := range chunk {
 			args = append(args, c.args...)
@@ -337,6 +340,28 @@ type scriptCall struct {
 	key    string
 	script *redis.Script
 	args   []any
+	// steps: the script takes the record's steps key after its key
+	// (Release, Extend, SaveStep); a batch's calls all do or all do not.
+	steps bool
+}
+
+// callKeys returns the keys of c's script: the record's Redis key, and
+// its steps key when the script takes it.
+func (s *Store) callKeys(c scriptCall) []string {
+	if c.steps {
+		return s.stepsKeys(c.key)
+	}
+	return []string{s.RedisKey(c.key)}
+}
+
+// withSteps returns record keys each followed by its steps key, for the
+// multi-key forms of the scripts that take both.
+func withSteps(keys []string) []string {
+	out := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		out = append(out, k, rediscore.StepsKeyOf(k))
+	}
+	return out
 }
 
 // pipeline runs calls by SHA in one round trip (one per Cluster node) and
@@ -386,7 +411,7 @@ func (s *Store) exec(ctx context.Context, calls []scriptCall) []*redis.Cmd {
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = c.script.EvalSha(ctx, pipe, []string{s.RedisKey(c.key)}, c.args...)
+		cmds[i] = c.script.EvalSha(ctx, pipe, s.callKeys(c), c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	return cmds

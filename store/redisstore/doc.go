@@ -12,10 +12,12 @@
 // # What it guarantees
 //
 // A record is one Redis string, and every operation is one atomic command
-// or one Lua script on one key, so of any number of processes delivering a
-// message at once exactly one runs it, and a worker whose lease was taken
-// over is fenced off by its token ([store.ErrLeaseLost]). Touching one key
-// per command makes it Cluster-safe without hash tags. It passes
+// or one Lua script on one key (or on a record's key and its steps key,
+// which the store puts in the same Cluster slot: "Step records" below),
+// so of any number of processes delivering a message at once exactly one
+// runs it, and a worker whose lease was taken over is fenced off by its
+// token ([store.ErrLeaseLost]). Touching one key per command, or one slot,
+// makes it Cluster-safe without hash tags in your keys. It passes
 // [github.com/dedup-go/dedup/store/storetest] on a single server and on a
 // Cluster, and keeps every rule of the contract:
 //
@@ -156,6 +158,51 @@
 // the new ones, or drain the stream first, when a duplicate in that window
 // matters. Version 1's Scan of its whole prefix does meet later records,
 // and fails on them: inspect with the newest version.
+//
+// # Step records
+//
+// The Store is a [store.StepStore]: the receiver records there the
+// outcome of each named step of a handler. A message's step records are
+// one Redis hash at [Store.StepsKey], beside its record, which stays the
+// string above: a new message that runs no step costs exactly what it did
+// (the same commands, keys and arguments for Acquire, Complete and their
+// batches). The steps key is the record's key after a hash tag chosen for
+// its Cluster slot, then ":steps" ("{4Q3}dedup::v3:billing:42:steps"), so
+// that a script reads and writes both keys atomically on a Cluster,
+// whatever hash tags your keys hold or lack; it starts with "{", never
+// with the prefix, so a SCAN of the prefix does not list it. The hash has
+// a field per step (its name, its value as the receiver encoded it) and
+// one field named "" (no step name is empty) holding the record's
+// creation time and the retention SaveStep was given. [Store.SaveStep]
+// and [Store.LoadSteps] are scripts that check, with the same atomicity,
+// that the token holds the key processing (else [store.ErrLeaseLost],
+// nothing written).
+//
+// The step records live and die with the record. SaveStep, LoadSteps,
+// Extend and Release keep the steps key alive at least until the record's
+// expiry plus that retention, never shortening it: they survive a
+// Release, a takeover of the failed key or of an ended lease, a claim
+// granted again to its own token, and Complete. Complete, the hot path,
+// leaves the steps key's expiry as it is, so the steps of a completed
+// record live at least until the record's expiry as the last of those
+// calls left it plus the retention: as long as the completed record when
+// Complete's retention is SaveStep's and no takeover came after the last
+// of them (a takeover's holder that completes without reading, writing or
+// extending its claim may leave the steps of its record to expire before
+// the record; only an operator's [Store.Get] would miss them). A steps key
+// may outlive its record; it is never read then: the key's next record
+// has another creation time, so LoadSteps, Get and Scan ignore that hash,
+// Extend and Release do not keep it, and the first SaveStep replaces it.
+// (Two records of one key created in the same millisecond, by clocks
+// that disagree, would share it: a record created after the previous one
+// expired, a retention later, is not.) [Store.Delete] and
+// [Store.DeleteIf] delete both keys; Get and Scan read the hash with the
+// record, in the same pipeline (on a Cluster, the same node).
+//
+// With [Options.MinReplicas], SaveStep waits for its replicas as the
+// other writes do. Extend and Release of a key without step records cost
+// Redis one HGET more than they did; ExtendBatch's keys are the records'
+// and their steps keys.
 //
 // # Batches
 //
@@ -303,5 +350,6 @@
 // claim whose lease ended by this process's clock), and Scan by prefix (an
 // iterator), with SCAN (never KEYS) on every master of a Cluster, reading
 // each page of records in one pipeline and skipping keys that hold no
-// record of this package.
+// record of this package. Get and Scan fill in each record's step
+// records (an HGETALL beside each GET); Delete and DeleteIf delete them.
 package redisstore

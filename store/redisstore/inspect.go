@@ -14,10 +14,11 @@ import (
 	"github.com/dedup-go/dedup/store/rediscore"
 )
 
-// Get returns the record of key, in whatever state, or an error matching
-// store.ErrNotFound. A completed or failed record is not found from its
-// ExpiresAt on, by the server's clock, as Acquire sees it: Redis drops it
-// then.
+// Get returns the record of key, in whatever state, with its step
+// records, or an error matching store.ErrNotFound. A completed or failed
+// record is not found from its ExpiresAt on, by the server's clock, as
+// Acquire sees it: Redis drops it then. The record and its step records
+// are read in one pipeline (one round trip: they share a Cluster slot).
 func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	if key == "" {
 		return store.Record{}, s.core.EmptyKey("get")
@@ -27,22 +28,32 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	v, err := s.client.Get(cctx, s.RedisKey(key)).Result()
+	keys := s.stepsKeys(key)
+	pipe := s.client.Pipeline()
+	get := pipe.Get(cctx, keys[0])
+	steps := pipe.HGetAll(cctx, keys[1])
+	_, _ = pipe.Exec(cctx) // each command carries its own error
+	v, err := get.Result()
 	if errors.Is(err, redis.Nil) {
 		return store.Record{}, s.core.NotFound("get", key)
 	}
 	if err == nil {
 		var rec store.Record
 		if rec, err = rediscore.Unpack(key, v); err == nil {
-			return rec, nil
+			var hash map[string]string
+			if hash, err = steps.Result(); err == nil || redis.HasErrorPrefix(err, "WRONGTYPE") {
+				rec.Steps = rediscore.RecordSteps(v, hash)
+				return rec, nil
+			}
 		}
 	}
 	return store.Record{}, s.fail(ctx, "get", key, err)
 }
 
-// Delete forgets key, whatever its state: a duplicate arriving later is
-// processed again, and the holder of a deleted claim gets ErrLeaseLost.
-// Deleting an absent key is not an error.
+// Delete forgets key, whatever its state, with its step records: a
+// duplicate arriving later is processed again, and the holder of a
+// deleted claim gets ErrLeaseLost. Deleting an absent key is not an
+// error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if key == "" {
 		return s.core.EmptyKey("delete")
@@ -52,15 +63,15 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := s.client.Del(cctx, s.RedisKey(key)).Err(); err != nil {
+	if err := s.client.Del(cctx, s.stepsKeys(key)...).Err(); err != nil {
 		return s.fail(ctx, "delete", key, err)
 	}
 	return nil
 }
 
-// DeleteIf deletes the record of req.Key only when req allows its state
-// (store.DeleteRequest), in one script that reads the record and deletes
-// it: a claim made after the read is never deleted. A lease has ended when
+// DeleteIf deletes the record of req.Key, with its step records, only when
+// req allows its state (store.DeleteRequest), in one script that reads the
+// record and deletes it: a claim made after the read is never deleted. A lease has ended when
 // this process's clock reads its deadline or later, as Acquire decides a
 // takeover. A record kept is returned with deleted false; an absent key
 // (or a completed or failed record past its expiry, which Redis dropped)
@@ -70,7 +81,7 @@ func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, st
 		return false, store.Record{}, s.core.EmptyKey("delete")
 	}
 	states, expired, now := rediscore.DeleteIfArgs(req, time.Now())
-	reply, err := s.eval(ctx, "delete", req.Key, deleteIfScript, []any{states, expired, now})
+	reply, err := s.evalSteps(ctx, "delete", req.Key, deleteIfScript, []any{states, expired, now})
 	if err != nil {
 		return false, store.Record{}, err
 	}
@@ -89,10 +100,12 @@ func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, st
 	return s.core.Deleted(req.Key, true, code, v)
 }
 
-// Scan yields every unexpired record whose key starts with prefix. It
+// Scan yields every unexpired record whose key starts with prefix, with
+// its step records. It
 // walks the keyspace with SCAN (never KEYS, which blocks the server), on
 // every master of a Cluster one after another, and reads each page of
-// records in one pipeline. Order is Redis's; a record written or expiring
+// records and their step records in one pipeline (an HGETALL beside each
+// GET). Order is Redis's; a record written or expiring
 // during the scan may be missed or seen, as SCAN guarantees.
 // Options.Timeout bounds each step, not the whole scan. A failure (or the
 // end of ctx) is yielded once, as a zero Record with the error, and ends
@@ -173,8 +186,10 @@ func (s *Store) readAll(ctx context.Context, node redis.UniversalClient, keys []
 	slices.Sort(keys)
 	pipe := node.Pipeline()
 	cmds := make([]*redis.StringCmd, len(keys))
+	steps := make([]*redis.MapStringStringCmd, len(keys))
 	for i, k := range keys {
 		cmds[i] = pipe.Get(ctx, k)
+		steps[i] = pipe.HGetAll(ctx, rediscore.StepsKeyOf(k))
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	recs := make([]store.Record, 0, len(keys))
@@ -186,9 +201,16 @@ func (s *Store) readAll(ctx context.Context, node redis.UniversalClient, keys []
 		case err != nil:
 			return nil, err
 		}
-		if rec, err := rediscore.Unpack(s.core.KeyOf(k), v); err == nil {
-			recs = append(recs, rec)
+		rec, err := rediscore.Unpack(s.core.KeyOf(k), v)
+		if err != nil {
+			continue
 		}
+		hash, err := steps[i].Result()
+		if err != nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
+			return nil, err
+		}
+		rec.Steps = rediscore.RecordSteps(v, hash)
+		recs = append(recs, rec)
 	}
 	return recs, nil
 }

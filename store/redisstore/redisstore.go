@@ -194,6 +194,11 @@ func (s *Store) Prefix() string { return s.core.Prefix }
 // redis-cli; its value is a packed string only this package reads.
 func (s *Store) RedisKey(key string) string { return s.core.RedisKey(key) }
 
+// StepsKey returns the Redis key that holds the step records of key (see
+// "Step records" in the package documentation): a hash tag that puts it
+// in the Cluster slot of RedisKey(key), RedisKey(key), then ":steps".
+func (s *Store) StepsKey(key string) string { return s.core.StepsKey(key) }
+
 // Acquire claims req.Key if it is absent, failed, or processing under a
 // lease that has ended, and reports the record holding it otherwise; the
 // claim is made with req.Token when it is not zero. A key processing under
@@ -348,44 +353,62 @@ func (s *Store) CallTimeout() time.Duration { return s.timeout }
 
 // Release records the failure of the key held by req.Token and frees the
 // key for the next Acquire, keeping the failed record (its attempt count
-// and req.Error) for req.Retention.
+// and req.Error) for req.Retention, and its step records at least as
+// long.
 func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 	if err := s.core.CheckSettle("release", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	return s.settle(ctx, "release", req.Key, releaseScript, oneArgs{token: req.Token, text: req.Error, n: rediscore.MS(req.Retention)})
+	return s.settle(ctx, "release", req.Key, releaseScript, []any{string(req.Token[:]), req.Error, rediscore.MS(req.Retention)})
 }
 
-// settle runs one of the scripts that answer 1 (done) or 0 (the token does
+// settle runs one of the scripts that take a record's key and its steps
+// key (Release, Extend, SaveStep) and answer 1 (done) or 0 (the token does
 // not hold the key).
-func (s *Store) settle(ctx context.Context, op, key string, script *redis.Script, args oneArgs) error {
+func (s *Store) settle(ctx context.Context, op, key string, script *redis.Script, args []any) error {
 	if s.minReplicas > 0 {
-		return s.settleReplicated(ctx, op, key, script, args.list())
+		return s.settleReplicated(ctx, op, key, script, args)
 	}
-	reply, err := s.evalOne(ctx, op, key, script, args)
+	reply, err := s.evalSteps(ctx, op, key, script, args)
 	if err != nil {
 		return err
 	}
 	return s.settled(op, key, reply)
 }
 
-// oneArgs are the arguments of the scripts that change one claim
-// (complete, release, extend): the claim's token, a text (the result, the
-// error, the new deadline) and a number (the retention, the key's TTL).
+// evalSteps runs script, one that takes a record's key and its steps key
+// (rediscore.Core.StepsKey), on key with args: EVALSHA, and the source if
+// the server lost it. These are not the calls of a new message (Acquire,
+// Complete), which evalOne builds with fewer allocations.
+func (s *Store) evalSteps(ctx context.Context, op, key string, script *redis.Script, args []any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, s.core.Context(op, key, err)
+	}
+	var b rediscore.Bounded
+	cctx, cancel := s.deadlines.Bound(ctx, time.Now(), &b)
+	defer cancel()
+	reply, err := script.Run(cctx, s.client, s.stepsKeys(key), args...).Result()
+	if err != nil {
+		return nil, s.fail(ctx, op, key, err)
+	}
+	return reply, nil
+}
+
+// stepsKeys returns the keys of the scripts that take a record's: its
+// Redis key and its steps key, in the same Cluster slot.
+func (s *Store) stepsKeys(key string) []string {
+	rk := s.RedisKey(key)
+	return []string{rk, rediscore.StepsKeyOf(rk)}
+}
+
+// oneArgs are the arguments of a script that changes one claim and takes
+// only its record's key (Complete): the claim's token, a text (the
+// result) and a number (the retention).
 type oneArgs struct {
 	token store.Token
 	text  string
 	bytes []byte // the text, when the caller has it as bytes
 	n     int64
-}
-
-// list returns the arguments as a script's ARGV, for a pipeline.
-func (o oneArgs) list() []any {
-	var text any = o.text
-	if o.bytes != nil {
-		text = o.bytes
-	}
-	return []any{string(o.token[:]), text, o.n}
 }
 
 // evalCall is a script run on one key, built in one allocation: its
@@ -438,30 +461,17 @@ func (s *Store) evalOne(ctx context.Context, op, key string, script *redis.Scrip
 	return cmd.Val(), nil
 }
 
-// eval runs a single-key script on key and returns its reply.
-func (s *Store) eval(ctx context.Context, op, key string, script *redis.Script, args []any) (any, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, s.core.Context(op, key, err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	reply, err := script.Run(cctx, s.client, []string{s.RedisKey(key)}, args...).Result()
-	if err != nil {
-		return nil, s.fail(ctx, op, key, err)
-	}
-	return reply, nil
-}
-
 // Extend sets the lease of the key held by req.Token to req.Lease from
 // now (this process's clock, as every lease), even when that is earlier
 // than the deadline it had. A claim whose lease ended is extended too
-// while no other Acquire has taken the key over.
+// while no other Acquire has taken the key over. The key's step records
+// are kept at least as long as the record, plus the retention SaveStep
+// was given.
 func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
 	if err := s.core.CheckExtend(req); err != nil {
 		return err
 	}
-	deadline, ttl := s.core.ExtendArgs(req, time.Now())
-	return s.settle(ctx, "extend", req.Key, extendScript, oneArgs{token: req.Token, text: deadline, n: ttl})
+	return s.settle(ctx, "extend", req.Key, extendScript, s.extendArgs(req, time.Now()))
 }
 
 func (s *Store) extendArgs(req store.ExtendRequest, now time.Time) []any {

@@ -185,10 +185,10 @@ func (s *Store) completeWaited(ctx context.Context, reqs []store.CompleteRequest
 	})
 }
 
-// settleReplicated is settle (Release, Extend) with MinReplicas.
+// settleReplicated is settle (Release, Extend, SaveStep) with MinReplicas.
 func (s *Store) settleReplicated(ctx context.Context, op, key string, script *redis.Script, args []any) error {
 	var err error
-	s.runWaited(ctx, op, nil, []scriptCall{{key: key, script: script, args: args}}, func(_ int, reply any, wait *redis.IntCmd, rerr error) {
+	s.runWaited(ctx, op, nil, []scriptCall{{key: key, script: script, args: args, steps: true}}, func(_ int, reply any, wait *redis.IntCmd, rerr error) {
 		if err = rerr; err == nil {
 			if err = s.settled(op, key, reply); err == nil {
 				err = s.replicated(ctx, op, key, wait)
@@ -236,8 +236,10 @@ func (s *Store) runWaited(ctx context.Context, op string, many *redis.Script, ca
 		keys := make([]string, len(calls))
 		argvs := make([][]any, len(calls))
 		for i, c := range calls {
-			keys[i] = s.RedisKey(c.key)
-			argvs[i] = append([]any{"evalsha", c.script.Hash(), 1, keys[i]}, c.args...)
+			ks := s.callKeys(c)
+			keys[i] = ks[0]
+			argvs[i] = append([]any{"evalsha", c.script.Hash(), len(ks)}, anys(ks)...)
+			argvs[i] = append(argvs[i], c.args...)
 		}
 		cmds, waits := s.evalWaited(cctx, keys, argvs)
 		for i, c := range calls {
@@ -254,10 +256,11 @@ func (s *Store) runWaited(ctx context.Context, op string, many *redis.Script, ca
 	for rest := calls; len(rest) > 0; {
 		chunk := rest[:min(len(rest), rediscore.MaxMany)]
 		rest = rest[len(chunk):]
-		argv := []any{"evalsha", many.Hash(), len(chunk)}
+		var keys []string
 		for _, c := range chunk {
-			argv = append(argv, s.RedisKey(c.key))
+			keys = append(keys, s.callKeys(c)...)
 		}
+		argv := append([]any{"evalsha", many.Hash(), len(keys)}, anys(keys)...)
 		for _, c := range chunk {
 			argv = append(argv, c.args...)
 		}

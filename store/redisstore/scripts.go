@@ -24,6 +24,8 @@ var (
 	abandonManyScript  = redis.NewScript(rediscore.AbandonManyScript)
 	confirmScript      = redis.NewScript(rediscore.ConfirmScript)
 	confirmManyScript  = redis.NewScript(rediscore.ConfirmManyScript)
+	saveStepScript     = redis.NewScript(rediscore.SaveStepScript)
+	loadStepsScript    = redis.NewScript(rediscore.LoadStepsScript)
 )
 
 // scripts are loaded together by New, and again by a pipeline that met
@@ -32,4 +34,5 @@ var scripts = []*redis.Script{
 	completeScript, completeManyScript, completeEachScript, releaseScript,
 	extendScript, extendManyScript, acquireScript, acquireManyScript,
 	deleteIfScript, abandonScript, abandonManyScript, confirmScript, confirmManyScript,
+	saveStepScript, loadStepsScript,
 }

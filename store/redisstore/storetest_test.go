@@ -65,6 +65,9 @@ func TestCluster(t *testing.T) {
 	t.Run("BatchRules", func(t *testing.T) {
 		batchRules(t, newStore(t, c, nil))
 	})
+	t.Run("StepsKeySlots", func(t *testing.T) {
+		stepsKeySlots(t, c, newStore(t, c, nil))
+	})
 	t.Run("ScriptsReloaded", func(t *testing.T) {
 		scriptsReloaded(t, newStore(t, c, nil), func() {
 			require.NoError(t, c.ForEachMaster(t.Context(), func(ctx context.Context, m *redis.Client) error {

@@ -136,7 +136,7 @@ func (s *Store) ExtendBatch(ctx context.Context, reqs []store.ExtendRequest) []e
 			continue
 		}
 		deadline, ttl := s.core.ExtendArgs(req, now)
-		calls = append(calls, scriptCall{index: i, key: req.Key, args: []string{string(req.Token[:]), deadline, strconv.FormatInt(ttl, 10)}})
+		calls = append(calls, scriptCall{index: i, key: req.Key, args: []string{string(req.Token[:]), deadline, strconv.FormatInt(ttl, 10)}, steps: true})
 	}
 	s.run(ctx, "extend", extendScript, manyOf(extendManyScript), calls, func(i int, m *rueidis.RedisMessage, err error) {
 		if err == nil {
@@ -152,6 +152,9 @@ type scriptCall struct {
 	index int
 	key   string
 	args  []string
+	// steps: the script takes the record's steps key after its key
+	// (Extend); a batch's calls all do or all do not.
+	steps bool
 }
 
 // manyOf is the choice of a script's multi-key form that needs no choice.
@@ -182,7 +185,11 @@ func (s *Store) run(ctx context.Context, op string, one *rueidis.Lua, many func(
 	if s.cluster {
 		execs := make([]rueidis.LuaExec, len(calls))
 		for i, c := range calls {
-			execs[i] = rueidis.LuaExec{Keys: []string{s.core.RedisKey(c.key)}, Args: c.args}
+			keys := []string{s.core.RedisKey(c.key)}
+			if c.steps {
+				keys = s.stepsKeys(c.key)
+			}
+			execs[i] = rueidis.LuaExec{Keys: keys, Args: c.args}
 		}
 		for i, r := range one.ExecMulti(cctx, s.client, execs...) {
 			m, err := r.ToMessage()
@@ -202,7 +209,11 @@ func (s *Store) run(ctx context.Context, op string, one *rueidis.Lua, many func(
 		for _, c := range chunk {
 			args = append(args, c.args...)
 		}
-		replies, err := many(keys).Exec(cctx, s.client, keys, args).ToArray()
+		script := many(keys)
+		if chunk[0].steps {
+			keys = withSteps(keys)
+		}
+		replies, err := script.Exec(cctx, s.client, keys, args).ToArray()
 		for i, c := range chunk {
 			switch {
 			case err != nil:
@@ -214,6 +225,16 @@ func (s *Store) run(ctx context.Context, op string, one *rueidis.Lua, many func(
 			}
 		}
 	}
+}
+
+// withSteps returns record keys each followed by its steps key, for the
+// multi-key forms of the scripts that take both.
+func withSteps(keys []string) []string {
+	out := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		out = append(out, k, rediscore.StepsKeyOf(k))
+	}
+	return out
 }
 
 // refused is nil for an error that Redis answered (a command the user's

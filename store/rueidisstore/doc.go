@@ -56,7 +56,8 @@
 // Cluster.
 //
 // The Store is a [store.BatchStore], a [store.CompleteReporter], a
-// [store.Inspector] (Get, Delete, DeleteIf, Scan) and [store.Bounded]:
+// [store.Inspector] (Get, Delete, DeleteIf, Scan), a [store.StepStore]
+// and [store.Bounded]:
 // the interfaces redisstore implements. On a single server (or Sentinel's
 // master) a batch's extension is one run of the multi-key script (up to
 // 1,000 keys a run), and so is the completion of fewer than 8 keys; from
@@ -72,6 +73,18 @@
 // script run per key, pipelined to each node after loading the script on
 // every node (rueidis's Lua.ExecMulti: one round trip more than
 // redisstore's).
+//
+// # Step records
+//
+// The Store is a [store.StepStore], keeping step records as redisstore
+// does (its package documentation, "Step records"): a hash at
+// [Store.StepsKey], in the record key's Cluster slot by a hash tag the
+// store chooses, read and written by the same scripts, so that step
+// records saved through either store are the other's. A new message that
+// runs no step costs what it did; Extend and Release take the steps key
+// too, and keep it alive at least as long as the record; Complete leaves
+// it as it is; Get and Scan return the step records, Delete and DeleteIf
+// delete them.
 //
 // # Failures and timeouts
 //

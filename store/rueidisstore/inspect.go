@@ -13,10 +13,11 @@ import (
 	"github.com/dedup-go/dedup/store/rediscore"
 )
 
-// Get returns the record of key, in whatever state, or an error matching
-// store.ErrNotFound. A completed or failed record is not found from its
-// ExpiresAt on, by the server's clock, as Acquire sees it: Redis drops it
-// then.
+// Get returns the record of key, in whatever state, with its step
+// records, or an error matching store.ErrNotFound. A completed or failed
+// record is not found from its ExpiresAt on, by the server's clock, as
+// Acquire sees it: Redis drops it then. The record and its step records
+// are read in one round trip (they share a Cluster slot).
 func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	if key == "" {
 		return store.Record{}, s.core.EmptyKey("get")
@@ -26,22 +27,29 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	v, err := s.client.Do(cctx, s.client.B().Get().Key(s.core.RedisKey(key)).Build()).ToString()
+	keys := s.stepsKeys(key)
+	rs := s.client.DoMulti(cctx, s.client.B().Get().Key(keys[0]).Build(), s.client.B().Hgetall().Key(keys[1]).Build())
+	v, err := rs[0].ToString()
 	if rueidis.IsRedisNil(err) {
 		return store.Record{}, s.core.NotFound("get", key)
 	}
 	if err == nil {
 		var rec store.Record
 		if rec, err = rediscore.Unpack(key, v); err == nil {
-			return rec, nil
+			var hash map[string]string
+			if hash, err = rs[1].AsStrMap(); err == nil || wrongType(err) {
+				rec.Steps = rediscore.RecordSteps(v, hash)
+				return rec, nil
+			}
 		}
 	}
 	return store.Record{}, s.fail(ctx, "get", key, err)
 }
 
-// Delete forgets key, whatever its state: a duplicate arriving later is
-// processed again, and the holder of a deleted claim gets ErrLeaseLost.
-// Deleting an absent key is not an error.
+// Delete forgets key, whatever its state, with its step records: a
+// duplicate arriving later is processed again, and the holder of a
+// deleted claim gets ErrLeaseLost. Deleting an absent key is not an
+// error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if key == "" {
 		return s.core.EmptyKey("delete")
@@ -51,15 +59,15 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := s.client.Do(cctx, s.client.B().Del().Key(s.core.RedisKey(key)).Build()).Error(); err != nil {
+	if err := s.client.Do(cctx, s.client.B().Del().Key(s.stepsKeys(key)...).Build()).Error(); err != nil {
 		return s.fail(ctx, "delete", key, err)
 	}
 	return nil
 }
 
-// DeleteIf deletes the record of req.Key only when req allows its state
-// (store.DeleteRequest), in one script that reads the record and deletes
-// it: a claim made after the read is never deleted. A lease has ended when
+// DeleteIf deletes the record of req.Key, with its step records, only when
+// req allows its state (store.DeleteRequest), in one script that reads the
+// record and deletes it: a claim made after the read is never deleted. A lease has ended when
 // this process's clock reads its deadline or later, as Acquire decides a
 // takeover. A record kept is returned with deleted false; an absent key
 // is an error matching store.ErrNotFound.
@@ -68,7 +76,7 @@ func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, st
 		return false, store.Record{}, s.core.EmptyKey("delete")
 	}
 	states, expired, now := rediscore.DeleteIfArgs(req, time.Now())
-	m, err := s.evalOne(ctx, "delete", req.Key, deleteIfScript, states, expired, now)
+	m, err := s.evalSteps(ctx, "delete", req.Key, deleteIfScript, states, expired, now)
 	if err != nil {
 		return false, store.Record{}, err
 	}
@@ -82,10 +90,11 @@ func (s *Store) DeleteIf(ctx context.Context, req store.DeleteRequest) (bool, st
 	return s.core.Deleted(req.Key, true, code, v)
 }
 
-// Scan yields every unexpired record whose key starts with prefix. It
-// walks the keyspace with SCAN (never KEYS, which blocks the server), on
-// every master of a Cluster one after another, and reads each page of
-// records in one pipeline. Order is Redis's; a record written or expiring
+// Scan yields every unexpired record whose key starts with prefix, with
+// its step records. It walks the keyspace with SCAN (never KEYS, which
+// blocks the server), on every master of a Cluster one after another, and
+// reads each page of records and their step records in one pipeline (an
+// HGETALL beside each GET). Order is Redis's; a record written or expiring
 // during the scan may be missed or seen, as SCAN guarantees.
 // Options.Timeout bounds each step, not the whole scan. A failure (or the
 // end of ctx) is yielded once, as a zero Record with the error, and ends
@@ -166,22 +175,37 @@ func (s *Store) masters(ctx context.Context) ([]rueidis.Client, error) {
 // package (another program's keys under the prefix).
 func (s *Store) readAll(ctx context.Context, node rueidis.Client, keys []string) ([]store.Record, error) {
 	slices.Sort(keys)
-	cmds := make(rueidis.Commands, len(keys))
-	for i, k := range keys {
-		cmds[i] = node.B().Get().Key(k).Build()
+	cmds := make(rueidis.Commands, 0, 2*len(keys))
+	for _, k := range keys {
+		cmds = append(cmds, node.B().Get().Key(k).Build(), node.B().Hgetall().Key(rediscore.StepsKeyOf(k)).Build())
 	}
+	rs := node.DoMulti(ctx, cmds...)
 	recs := make([]store.Record, 0, len(keys))
-	for i, r := range node.DoMulti(ctx, cmds...) {
-		v, err := r.ToString()
-		if rerr, ok := rueidis.IsRedisErr(err); rueidis.IsRedisNil(err) || ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
+	for i, k := range keys {
+		v, err := rs[2*i].ToString()
+		if rueidis.IsRedisNil(err) || wrongType(err) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		if rec, err := rediscore.Unpack(s.core.KeyOf(keys[i]), v); err == nil {
-			recs = append(recs, rec)
+		rec, err := rediscore.Unpack(s.core.KeyOf(k), v)
+		if err != nil {
+			continue
 		}
+		hash, err := rs[2*i+1].AsStrMap()
+		if err != nil && !wrongType(err) {
+			return nil, err
+		}
+		rec.Steps = rediscore.RecordSteps(v, hash)
+		recs = append(recs, rec)
 	}
 	return recs, nil
+}
+
+// wrongType reports whether err is Redis's answer to a command on a key of
+// another type (another program's key).
+func wrongType(err error) bool {
+	rerr, ok := rueidis.IsRedisErr(err)
+	return ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
 }

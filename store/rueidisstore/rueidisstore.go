@@ -147,6 +147,11 @@ func (s *Store) Prefix() string { return s.core.Prefix }
 // the layout version ":v3:", then key, as redisstore's RedisKey.
 func (s *Store) RedisKey(key string) string { return s.core.RedisKey(key) }
 
+// StepsKey returns the Redis key that holds the step records of key (see
+// "Step records" in the package documentation): a hash tag that puts it
+// in the Cluster slot of RedisKey(key), RedisKey(key), then ":steps".
+func (s *Store) StepsKey(key string) string { return s.core.StepsKey(key) }
+
 // CallTimeout is Options.Timeout, which bounds every call of the store
 // whatever its context: the receiver then spends no timer of its own on
 // completions.
@@ -267,12 +272,13 @@ func (s *Store) CompleteReport(ctx context.Context, req store.CompleteRequest) (
 
 // Release records the failure of the key held by req.Token and frees the
 // key for the next Acquire, keeping the failed record (its attempt count
-// and req.Error) for req.Retention.
+// and req.Error) for req.Retention, and its step records at least as
+// long.
 func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 	if err := s.core.CheckSettle("release", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	r, err := s.evalOne(ctx, "release", req.Key, releaseScript,
+	r, err := s.evalSteps(ctx, "release", req.Key, releaseScript,
 		string(req.Token[:]), req.Error, strconv.FormatInt(rediscore.MS(req.Retention), 10))
 	if err != nil {
 		return err
@@ -283,13 +289,15 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 // Extend sets the lease of the key held by req.Token to req.Lease from
 // now (this process's clock, as every lease), even when that is earlier
 // than the deadline it had. A claim whose lease ended is extended too
-// while no other Acquire has taken the key over.
+// while no other Acquire has taken the key over. The key's step records
+// are kept at least as long as the record, plus the retention SaveStep
+// was given.
 func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
 	if err := s.core.CheckExtend(req); err != nil {
 		return err
 	}
 	deadline, ttl := s.core.ExtendArgs(req, time.Now())
-	r, err := s.evalOne(ctx, "extend", req.Key, extendScript, string(req.Token[:]), deadline, strconv.FormatInt(ttl, 10))
+	r, err := s.evalSteps(ctx, "extend", req.Key, extendScript, string(req.Token[:]), deadline, strconv.FormatInt(ttl, 10))
 	if err != nil {
 		return err
 	}
@@ -299,13 +307,31 @@ func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
 // evalOne runs script on key with args, bounded by Options.Timeout:
 // EVALSHA, and the script's source if the server lost it.
 func (s *Store) evalOne(ctx context.Context, op, key string, script *rueidis.Lua, args ...string) (rueidis.RedisMessage, error) {
+	return s.eval(ctx, op, key, script, []string{s.core.RedisKey(key)}, args)
+}
+
+// evalSteps runs script, one that takes a record's key and its steps key
+// (rediscore.Core.StepsKey), on key with args.
+func (s *Store) evalSteps(ctx context.Context, op, key string, script *rueidis.Lua, args ...string) (rueidis.RedisMessage, error) {
+	return s.eval(ctx, op, key, script, s.stepsKeys(key), args)
+}
+
+// stepsKeys returns the keys of the scripts that take a record's: its
+// Redis key and its steps key, in the same Cluster slot.
+func (s *Store) stepsKeys(key string) []string {
+	rk := s.core.RedisKey(key)
+	return []string{rk, rediscore.StepsKeyOf(rk)}
+}
+
+// eval runs script on keys, those of key, with args.
+func (s *Store) eval(ctx context.Context, op, key string, script *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
 	if err := ctx.Err(); err != nil {
 		return rueidis.RedisMessage{}, s.core.Context(op, key, err)
 	}
 	b := new(rediscore.Bounded)
 	cctx, cancel := s.deadlines.Bound(ctx, time.Now(), b)
 	defer cancel()
-	m, err := script.Exec(cctx, s.client, []string{s.core.RedisKey(key)}, args).ToMessage()
+	m, err := script.Exec(cctx, s.client, keys, args).ToMessage()
 	if err != nil {
 		return m, s.fail(ctx, op, key, err)
 	}

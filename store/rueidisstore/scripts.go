@@ -21,6 +21,8 @@ var (
 	acquireScript      = rueidis.NewLuaScript(rediscore.AcquireScript)
 	acquireManyScript  = rueidis.NewLuaScript(rediscore.AcquireManyScript)
 	deleteIfScript     = rueidis.NewLuaScript(rediscore.DeleteIfScript)
+	saveStepScript     = rueidis.NewLuaScript(rediscore.SaveStepScript)
+	loadStepsScript    = rueidis.NewLuaScript(rediscore.LoadStepsScript)
 )
 
 // sources are the scripts New loads on every node.
@@ -28,4 +30,5 @@ var sources = []string{
 	rediscore.CompleteScript, rediscore.CompleteManyScript, rediscore.CompleteEachScript,
 	rediscore.ReleaseScript, rediscore.ExtendScript, rediscore.ExtendManyScript,
 	rediscore.AcquireScript, rediscore.AcquireManyScript, rediscore.DeleteIfScript,
+	rediscore.SaveStepScript, rediscore.LoadStepsScript,
 }
