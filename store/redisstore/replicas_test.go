@@ -43,13 +43,14 @@ func requireNotReplicated(t *testing.T, err error, msg ...any) {
 // (SIGSTOP: it cannot acknowledge), every write the promise rests on is
 // refused as unavailable, single and batched: a claim (given back: the key
 // is free again, or a takeover's record as it was, attempt count
-// included), an extension, a completion, a release. A duplicate's answer,
-// which writes nothing, is not refused. Once the replica is back, a
-// completion refused before succeeds when tried again, though it finds the
-// record completed by its own token (its write is confirmed anew), and an
-// Acquire refused before, tried again with its own token, claims the key
-// as it first would have: a claim given back is not the token's to be
-// granted again with the attempt count of the claim before it.
+// included), an extension, a step record, a completion, a release. A
+// duplicate's answer, which writes nothing, is not refused. Once the
+// replica is back, a completion refused before succeeds when tried again,
+// though it finds the record completed by its own token (its write is
+// confirmed anew), and an Acquire refused before, tried again with its own
+// token, claims the key as it first would have: a claim given back is not
+// the token's to be granted again with the attempt count of the claim
+// before it.
 func TestMinReplicasRefusesUnreplicatedWrites(t *testing.T) {
 	t.Parallel()
 	c, replica, ok := replicated(t)
@@ -99,6 +100,7 @@ func TestMinReplicasRefusesUnreplicatedWrites(t *testing.T) {
 	require.Equal(t, "r", string(dup.Record.Result))
 
 	requireNotReplicated(t, s.Extend(ctx, store.ExtendRequest{Key: "held", Token: held.Token, Lease: lease}))
+	requireNotReplicated(t, s.SaveStep(ctx, store.SaveStepRequest{Key: "held", Token: held.Token, Name: "charge", Value: []byte("c"), Retention: retention}))
 	requireNotReplicated(t, s.Complete(ctx, store.CompleteRequest{Key: "held", Token: held.Token, Result: []byte("h"), Retention: retention}))
 	requireNotReplicated(t, s.Complete(ctx, store.CompleteRequest{Key: "held", Token: held.Token, Result: []byte("h"), Retention: retention}),
 		"a completion tried again finds its own record completed, and is not confirmed while the replica is away")
@@ -148,6 +150,8 @@ func TestMinReplicasSendsWaitAfterWrites(t *testing.T) {
 	require.Equal(t, "set wait", log.take(), "a new key")
 	require.NoError(t, s.Extend(ctx, store.ExtendRequest{Key: "k", Token: claim.Token, Lease: time.Minute}))
 	require.Equal(t, "evalsha wait", log.take(), "an extension")
+	require.NoError(t, s.SaveStep(ctx, store.SaveStepRequest{Key: "k", Token: claim.Token, Name: "charge", Retention: time.Minute}))
+	require.Equal(t, "evalsha wait", log.take(), "a step record")
 	require.NoError(t, s.Complete(ctx, store.CompleteRequest{Key: "k", Token: claim.Token, Retention: time.Minute}))
 	require.Equal(t, "evalsha wait", log.take(), "a completion")
 	out := s.AcquireBatch(ctx, []store.AcquireRequest{{Key: "a", Lease: time.Minute}, {Key: "b", Lease: time.Minute}})
