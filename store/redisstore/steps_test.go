@@ -212,3 +212,33 @@ func stepsKeySlots(t *testing.T, c *redis.ClusterClient, s *redisstore.Store) {
 		require.Zero(t, c.Exists(ctx, s.StepsKey(r.Key)).Val(), "the steps of %q are deleted with the record", r.Key)
 	}
 }
+
+// TestStepsDeletedWithRecord: Delete and DeleteIf delete the steps key
+// with the record (not only leave it to be ignored by the next record);
+// a DeleteIf that keeps the record keeps them.
+func TestStepsDeletedWithRecord(t *testing.T) {
+	c := redistest.Client(t)
+	s := newStore(t, c, nil)
+	ctx := t.Context()
+	withSteps := func(key string) store.Claim {
+		t.Helper()
+		claim, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, s.SaveStep(ctx, store.SaveStepRequest{Key: key, Token: claim.Token, Name: "charge", Retention: time.Hour}))
+		require.EqualValues(t, 1, c.Exists(ctx, s.StepsKey(key)).Val())
+		return claim
+	}
+	withSteps("deleted")
+	require.NoError(t, s.Delete(ctx, "deleted"))
+	require.Zero(t, c.Exists(ctx, s.RedisKey("deleted"), s.StepsKey("deleted")).Val(), "Delete")
+
+	withSteps("kept")
+	deleted, _, err := s.DeleteIf(ctx, store.DeleteRequest{Key: "kept"}) // processing: kept
+	require.NoError(t, err)
+	require.False(t, deleted)
+	require.EqualValues(t, 2, c.Exists(ctx, s.RedisKey("kept"), s.StepsKey("kept")).Val(), "DeleteIf that keeps the record")
+	deleted, _, err = s.DeleteIf(ctx, store.DeleteRequest{Key: "kept", States: []store.State{store.StateProcessing}})
+	require.NoError(t, err)
+	require.True(t, deleted)
+	require.Zero(t, c.Exists(ctx, s.RedisKey("kept"), s.StepsKey("kept")).Val(), "DeleteIf")
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dedup-go/dedup/internal/redistest"
 	"github.com/dedup-go/dedup/store"
 )
 
@@ -23,6 +24,7 @@ type stepsSide interface {
 // deletes them with the record.
 func TestStepsInterop(t *testing.T) {
 	rs, us := interop(t)
+	gc := redistest.Client(t)
 	ctx := t.Context()
 	sides := []struct {
 		name string
@@ -60,6 +62,7 @@ func TestStepsInterop(t *testing.T) {
 				require.True(t, found, "Scan through %s", side.name)
 			}
 			require.NoError(t, first.s.Delete(ctx, key))
+			require.Zero(t, gc.Exists(ctx, first.s.StepsKey(key)).Val(), "Delete deletes the steps key")
 			retry, err := other.s.Acquire(ctx, store.AcquireRequest{Key: key, Lease: time.Minute})
 			require.NoError(t, err)
 			steps, err = other.s.LoadSteps(ctx, store.StepsRequest{Key: key, Token: retry.Token})
