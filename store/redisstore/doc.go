@@ -256,10 +256,10 @@
 //
 // Both are ruled out by a lease longer than the failover (the default 30s
 // is) and [Options.MinReplicas]. With MinReplicas n, every write the
-// promise rests on (a claim that wrote, a takeover, an extension, a
-// completion, a release, and their batch forms) is followed by WAIT n
-// ReplicaTimeout on the same connection, in the same pipeline, so that a
-// call succeeds only once n replicas hold its write. The answer to a
+// promise rests on (a claim that wrote, a takeover, an extension, a step
+// record, a completion, a release, and their batch forms) is followed by
+// WAIT n ReplicaTimeout on the same connection, in the same pipeline, so
+// that a call succeeds only once n replicas hold its write. The answer to a
 // duplicate writes nothing and needs no WAIT (the pipeline carries one all
 // the same, sent before the answer is known and not looked at: it answers
 // at once while the replicas keep up, and costs a duplicate

@@ -64,14 +64,14 @@ type Options struct {
 
 	// MinReplicas is how many replicas must acknowledge each write of the
 	// store before the call succeeds. After every write that the promise
-	// rests on (a claim that wrote, a takeover, an extension, a
-	// completion, a release, and their batch forms; not the answer to a
-	// duplicate, which writes nothing) the store sends WAIT MinReplicas
-	// ReplicaTimeout on the same connection, in the same pipeline; on a
-	// Cluster, to the master that took the write. A write that fewer
-	// replicas acknowledged fails the call with an error matching
-	// store.ErrUnavailable and ErrNotReplicated: it may be lost in a
-	// failover, so it is not reported done. The Inspector's Delete and
+	// rests on (a claim that wrote, a takeover, an extension, a step
+	// record, a completion, a release, and their batch forms; not the
+	// answer to a duplicate, which writes nothing, nor LoadSteps) the store
+	// sends WAIT MinReplicas ReplicaTimeout on the same connection, in the
+	// same pipeline; on a Cluster, to the master that took the write. A
+	// write that fewer replicas acknowledged fails the call with an error
+	// matching store.ErrUnavailable and ErrNotReplicated: it may be lost in
+	// a failover, so it is not reported done. The Inspector's Delete and
 	// DeleteIf send no WAIT: an operator's delete that a failover loses
 	// leaves the record as it was. See "Replication and failover" in the
 	// package documentation for what n must be and what it costs. The
