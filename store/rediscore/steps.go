@@ -152,14 +152,28 @@ func SlotTag(slot int) string {
 // with a store's prefix followed by the layout (the tag has no ':'), so a
 // Scan of records never meets one.
 func StepsKeyOf(redisKey string) string {
-	tag := SlotTag(Slot(redisKey))
-	b := make([]byte, 0, len(tag)+2+len(redisKey)+len(StepsSuffix))
+	return string(AppendStepsKey(make([]byte, 0, StepsKeyLen(len(redisKey))), redisKey))
+}
+
+// StepsKeyLen bounds the length of the steps key of a Redis key of n
+// bytes (the longest tag counted).
+func StepsKeyLen(n int) int {
+	return maxTagLen + 2 + n + len(StepsSuffix)
+}
+
+// AppendStepsKey appends StepsKeyOf(redisKey) to b, for a caller that
+// builds its keys and arguments in one allocation.
+func AppendStepsKey(b []byte, redisKey string) []byte {
+	t := &slotTags()[Slot(redisKey)]
 	b = append(b, '{')
-	b = append(b, tag...)
+	for _, c := range t {
+		if c != 0 {
+			b = append(b, c)
+		}
+	}
 	b = append(b, '}')
 	b = append(b, redisKey...)
-	b = append(b, StepsSuffix...)
-	return string(b)
+	return append(b, StepsSuffix...)
 }
 
 // StepsKey returns the Redis key of the step records of key.

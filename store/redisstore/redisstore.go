@@ -359,21 +359,72 @@ func (s *Store) Release(ctx context.Context, req store.ReleaseRequest) error {
 	if err := s.core.CheckSettle("release", req.Key, req.Token, req.Retention); err != nil {
 		return err
 	}
-	return s.settle(ctx, "release", req.Key, releaseScript, []any{string(req.Token[:]), req.Error, rediscore.MS(req.Retention)})
+	return s.settle(ctx, "release", req.Key, releaseScript, oneArgs{token: req.Token, text: req.Error, n: rediscore.MS(req.Retention)})
 }
 
 // settle runs one of the scripts that take a record's key and its steps
-// key (Release, Extend, SaveStep) and answer 1 (done) or 0 (the token does
-// not hold the key).
-func (s *Store) settle(ctx context.Context, op, key string, script *redis.Script, args []any) error {
+// key (Release, Extend) and answer 1 (done) or 0 (the token does not hold
+// the key).
+func (s *Store) settle(ctx context.Context, op, key string, script *redis.Script, args oneArgs) error {
 	if s.minReplicas > 0 {
-		return s.settleReplicated(ctx, op, key, script, args)
+		return s.settleReplicated(ctx, op, key, script, args.list())
 	}
-	reply, err := s.evalSteps(ctx, op, key, script, args)
+	reply, err := s.evalSettle(ctx, op, key, script, args)
 	if err != nil {
 		return err
 	}
 	return s.settled(op, key, reply)
+}
+
+// settleCall is evalCall for the scripts that take a record's key and its
+// steps key (Release, Extend): built in one allocation, the keys and
+// arguments cut from one string.
+type settleCall struct {
+	argv                    [8]any
+	sha                     string
+	key, steps, token, text string
+	n                       int64
+	ctx                     rediscore.Bounded
+}
+
+// evalSettle is evalOne for the scripts that take a record's key and its
+// steps key.
+func (s *Store) evalSettle(ctx context.Context, op, key string, script *redis.Script, args oneArgs) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, s.core.Context(op, key, err)
+	}
+	now := time.Now()
+	c := new(settleCall)
+	k := len(s.core.Prefix) + len(rediscore.Layout) + len(key)
+	var b strings.Builder
+	b.Grow(k + rediscore.StepsKeyLen(k) + len(args.token) + len(args.text))
+	b.WriteString(s.core.Prefix)
+	b.WriteString(rediscore.Layout)
+	b.WriteString(key)
+	// The steps key is built from the record key's bytes written so far,
+	// which stay put: b was grown for everything at once.
+	var buf [256]byte
+	b.Write(rediscore.AppendStepsKey(buf[:0], b.String()))
+	sk := b.Len()
+	b.Write(args.token[:])
+	b.WriteString(args.text)
+	all := b.String()
+	c.key, c.steps, c.token, c.text = all[:k], all[k:sk], all[sk:sk+len(args.token)], all[sk+len(args.token):]
+	c.sha, c.n = script.Hash(), args.n
+	c.argv = [8]any{"evalsha", &c.sha, 2, &c.key, &c.steps, &c.token, &c.text, &c.n}
+	cctx, cancel := s.deadlines.Bound(ctx, now, &c.ctx)
+	defer cancel()
+	cmd := redis.NewCmd(cctx, c.argv[:]...)
+	cmd.SetFirstKeyPos(3)
+	err := s.client.Process(cctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = script.Eval(cctx, s.client, []string{c.key, c.steps}, c.token, c.text, c.n)
+		err = cmd.Err()
+	}
+	if err != nil {
+		return nil, s.fail(ctx, op, key, err)
+	}
+	return cmd.Val(), nil
 }
 
 // evalSteps runs script, one that takes a record's key and its steps key
@@ -401,14 +452,23 @@ func (s *Store) stepsKeys(key string) []string {
 	return []string{rk, rediscore.StepsKeyOf(rk)}
 }
 
-// oneArgs are the arguments of a script that changes one claim and takes
-// only its record's key (Complete): the claim's token, a text (the
-// result) and a number (the retention).
+// oneArgs are the arguments of the scripts that change one claim
+// (complete, release, extend): the claim's token, a text (the result, the
+// error, the new deadline) and a number (the retention, the key's TTL).
 type oneArgs struct {
 	token store.Token
 	text  string
-	bytes []byte // the text, when the caller has it as bytes
+	bytes []byte // the text, when the caller has it as bytes (evalOne only)
 	n     int64
+}
+
+// list returns the arguments as a script's ARGV, for a pipeline.
+func (o oneArgs) list() []any {
+	var text any = o.text
+	if o.bytes != nil {
+		text = o.bytes
+	}
+	return []any{string(o.token[:]), text, o.n}
 }
 
 // evalCall is a script run on one key, built in one allocation: its
@@ -471,7 +531,8 @@ func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) error {
 	if err := s.core.CheckExtend(req); err != nil {
 		return err
 	}
-	return s.settle(ctx, "extend", req.Key, extendScript, s.extendArgs(req, time.Now()))
+	deadline, ttl := s.core.ExtendArgs(req, time.Now())
+	return s.settle(ctx, "extend", req.Key, extendScript, oneArgs{token: req.Token, text: deadline, n: ttl})
 }
 
 func (s *Store) extendArgs(req store.ExtendRequest, now time.Time) []any {

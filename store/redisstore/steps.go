@@ -26,7 +26,15 @@ func (s *Store) SaveStep(ctx context.Context, req store.SaveStepRequest) error {
 	if value == nil {
 		value = []byte{}
 	}
-	return s.settle(ctx, "save step", req.Key, saveStepScript, []any{string(req.Token[:]), name, value, retention})
+	args := []any{string(req.Token[:]), name, value, retention}
+	if s.minReplicas > 0 {
+		return s.settleReplicated(ctx, "save step", req.Key, saveStepScript, args)
+	}
+	reply, err := s.evalSteps(ctx, "save step", req.Key, saveStepScript, args)
+	if err != nil {
+		return err
+	}
+	return s.settled("save step", req.Key, reply)
 }
 
 // LoadSteps returns the step records of req.Key when req.Token holds it
