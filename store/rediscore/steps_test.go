@@ -69,6 +69,9 @@ func TestStepsKey(t *testing.T) {
 			if strings.HasPrefix(sk, prefix+Layout) {
 				t.Errorf("prefix %q key %q: steps key %q is under the records' prefix", prefix, key, sk)
 			}
+			if len(sk) > StepsKeyLen(len(rk)) || string(AppendStepsKey([]byte("x"), rk)) != "x"+sk {
+				t.Errorf("prefix %q key %q: steps key %q, bound %d", prefix, key, sk, StepsKeyLen(len(rk)))
+			}
 			if !strings.HasSuffix(sk, rk+StepsSuffix) || sk != StepsKeyOf(rk) {
 				t.Errorf("prefix %q key %q: steps key %q", prefix, key, sk)
 			}
