@@ -85,6 +85,22 @@ func stepSides(newStore func(tb testing.TB) store.Store) []side {
 		}
 		return rcv
 	}
+	// retry times the second run of n messages whose first run failed
+	// (after its steps, for a handler with steps).
+	retry := func(tb testing.TB, rcv *dedup.Receiver[order, int], fail *atomic.Bool, prefix string, n int) sample {
+		keys := ids(runPrefix(prefix), n)
+		fail.Store(true)
+		for i := range n { // the first runs, outside the clock
+			if _, err := rcv.Handle(ctx, order{ID: keys[i], Amount: i}); !errors.Is(err, errFirstRun) {
+				tb.Fatalf("first run: %v", err)
+			}
+		}
+		fail.Store(false)
+		cpu := processCPU() // the retries' own CPU, not the first runs'
+		s := timed(n, func(i int) { handle(tb, rcv, order{ID: keys[i], Amount: i}, delivery.StatusProcessed) })
+		s.cpu = float64((processCPU() - cpu).Nanoseconds()) / float64(n)
+		return s
+	}
 	return []side{
 		{name: "dedup Handle, the work done in the handler, no steps", run: func(tb testing.TB, n int) sample {
 			rcv := receiver(tb, plainHandler, false)
@@ -97,18 +113,15 @@ func stepSides(newStore func(tb testing.TB) store.Store) []side {
 			keys := ids(runPrefix("steps"), n)
 			return timed(n, func(i int) { handle(tb, rcv, order{ID: keys[i], Amount: i}, delivery.StatusProcessed) })
 		}},
+		{name: "dedup Handle, no steps, a retry", run: func(tb testing.TB, n int) sample {
+			var fail atomic.Bool
+			rcv := receiver(tb, failingPlain(&fail), false)
+			return retry(tb, rcv, &fail, "plainretry", n)
+		}},
 		{name: "dedup Handle, 3 steps completed before, a retry (1 read)", run: func(tb testing.TB, n int) sample {
 			var fail atomic.Bool
 			rcv := receiver(tb, stepHandler(&fail), true)
-			keys := ids(runPrefix("retry"), n)
-			fail.Store(true)
-			for i := range n { // the first runs, outside the clock
-				if _, err := rcv.Handle(ctx, order{ID: keys[i], Amount: i}); !errors.Is(err, errFirstRun) {
-					tb.Fatalf("first run: %v", err)
-				}
-			}
-			fail.Store(false)
-			s := timed(n, func(i int) { handle(tb, rcv, order{ID: keys[i], Amount: i}, delivery.StatusProcessed) })
+			s := retry(tb, rcv, &fail, "retry", n)
 			if st := rcv.Stats(); st.StepsReplayed != uint64(stepsUsed*n) {
 				tb.Fatalf("%d steps replayed, want %d", st.StepsReplayed, stepsUsed*n)
 			}
@@ -117,10 +130,29 @@ func stepSides(newStore func(tb testing.TB) store.Store) []side {
 	}
 }
 
+// stepVersus compares each first run, and each retry, with and without
+// steps.
+var stepVersus = []versus{
+	{name: "3 steps over no steps, first run", a: 1, b: 0},
+	{name: "3 steps completed before over no steps, a retry", a: 3, b: 2},
+}
+
+// failingPlain is plainHandler failing while *fail is set.
+func failingPlain(fail *atomic.Bool) dedup.Handler[order, int] {
+	return func(ctx context.Context, o order) (int, error) {
+		v, err := plainHandler(ctx, o)
+		if fail.Load() {
+			return 0, errFirstRun
+		}
+		return v, err
+	}
+}
+
 func init() {
 	register(row{
 		name: "a handler of 3 steps, memstore",
 		unit: "ns/op", n: 20_000, chunk: 1000, allocs: true,
+		versus: stepVersus,
 		setup: func(tb testing.TB) []side {
 			return stepSides(func(tb testing.TB) store.Store {
 				st, err := memstore.New(nil)
@@ -133,6 +165,7 @@ func init() {
 	}, row{
 		name: "a handler of 3 steps, Redis (redisstore), sequential",
 		unit: "ns/op", n: 2000, chunk: 100, cpu: true,
+		versus: stepVersus,
 		setup: func(tb testing.TB) []side {
 			c := startRedis(tb)
 			return stepSides(func(tb testing.TB) store.Store {
