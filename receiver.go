@@ -115,6 +115,8 @@ func NewReceiver[M, R any](s store.Store, key KeyFunc[M], handler Handler[M, R],
 	r.selfBounded = boundsItself(s, c.StoreTimeout)
 	if r.steps != nil {
 		r.steps.selfBounded = r.selfBounded
+		ip, ok := s.(store.InProcess)
+		r.steps.inProcess = ok && ip.InProcess()
 	}
 	r.batcher, _ = s.(store.BatchStore)
 	r.beatCfg = beatConfig{

@@ -207,6 +207,7 @@ type stepEnv struct {
 	lease       time.Duration
 	timeout     time.Duration
 	selfBounded bool
+	inProcess   bool // the store answers in process memory (store.InProcess)
 	clock       clock.Clock
 	logger      *slog.Logger
 	stats       *stats
@@ -240,14 +241,22 @@ func (env *stepEnv) decode(data []byte, v any) (err error) {
 // bounded returns ctx bounded by the store timeout (unless the store
 // bounds itself), detached from ctx's cancellation: a step that did its
 // effect records it even when its caller is leaving; the fencing token,
-// not the context, decides whether it may.
+// not the context, decides whether it may. A store that answers in
+// process memory gets ctx itself while it has not ended: nothing can
+// cancel it during the call. It never asks ctx for its Done channel,
+// which would make a handler's context build its cancellable part.
 func (env *stepEnv) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	dctx := detached(ctx)
+	if env.inProcess && ctx.Err() == nil {
+		return ctx, noCancel
+	}
+	dctx := context.WithoutCancel(ctx)
 	if env.selfBounded {
-		return dctx, func() {}
+		return dctx, noCancel
 	}
 	return context.WithTimeout(dctx, env.timeout)
 }
+
+func noCancel() {}
 
 // load reads the step records of held's key.
 func (env *stepEnv) load(ctx context.Context, held *store.HeldClaim) (map[string]stepEntry, error) {
