@@ -20,6 +20,15 @@ func (r *Receiver[M, R]) compensationContext(ctx context.Context, hctx *handlerC
 	c.init(ctx, hctx.held.Key, hctx.held.Token, hctx.held.Attempt, r.cfg.Retention)
 	c.steps = r.steps
 	run := hctx.stepRun()
+	run.mu.Lock()
+	if hctx.held.StepsGeneration() != run.gen {
+		// The handler's transaction rolled back the steps it recorded
+		// after the run last read them: read them again rather than
+		// compensate steps that never happened.
+		run.loaded, run.stale = false, true
+	}
+	run.gen = c.held.StepsGeneration() // this context's claim counts anew
+	run.mu.Unlock()
 	c.run.Store(run)
 	return c, hb.running(idx, c)
 }

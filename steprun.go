@@ -57,6 +57,10 @@ type stepRun struct {
 	used    map[string]struct{}
 	seq     uint64 // the highest sequence number known
 	refused error  // set once giving up began: no step starts
+	// stale: what recs holds may not be what the store holds (the
+	// handler's transaction rolled back): read it again, even on a first
+	// attempt.
+	stale bool
 }
 
 // stepRun returns the run's step state, made on first use.
@@ -82,7 +86,7 @@ func (r *stepRun) ensure(ctx context.Context, env *stepEnv, held *store.HeldClai
 	if gen != r.gen {
 		r.used = nil // a rerun of the handler in a new transaction
 	}
-	if held.Attempt <= 1 && gen == 0 {
+	if held.Attempt <= 1 && gen == 0 && !r.stale {
 		r.recs, r.loaded = map[string]stepEntry{}, true
 		return nil
 	}
@@ -90,7 +94,7 @@ func (r *stepRun) ensure(ctx context.Context, env *stepEnv, held *store.HeldClai
 	if err != nil {
 		return err
 	}
-	r.recs, r.loaded, r.gen, r.seq = recs, true, gen, 0
+	r.recs, r.loaded, r.gen, r.seq, r.stale = recs, true, gen, 0, false
 	for _, e := range recs {
 		r.seq = max(r.seq, e.seq)
 	}

@@ -440,3 +440,33 @@ func TestDedupStepInTxHandler(t *testing.T) {
 	require.Equal(t, 1, d.count(t, "SELECT COUNT(*) FROM "+table+" WHERE worker = 'ch_3'"))
 	require.Equal(t, 1, d.count(t, "SELECT COUNT(*) FROM "+table))
 }
+
+// TestTxHandlerGivenUpCompensatesNothingRolledBack: a message given up
+// for a permanent error inside TxHandler had its step rolled back with
+// the transaction, so its compensation must not run (it would undo an
+// effect that never happened).
+func TestTxHandlerGivenUpCompensatesNothingRolledBack(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, 4)
+	s := d.store(t, nil)
+	table := d.payments(t)
+	var refunds atomic.Int64
+	h := txHandler(t, s, func(ctx context.Context, tx *sql.Tx, p payment) (receipt, error) {
+		charge, err := dedup.Step(ctx, "charge", func(context.Context) (string, error) { return "ch_1", nil })
+		if err != nil {
+			return receipt{}, err
+		}
+		if err := insertPayment(ctx, tx, table, p, charge); err != nil {
+			return receipt{}, err
+		}
+		return receipt{}, dedup.Permanent(errors.New("out of stock"))
+	}, nil)
+	rcv, err := dedup.NewReceiver(s, paymentID, h, &dedup.Config{Namespace: "pay", Compensations: dedup.Compensations{
+		"charge": dedup.Compensate(func(ctx context.Context, p payment, charge string) error { refunds.Add(1); return ctx.Err() }),
+	}})
+	require.NoError(t, err)
+	_, err = rcv.Handle(t.Context(), payment{ID: "p1"})
+	require.ErrorContains(t, err, "out of stock")
+	require.Zero(t, refunds.Load(), "the charge rolled back with the transaction: nothing to refund")
+	require.Zero(t, d.count(t, "SELECT COUNT(*) FROM "+table))
+}

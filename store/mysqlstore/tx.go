@@ -228,6 +228,13 @@ func (h *txHandler[M, R]) handle(ctx context.Context, msg M) (R, error) {
 	}
 	for retry := 0; ; retry++ {
 		v, err := h.run(ctx, held, msg)
+		if err != nil {
+			// The steps the rolled back transaction recorded are gone
+			// with it: the receiver forgets what it remembers of them
+			// (for a rerun, and for the compensations of a message it
+			// gives up).
+			held.StepsRolledBack()
+		}
 		if err == nil || !retryable(err) || ctx.Err() != nil {
 			return v, err
 		}
@@ -240,9 +247,6 @@ func (h *txHandler[M, R]) handle(ctx context.Context, msg M) (R, error) {
 			return v, err
 		}
 		h.s.retried.Add(1)
-		// The steps the rolled back transaction recorded are gone with
-		// it: the receiver forgets what it remembers of them.
-		held.StepsRolledBack()
 	}
 }
 

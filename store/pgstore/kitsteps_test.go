@@ -378,7 +378,6 @@ func TestKitSagaInTxHandler(t *testing.T) {
 		})
 	}
 	t.Run("out of stock", func(t *testing.T) {
-		t.Skip("known bug: a TxHandler's step rolled back with its transaction is still compensated when the message is given up (see the test's comment)")
 		t.Parallel()
 		g := newSagaRig(t)
 		table := g.sagaTable(t)

@@ -220,13 +220,16 @@ func (h *txHandler[M, R]) handle(ctx context.Context, msg M) (R, error) {
 	}
 	for retry := 0; ; retry++ {
 		v, err := h.run(ctx, held, msg)
+		if err != nil {
+			// The rollback undid the steps fn saved in the transaction:
+			// the receiver must not answer a rerun's steps from what it
+			// remembers of them, nor compensate them when it gives the
+			// message up.
+			held.StepsRolledBack()
+		}
 		if err == nil || retry >= h.retries || !retryable(err) || ctx.Err() != nil {
 			return v, err
 		}
-		// The rollback undid the steps fn saved in the transaction: the
-		// receiver must not answer the rerun's steps from what it
-		// remembers of them.
-		held.StepsRolledBack()
 	}
 }
 
