@@ -469,3 +469,24 @@ func TestGivenUpKeepsItsReasonPastMaxAttempts(t *testing.T) {
 	require.Equal(t, delivery.ReasonPermanent, d.Reason)
 	require.Equal(t, 3, s.undone.get("charge"))
 }
+
+func TestResumedClaimEndsTheLooksInARow(t *testing.T) {
+	// A claim after the first attempt of a receiver with compensations
+	// (which looks for a message given up before it runs the handler)
+	// forgets the key's looks in a row, as any claim does.
+	clk := clock.NewFake(epoch)
+	st := newStepStore(t, clk)
+	var s saga
+	s.failReserve(errors.New("warehouse busy"))
+	rcv := newReceiver(t, st, s.handler, s.config(clk))
+	c, err := st.Acquire(t.Context(), store.AcquireRequest{Key: "steps:o1", Lease: time.Hour})
+	require.NoError(t, err)
+	res, err := rcv.Handle(t.Context(), order{ID: "o1", Amount: 5})
+	require.NoError(t, err)
+	require.Equal(t, delivery.StatusInFlight, res.Status)
+	require.Equal(t, 1, dedup.WaitsRemembered(rcv), "the look is remembered")
+	require.NoError(t, st.Release(t.Context(), store.ReleaseRequest{Key: "steps:o1", Token: c.Token, Error: "x", Retention: time.Hour}))
+	_, err = rcv.Handle(t.Context(), order{ID: "o1", Amount: 5}) // claimed (attempt 2), the handler fails
+	require.ErrorContains(t, err, "warehouse busy")
+	require.Zero(t, dedup.WaitsRemembered(rcv), "the claim forgot the looks")
+}

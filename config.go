@@ -116,9 +116,9 @@ type Config struct {
 	Steps bool
 
 	// Compensations undo the steps of a message that is given up
-	// (docs/steps.md): a Compensations map, by step name; a name ending in "*" is a pattern
-	// for every step name with its prefix ("reserve/*"), the longest
-	// pattern winning. A message is given up when Decide would
+	// (docs/steps.md): a Compensations map, by step name; a name ending
+	// in "*" is a pattern for every step name with its prefix
+	// ("reserve/*"), the longest pattern winning. A message is given up when Decide would
 	// dead-letter its handler's error (a Permanent error, MaxAttempts
 	// reached) or its claim is past MaxAttempts: before the handler's
 	// error is returned, the compensations of its completed steps run in

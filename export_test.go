@@ -16,3 +16,6 @@ func InFlight[M, R any](r *Receiver[M, R]) int {
 	}
 	return n
 }
+
+// WaitsRemembered returns how many keys r remembers looks in a row for.
+func WaitsRemembered[M, R any](r *Receiver[M, R]) int { return int(r.waits.n.Load()) }

@@ -528,10 +528,10 @@ func (r *Receiver[M, R]) acquireFailed(ctx context.Context, key string, msg M, e
 // own that extends the lease until the completion is recorded.
 func (r *Receiver[M, R]) afterClaim(ctx context.Context, key string, msg M, claim *store.Claim, sent time.Time, tm *timing, d *runState[R]) (Result[R], error) {
 	resume := claim.Acquired && claim.Record.Attempt > 1 && r.compensates()
-	if !resume {
-		if res, err, ok := r.notClaimed(ctx, key, msg, claim); ok {
-			return res, err
-		}
+	if resume {
+		r.waits.forget(key) // claimed: its looks in a row end here, as notClaimed's do
+	} else if res, err, ok := r.notClaimed(ctx, key, msg, claim); ok {
+		return res, err
 	}
 	hb := r.initHeartbeat(ctx, &d.hb)
 	idx := hb.add(key, claim.Token, r.beaterOf(msg), sent)
