@@ -392,3 +392,23 @@ func TestBadInput(t *testing.T) {
 		require.ErrorIs(t, f(), dedup.ErrInvalidConfig, name)
 	}
 }
+
+// The next-attempt time is recorded in whole milliseconds, rounded up: a
+// consumer that takes the entry over waits at least the delay, never up to
+// a millisecond less.
+func TestNextAttemptTimeRoundedUp(t *testing.T) {
+	base := time.UnixMilli(1_795_994_657_669)
+	for _, c := range []struct {
+		at   time.Time
+		want int64
+	}{
+		{base, base.UnixMilli()},
+		{base.Add(time.Nanosecond), base.UnixMilli() + 1},
+		{base.Add(999_999 * time.Nanosecond), base.UnixMilli() + 1},
+		{base.Add(time.Millisecond), base.UnixMilli() + 1},
+	} {
+		got := dedupredisstream.DueMilli(c.at)
+		require.Equal(t, c.want, got, "DueMilli(%v)", c.at)
+		require.False(t, time.UnixMilli(got).Before(c.at), "recorded %d is before %v", got, c.at)
+	}
+}

@@ -11,3 +11,6 @@ import (
 func DelConsumer(ctx context.Context, c redis.UniversalClient, stream, group, name string) (int, error) {
 	return delConsumerScript.Run(ctx, c, []string{stream}, group, name, 0).Int()
 }
+
+// DueMilli is dueMilli, the next-attempt time as it is recorded.
+var DueMilli = dueMilli

@@ -93,6 +93,18 @@ func (c *Consumer[T, R]) ack(ctx context.Context, e *entry) error {
 	return nil
 }
 
+// dueMilli returns t in Unix milliseconds, rounded up: the next-attempt
+// time is recorded to the millisecond, and a consumer that takes the entry
+// over must not run it before the delay (rounded down, it could, by up to
+// a millisecond).
+func dueMilli(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
+}
+
 // retry keeps e pending and hands it over again once delay has passed.
 // The next-attempt time is recorded in Redis first (a hash of the group's,
 // by entry id), so that a consumer that takes e over after this one died
@@ -101,7 +113,7 @@ func (c *Consumer[T, R]) ack(ctx context.Context, e *entry) error {
 func (c *Consumer[T, R]) retry(ctx context.Context, e *entry, delay time.Duration) error {
 	due := time.Now().Add(delay)
 	_, err := c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, c.retryKey, e.id, strconv.FormatInt(due.UnixMilli(), 10))
+		p.HSet(ctx, c.retryKey, e.id, strconv.FormatInt(dueMilli(due), 10))
 		p.PExpire(ctx, c.retryKey, c.rcv.Retention())
 		return nil
 	})
