@@ -1,5 +1,11 @@
 package dedup
 
+import "unsafe"
+
+// HandlerContextSize is the size of the context every new message's
+// handler runs under, allocated once a message.
+const HandlerContextSize = unsafe.Sizeof(handlerContext{})
+
 // Waiting returns how many deliveries of key wait in r for the first one.
 func Waiting[M, R any](r *Receiver[M, R], key string) int { return r.flight.waiting(key) }
 

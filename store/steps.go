@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -93,19 +92,15 @@ type SaveStepRequest struct {
 	Retention time.Duration
 }
 
-// stepGen counts the rollbacks of a handler's transaction: see
-// HeldClaim.StepsRolledBack.
-type stepGen struct{ n atomic.Uint64 }
-
 // StepsRolledBack tells the receiver that step records written under
 // this claim may have been undone: the handler's transaction, which held
 // them, rolled back (pgstore's and mysqlstore's TxHandler call it before
 // they run the handler again). The receiver then forgets what it
 // remembers of this run's steps and reads them from the store again.
-func (h *HeldClaim) StepsRolledBack() { h.steps.n.Add(1) }
+func (h *HeldClaim) StepsRolledBack() { h.state.Add(heldCompleted << 1) }
 
 // StepsGeneration counts the calls of StepsRolledBack.
-func (h *HeldClaim) StepsGeneration() uint64 { return h.steps.n.Load() }
+func (h *HeldClaim) StepsGeneration() uint64 { return h.state.Load() >> 1 }
 
 // StepNameValid reports whether name is a step name every StepStore
 // keeps: 1 to MaxStepNameLen bytes of valid UTF-8.
