@@ -27,9 +27,12 @@ type HeldClaim struct {
 	state atomic.Uint64
 }
 
-// heldCompleted is the bit of HeldClaim.state that MarkCompleted sets; the
-// bits above it count StepsRolledBack.
-const heldCompleted = 1
+// The parts of HeldClaim.state: the bit MarkCompleted sets, and the unit
+// of the count of StepsRolledBack above it.
+const (
+	heldCompleted = 1 << iota
+	heldRollback
+)
 
 // MarkCompleted records that the handler completed the record itself, with
 // this claim's token. The receiver then skips its own Complete.

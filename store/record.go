@@ -94,7 +94,7 @@ type Token [16]byte
 // among four billion claims two tokens are equal with a chance below
 // 2^-64. A token fences claims against each other and is no secret (whoever
 // reads the store reads it), so it does without crypto/rand, which cost a
-// new message about 80 ns more (docs/performance.md).
+// token about 70 ns more (docs/performance.md).
 func NewToken() Token {
 	var t Token
 	binary.LittleEndian.PutUint64(t[:8], rand.Uint64())

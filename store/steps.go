@@ -97,10 +97,10 @@ type SaveStepRequest struct {
 // them, rolled back (pgstore's and mysqlstore's TxHandler call it before
 // they run the handler again). The receiver then forgets what it
 // remembers of this run's steps and reads them from the store again.
-func (h *HeldClaim) StepsRolledBack() { h.state.Add(heldCompleted << 1) }
+func (h *HeldClaim) StepsRolledBack() { h.state.Add(heldRollback) }
 
 // StepsGeneration counts the calls of StepsRolledBack.
-func (h *HeldClaim) StepsGeneration() uint64 { return h.state.Load() >> 1 }
+func (h *HeldClaim) StepsGeneration() uint64 { return h.state.Load() / heldRollback }
 
 // StepNameValid reports whether name is a step name every StepStore
 // keeps: 1 to MaxStepNameLen bytes of valid UTF-8.
