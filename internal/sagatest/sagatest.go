@@ -81,8 +81,8 @@ func NewRig(t testing.TB, st store.Store, start time.Time, lease time.Duration, 
 	return &Rig{Clk: clock.NewFake(start), Faults: fs, Fx: new(deduptest.Effects), Lease: lease, CatchUp: catchUp}
 }
 
-// effect counts the effect of step name of o, unless ctx ended.
-func (g *Rig) effect(ctx context.Context, o Order, name string) error {
+// Effect counts the effect of step name of o, unless ctx ended.
+func (g *Rig) Effect(ctx context.Context, o Order, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func (g *Rig) effect(ctx context.Context, o Order, name string) error {
 // Handler is the saga, every effect inside its step.
 func (g *Rig) Handler(ctx context.Context, o Order) (string, error) {
 	c, err := dedup.Step(ctx, "charge", func(ctx context.Context) (Charge, error) {
-		return Charge{ID: "ch_" + o.ID, Amount: o.Amount}, g.effect(ctx, o, "charge")
+		return Charge{ID: "ch_" + o.ID, Amount: o.Amount}, g.Effect(ctx, o, "charge")
 	})
 	if err != nil {
 		return "", err
@@ -102,12 +102,12 @@ func (g *Rig) Handler(ctx context.Context, o Order) (string, error) {
 		if o.OutOfStock {
 			return 0, dedup.Permanent(errors.New("out of stock"))
 		}
-		return 1, g.effect(ctx, o, "reserve")
+		return 1, g.Effect(ctx, o, "reserve")
 	}); err != nil {
 		return "", err
 	}
 	if _, err := dedup.Step(ctx, "notify", func(ctx context.Context) (bool, error) {
-		return true, g.effect(ctx, o, "notify")
+		return true, g.Effect(ctx, o, "notify")
 	}); err != nil {
 		return "", err
 	}
