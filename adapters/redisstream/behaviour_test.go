@@ -88,7 +88,12 @@ func TestRetryDelayHeldAcrossTakeover(t *testing.T) {
 }
 
 // A live consumer whose handler runs longer than the claim idle time keeps
-// its entry: another consumer of the group never gets it.
+// its entry: another consumer of the group never gets it. The holder
+// resets the entry's idle time every quarter of ClaimIdle once it is idle
+// half of it, so its upkeep may run up to a quarter of ClaimIdle late
+// before the other consumer can take the entry: ClaimIdle is long enough
+// (1.6s) that a machine busy with the whole suite does not delay it that
+// much (at 300ms, 75ms of slack, it once did).
 func TestLiveHolderNotRaced(t *testing.T) {
 	t.Parallel()
 	c, stream, dl := streams(t)
@@ -96,23 +101,26 @@ func TestLiveHolderNotRaced(t *testing.T) {
 	h := func(ctx context.Context, m *dedup.Message[Order]) (Receipt, error) {
 		calls.Add(1)
 		select {
-		case <-time.After(1500 * time.Millisecond): // 5 claim idle times
+		case <-time.After(3200 * time.Millisecond): // 2 claim idle times
 		case <-ctx.Done():
 			return Receipt{}, ctx.Err()
 		}
 		return Receipt{OrderID: m.Body.ID}, nil
 	}
 	rcv := newReceiver(t, h, fastConfig("billing"))
-	opts := func(name string) *dedupredisstream.Options {
+	// a scans for idle entries once, at its start: its own XAUTOCLAIM
+	// would otherwise win the entry back now and then, and hide a holder
+	// that does not reset its idle time. b scans every 20ms.
+	opts := func(name string, claimInterval time.Duration) *dedupredisstream.Options {
 		return &dedupredisstream.Options{Consumer: name, CreateGroup: true, DeadLetterStream: dl, Block: 50 * time.Millisecond,
-			ClaimIdle: 300 * time.Millisecond, ClaimInterval: 20 * time.Millisecond}
+			ClaimIdle: 1600 * time.Millisecond, ClaimInterval: claimInterval}
 	}
-	a, err := dedupredisstream.NewConsumer(c, stream, "billing", rcv, opts("a"))
+	a, err := dedupredisstream.NewConsumer(c, stream, "billing", rcv, opts("a", time.Hour))
 	require.NoError(t, err)
 	start(t, a)
 	add(t, c, stream, "o-1", `{"id":"o-1"}`)
 	eventually(t, func() bool { return calls.Load() == 1 }, "a to run the handler")
-	b, err := dedupredisstream.NewConsumer(c, stream, "billing", rcv, opts("b"))
+	b, err := dedupredisstream.NewConsumer(c, stream, "billing", rcv, opts("b", 20*time.Millisecond))
 	require.NoError(t, err)
 	start(t, b)
 	eventually(t, func() bool { return a.Stats().Acked == 1 }, "a to finish")

@@ -37,9 +37,11 @@
 //     ClaimInterval. A live Consumer keeps the entries it holds (queued, in a
 //     handler, waiting for a retry) from going idle (XCLAIM ... JUSTID every
 //     quarter of ClaimIdle, for those idle half of it), so they are never
-//     raced for. An entry that reaches two consumers at once anyway (a
-//     pause longer than ClaimIdle) is answered by the store: in flight, or a
-//     duplicate; its handler runs once.
+//     raced for while that upkeep keeps time. An entry that reaches two
+//     consumers at once anyway (the holder's upkeep late by more than a
+//     quarter of ClaimIdle: a pause of the process, Redis out of reach) is
+//     answered by the store: in flight, or a duplicate; its handler runs
+//     once.
 //   - A group keeps no order per key across consumers: two entries of one
 //     order may be handled at once by two consumers, or the second before
 //     the first when the first is retried. Key on the message id; do not

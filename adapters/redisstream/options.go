@@ -67,7 +67,9 @@ type Options struct {
 	// min-idle-time): a consumer that died, or stalled, inside its
 	// handlers. A live Consumer keeps the entries it holds (queued, in a
 	// handler, waiting for a retry's delay) from going idle, so they are
-	// never raced for. Defaults to the receiver's lease.
+	// never raced for unless that upkeep runs more than a quarter of
+	// ClaimIdle late (then the store answers the second consumer).
+	// Defaults to the receiver's lease.
 	ClaimIdle time.Duration
 
 	// ClaimInterval is how often the pending entries of other consumers
